@@ -1,0 +1,156 @@
+package gdnref
+
+import (
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// naiveCheckpoint is how often (in tokens) the naive backward keeps a state from its forward pass; the
+// states in between are recomputed block by block, so memory stays O(T/64 + 64) states.
+const naiveCheckpoint = 64
+
+// naiveStep applies token t to the state s in place:
+//
+//	u = beta (v - exp(g) sᵀ k)            (V)
+//	s <- exp(g) s + k uᵀ                  (= exp(g)(I - beta k kᵀ) s + beta k vᵀ)
+func naiveStep(s *mat.Dense, k, v *mat.VecDense, g, beta float64) {
+	a := math.Exp(g)
+	var u mat.VecDense
+	u.MulVec(s.T(), k)        // sᵀ k
+	u.AddScaledVec(v, -a, &u) // v - a sᵀk
+	u.ScaleVec(beta, &u)      // beta (v - a sᵀk)
+	s.Scale(a, s)             // a s
+	s.RankOne(s, 1, k, &u)    // + k uᵀ
+}
+
+// Forward runs the recurrence token by token (DESIGN.md §2):
+//
+//	S_t = exp(g_t) (I - beta_t k_t k_tᵀ) S_{t-1} + beta_t k_t v_tᵀ,    o_t = scale S_tᵀ q_t
+//
+// from the initial state s0 (K x V; nil means zero), with q, k l2-normalised unless opt.NoL2Norm. It returns
+// the outputs O (T x V) and the final state S_T (K x V).
+func Forward(h Head, s0 *mat.Dense, opt Options) (o, sFinal *mat.Dense, err error) {
+	t, dk, dv, err := h.Dims()
+	if err != nil {
+		return nil, nil, err
+	}
+	if t == 0 {
+		return nil, nil, fmt.Errorf("gdnref: Forward: empty head (T = 0)")
+	}
+	if err := checkState("initial state", s0, dk, dv); err != nil {
+		return nil, nil, err
+	}
+	q, k, _, _ := normalisedQK(h, opt)
+	scale := opt.scaleFor(dk)
+	s := cloneOrZero(s0, dk, dv)
+	o = mat.NewDense(t, dv, nil)
+	for i := 0; i < t; i++ {
+		naiveStep(s, mat.NewVecDense(dk, k.RawRowView(i)), mat.NewVecDense(dv, h.V.RawRowView(i)), h.G[i], h.Beta[i])
+		o.RowView(i).(*mat.VecDense).MulVec(s.T(), mat.NewVecDense(dk, q.RawRowView(i)))
+	}
+	o.Scale(scale, o)
+	return o, s, nil
+}
+
+// Backward is the exact reverse mode of Forward for the loss L with dL/dO = dO (T x V) and
+// dL/dS_T = dSFinal (K x V; nil means zero). It returns the gradients for q, k (before the l2norm), v, g,
+// beta and the initial state.
+//
+// Going backwards with D = dL/dS_t (the total adjoint of S_t), X = S_{t-1}, a = exp(g_t), b = beta_t:
+//
+//	dq_t = scale S_t do_t                       (then through the l2norm)
+//	D   += scale q_t do_tᵀ
+//	Dk   = Dᵀ k_t,   xk = Xᵀ k_t,   u = b (v_t - a xk)
+//	dv_t = b Dk
+//	dbeta_t = Dk · (v_t - a xk)
+//	dg_t = <D, S_t> - b (Dk · v_t)              (= a <D, (I - b k kᵀ) X>)
+//	dk_t = D u - a b X Dk                       (then through the l2norm)
+//	D   <- a (D - b k_t Dkᵀ)                    (= a (I - b k kᵀ) D, the adjoint of S_{t-1})
+//
+// and finally dS0 = D.
+func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
+	t, dk, dv, err := h.Dims()
+	if err != nil {
+		return nil, err
+	}
+	if t == 0 {
+		return nil, fmt.Errorf("gdnref: Backward: empty head (T = 0)")
+	}
+	if err := checkState("initial state", s0, dk, dv); err != nil {
+		return nil, err
+	}
+	if err := checkState("dSFinal", dSFinal, dk, dv); err != nil {
+		return nil, err
+	}
+	if dO == nil {
+		return nil, fmt.Errorf("gdnref: Backward: dO must be set")
+	}
+	if r, c := dO.Dims(); r != t || c != dv {
+		return nil, fmt.Errorf("gdnref: Backward: dO is %dx%d, want %dx%d", r, c, t, dv)
+	}
+	q, k, qInv, kInv := normalisedQK(h, opt)
+	scale := opt.scaleFor(dk)
+	kRow := func(i int) *mat.VecDense { return mat.NewVecDense(dk, k.RawRowView(i)) }
+	vRow := func(i int) *mat.VecDense { return mat.NewVecDense(dv, h.V.RawRowView(i)) }
+
+	// Forward pass keeping the state before every naiveCheckpoint-th token.
+	var checkpoints []*mat.Dense
+	s := cloneOrZero(s0, dk, dv)
+	for i := 0; i < t; i++ {
+		if i%naiveCheckpoint == 0 {
+			checkpoints = append(checkpoints, mat.DenseCopyOf(s))
+		}
+		naiveStep(s, kRow(i), vRow(i), h.G[i], h.Beta[i])
+	}
+
+	gr := &Grads{
+		DQ: mat.NewDense(t, dk, nil), DK: mat.NewDense(t, dk, nil), DV: mat.NewDense(t, dv, nil),
+		DG: make([]float64, t), DBeta: make([]float64, t),
+	}
+	d := cloneOrZero(dSFinal, dk, dv)
+	for blk := len(checkpoints) - 1; blk >= 0; blk-- {
+		// Recompute the states of this block: states[j] = S_{t0+j}, the state before token t0+j.
+		t0 := blk * naiveCheckpoint
+		t1 := min(t0+naiveCheckpoint, t)
+		states := []*mat.Dense{mat.DenseCopyOf(checkpoints[blk])}
+		for i := t0; i < t1; i++ {
+			next := mat.DenseCopyOf(states[len(states)-1])
+			naiveStep(next, kRow(i), vRow(i), h.G[i], h.Beta[i])
+			states = append(states, next)
+		}
+		for i := t1 - 1; i >= t0; i-- {
+			x, st := states[i-t0], states[i-t0+1] // S_{t-1}, S_t
+			a, b := math.Exp(h.G[i]), h.Beta[i]
+			ki, vi := kRow(i), vRow(i)
+			doi := mat.NewVecDense(dv, dO.RawRowView(i))
+			qi := mat.NewVecDense(dk, q.RawRowView(i))
+
+			var dqi, dkD, xk, u, dki, xdk mat.VecDense
+			dqi.MulVec(st, doi) // dq_t = scale S_t do_t
+			dqi.ScaleVec(scale, &dqi)
+			gr.DQ.SetRow(i, dqi.RawVector().Data)
+			d.RankOne(d, scale, qi, doi) // D += scale q do^T
+
+			dkD.MulVec(d.T(), ki) // Dk = D^T k
+			xk.MulVec(x.T(), ki)  // xk = X^T k
+			u.AddScaledVec(vi, -a, &xk)
+			gr.DBeta[i] = mat.Dot(&dkD, &u) // Dk · (v - a xk)
+			u.ScaleVec(b, &u)               // u = b (v - a xk)
+			gr.DV.RowView(i).(*mat.VecDense).ScaleVec(b, &dkD)
+			gr.DG[i] = frobenius(d, st) - b*mat.Dot(&dkD, vi)
+
+			dki.MulVec(d, &u)   // D u
+			xdk.MulVec(x, &dkD) // X Dk
+			dki.AddScaledVec(&dki, -a*b, &xdk)
+			gr.DK.SetRow(i, dki.RawVector().Data)
+
+			d.RankOne(d, -b, ki, &dkD) // D - b k Dk^T
+			d.Scale(a, d)              // a (D - b k Dk^T)
+		}
+	}
+	gr.DS0 = d
+	gr.DQ, gr.DK = rawGradQK(q, k, qInv, kInv, gr.DQ, gr.DK)
+	return gr, nil
+}

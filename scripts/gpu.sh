@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Build-carry-run for the GPU machine, which has CUDA but no Go.
+#
+#   scripts/gpu.sh build          # here: build test binaries and tools into .gpu/ (CGO_ENABLED=0)
+#   scripts/gpu.sh remote [RUN]   # there (device run, carry .gpu): run every GPU test binary,
+#                                 # logs under $OUT, a summary table last. RUN filters tests (-test.run).
+#
+# One device call: run(command="bash scripts/gpu.sh remote", carry=[".gpu"]).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+cmd=${1:-}
+case "$cmd" in
+build)
+	set -e
+	mkdir -p .gpu
+	for pkg in loader archdetect ptx/blobcheck kcp; do
+		[ -d "$pkg" ] || continue
+		ls "$pkg"/*_test.go >/dev/null 2>&1 || continue
+		name=$(echo "$pkg" | tr / _)
+		CGO_ENABLED=0 go test -c -o ".gpu/$name.test" "./$pkg"
+	done
+	for tool in kcp ptxcheck ptxgen; do
+		[ -d "tools/$tool" ] && CGO_ENABLED=0 go build -o ".gpu/$tool" "./tools/$tool"
+	done
+	ls -la .gpu
+	;;
+remote)
+	run=${2:-.}
+	root=$(pwd)
+	out=${OUT:-/tmp/gpu-out}
+	mkdir -p "$out"
+	export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+	summary=()
+	for t in .gpu/*.test; do
+		[ -x "$t" ] || continue
+		name=$(basename "$t" .test)
+		pkgdir=$(echo "$name" | tr _ /)
+		log="$out/$name.log"
+		start=$(date +%s.%N)
+		(cd "$pkgdir" && "$root/$t" -test.v -test.run "$run" -test.timeout 500s) >"$log" 2>&1
+		rc=$?
+		secs=$(echo "$(date +%s.%N) - $start" | bc)
+		pass=$(grep -c '^--- PASS' "$log"); fail=$(grep -c '^--- FAIL' "$log"); skip=$(grep -c '^--- SKIP' "$log")
+		summary+=("$(printf '%-16s rc=%-3s pass=%-4s fail=%-4s skip=%-4s %6.1fs' "$name" "$rc" "$pass" "$fail" "$skip" "$secs")")
+		grep -E '^(--- FAIL|panic|FAIL)' "$log" | head -20
+	done
+	if [ -x .gpu/ptxcheck ]; then
+		.gpu/ptxcheck --gpu >"$out/ptxcheck.log" 2>&1
+		summary+=("ptxcheck --gpu   rc=$? $(tail -1 "$out/ptxcheck.log")")
+	fi
+	echo "== summary"
+	printf '%s\n' "${summary[@]}"
+	;;
+*)
+	echo "usage: scripts/gpu.sh build | remote [TESTREGEX]" >&2
+	exit 2
+	;;
+esac
