@@ -1,0 +1,119 @@
+package loader
+
+import "errors"
+
+// Result layer for streams and events.
+
+func (d *driver) streamCreate(flags uint32) (uintptr, error) {
+	f, err := d.cuStreamCreate.get(d.lib)
+	if err != nil {
+		return 0, err
+	}
+	var s uintptr
+	return s, d.check(d.cuStreamCreate.name, f(&s, flags))
+}
+
+func (d *driver) streamDestroy(s uintptr) error {
+	f, err := d.cuStreamDestroy.get(d.lib)
+	if err != nil {
+		return err
+	}
+	return d.check(d.cuStreamDestroy.name, f(s))
+}
+
+func (d *driver) streamSynchronize(s uintptr) error {
+	f, err := d.cuStreamSynchronize.get(d.lib)
+	if err != nil {
+		return err
+	}
+	return d.check(d.cuStreamSynchronize.name, f(s))
+}
+
+// streamQuery reports whether all work on s has completed.
+func (d *driver) streamQuery(s uintptr) (bool, error) {
+	f, err := d.cuStreamQuery.get(d.lib)
+	if err != nil {
+		return false, err
+	}
+	switch rc := f(s); rc {
+	case Success:
+		return true, nil
+	case ErrorNotReady:
+		return false, nil
+	default:
+		return false, d.newError(d.cuStreamQuery.name, rc)
+	}
+}
+
+func (d *driver) streamWaitEvent(s, ev uintptr) error {
+	f, err := d.cuStreamWaitEvent.get(d.lib)
+	if err != nil {
+		return err
+	}
+	return d.check(d.cuStreamWaitEvent.name, f(s, ev, 0))
+}
+
+func (d *driver) eventCreate(flags uint32) (uintptr, error) {
+	f, err := d.cuEventCreate.get(d.lib)
+	if err != nil {
+		return 0, err
+	}
+	var ev uintptr
+	return ev, d.check(d.cuEventCreate.name, f(&ev, flags))
+}
+
+func (d *driver) eventRecord(ev, s uintptr) error {
+	f, err := d.cuEventRecord.get(d.lib)
+	if err != nil {
+		return err
+	}
+	return d.check(d.cuEventRecord.name, f(ev, s))
+}
+
+func (d *driver) eventSynchronize(ev uintptr) error {
+	f, err := d.cuEventSynchronize.get(d.lib)
+	if err != nil {
+		return err
+	}
+	return d.check(d.cuEventSynchronize.name, f(ev))
+}
+
+// eventQuery reports whether the work captured by ev has completed.
+func (d *driver) eventQuery(ev uintptr) (bool, error) {
+	f, err := d.cuEventQuery.get(d.lib)
+	if err != nil {
+		return false, err
+	}
+	switch rc := f(ev); rc {
+	case Success:
+		return true, nil
+	case ErrorNotReady:
+		return false, nil
+	default:
+		return false, d.newError(d.cuEventQuery.name, rc)
+	}
+}
+
+func (d *driver) eventDestroy(ev uintptr) error {
+	f, err := d.cuEventDestroy.get(d.lib)
+	if err != nil {
+		return err
+	}
+	return d.check(d.cuEventDestroy.name, f(ev))
+}
+
+// eventElapsed uses cuEventElapsedTime_v2 (CUDA >= 12.8, the only name in
+// CUDA 13 headers) and falls back to cuEventElapsedTime on older drivers.
+func (d *driver) eventElapsed(start, end uintptr) (float32, error) {
+	p := &d.cuEventElapsedTimeV2
+	f, err := p.get(d.lib)
+	if errors.Is(err, ErrMissingSymbol) {
+		p = &d.cuEventElapsedTimeV1
+		f, err = p.get(d.lib)
+	}
+	if err != nil {
+		return 0, err
+	}
+	var ms float32
+	return ms, d.check(p.name, f(&ms, start, end))
+}

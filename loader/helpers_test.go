@@ -1,0 +1,5 @@
+package loader
+
+import "unsafe"
+
+func anyPtr[T any](p *T) unsafe.Pointer { return unsafe.Pointer(p) }

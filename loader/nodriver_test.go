@@ -1,0 +1,69 @@
+package loader
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// useDriver points the package at another library for one test.
+func useDriver(t *testing.T, names ...string) *driver {
+	t.Helper()
+	old := drv
+	d := newDriver(newLibrary(names))
+	drv = d
+	t.Cleanup(func() { drv = old })
+	return d
+}
+
+func TestNoDriver(t *testing.T) {
+	d := useDriver(t, "libcuda-gdnkcp-does-not-exist.so.1", "libcuda-gdnkcp-does-not-exist.so")
+
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"DeviceCount", func() error { _, err := DeviceCount(); return err }},
+		{"GetDevice", func() error { _, err := GetDevice(0); return err }},
+		{"Primary", func() error { _, err := Primary(0); return err }},
+		{"DriverVersion", func() error { _, err := DriverVersion(); return err }},
+		{"raw cuMemAlloc", func() error { _, err := d.memAlloc(16); return err }},
+		{"raw cuLaunchKernel", func() error {
+			return d.launchKernel(0, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, 0, nil)
+		}},
+	}
+	for _, tc := range calls {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			require.NotPanics(t, func() { err = tc.call() })
+			require.ErrorIs(t, err, ErrNoDriver)
+			assert.Contains(t, err.Error(), "libcuda-gdnkcp-does-not-exist.so.1")
+		})
+	}
+}
+
+// A library that opens but is not the driver: every function is a missing
+// symbol, reported with its name, and never a panic.
+func TestMissingSymbol(t *testing.T) {
+	d := useDriver(t, "libc.so.6")
+	if _, err := d.lib.open(); err != nil {
+		t.Skipf("needs libc.so.6 to stand in for a driver without symbols: %v", err)
+	}
+	_, err := DeviceCount()
+	require.ErrorIs(t, err, ErrMissingSymbol)
+	assert.NotErrorIs(t, err, ErrNoDriver)
+	var se *SymbolError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "cuInit", se.Name)
+	assert.Equal(t, "libc.so.6", se.Library)
+	assert.Contains(t, err.Error(), "driver version unknown")
+
+	_, err = d.eventElapsed(0, 0)
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "cuEventElapsedTime", se.Name, "falls back from _v2 to the old name")
+
+	// An error code can still be named without the driver.
+	e := d.newError("cuX", ErrorInvalidContext)
+	assert.Equal(t, "cuX: CUDA_ERROR_INVALID_CONTEXT (201)", e.Error())
+}

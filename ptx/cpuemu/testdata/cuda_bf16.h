@@ -1,0 +1,21 @@
+// Stand-in for cuda_bf16.h (see cuda_runtime.h here): round to nearest even,
+// NaN to 0x7fff, as cvt.rn.bf16.f32 does.
+#pragma once
+#include "cuda_runtime.h"
+
+struct __nv_bfloat16 {
+  unsigned short x;
+};
+inline unsigned short __bfloat16_as_ushort(const __nv_bfloat16 h) { return h.x; }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  unsigned u;
+  memcpy(&u, &f, 4);
+  __nv_bfloat16 r;
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    r.x = 0x7fff;
+    return r;
+  }
+  u += 0x7fffu + ((u >> 16) & 1u);
+  r.x = static_cast<unsigned short>(u >> 16);
+  return r;
+}

@@ -1,0 +1,59 @@
+package ptx
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStore(t *testing.T) {
+	dir := t.TempDir()
+	blob := []byte("fake cubin")
+	manifest := `{"generator": "test", "sources": {}, "blobs": [
+	  {"target": "sm_90a", "kind": "cubin", "file": "a.cubin", "built_as": "sm_90a", "sha256": "` + SHA256(blob) + `", "size": 10,
+	   "entries": [{"name": "k", "params": [{"name": "p0", "type": "u64", "size": 8, "align": 8, "offset": 0},
+	                                         {"name": "p1", "type": "u32", "size": 4, "align": 4, "offset": 8}]}]},
+	  {"target": "compute_80", "kind": "ptx", "file": "b.ptx", "built_as": "compute_80", "sha256": "00", "size": 3, "entries": []}]}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ManifestName), []byte(manifest), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.cubin"), blob, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "b.ptx"), []byte("abc"), 0o644))
+
+	s := Dir(dir)
+	assert.Equal(t, filepath.Clean(dir), s.Name())
+	m, err := s.Manifest()
+	require.NoError(t, err)
+	b, ok := m.Blob("sm_90a")
+	require.True(t, ok)
+	e, ok := b.Entry("k")
+	require.True(t, ok)
+	assert.Equal(t, 12, e.ParamBytes())
+	_, ok = b.Entry("missing")
+	assert.False(t, ok)
+	_, ok = m.Blob("sm_100a")
+	assert.False(t, ok)
+
+	data, err := s.Load(b)
+	require.NoError(t, err)
+	assert.Equal(t, blob, data)
+	pb, _ := m.Blob("compute_80")
+	_, err = s.Load(pb)
+	assert.ErrorContains(t, err, "sha256 "+SHA256([]byte("abc"))+", manifest says 00")
+	_, err = s.ReadFile("nope")
+	assert.Error(t, err)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ManifestName), []byte("{"), 0o644))
+	_, err = s.Manifest()
+	assert.ErrorContains(t, err, "decode manifest.json")
+	_, err = Dir(filepath.Join(dir, "none")).Manifest()
+	assert.ErrorContains(t, err, "read manifest")
+}
+
+func TestEmbeddedManifestDecodes(t *testing.T) {
+	s := Embedded()
+	assert.Equal(t, "embedded", s.Name())
+	_, err := s.Manifest()
+	require.NoError(t, err)
+}

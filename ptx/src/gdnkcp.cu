@@ -1,0 +1,8 @@
+// gdnkcp.cu: the one translation unit that tools/ptxgen compiles for every
+// target (sm_90a, sm_100a, sm_103a cubins, the sm_107a slot, compute_80 PTX).
+// Every other .cu file of ptx/src is #included here, so that every blob holds
+// every entry; ptxgen refuses to build when one is missing from this list.
+// Only standard CUDA C++ is used; the blobs are built without --use_fast_math.
+
+#include "conv1d.cu"
+#include "util.cu"

@@ -1,0 +1,292 @@
+package sched
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func rep(c, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = c
+	}
+	return out
+}
+
+var (
+	sm100 = Profile{VariantSM100a, 148}
+	sm103 = Profile{VariantSM103a, 148}
+	sm107 = Profile{VariantSM107a, 148}
+	sm90  = Profile{VariantSM90a, 132}
+)
+
+func decide(t *testing.T, kind WalkKind, chains []int, hv int, p Profile, r Rule) Decision {
+	t.Helper()
+	d, err := Decide(kind, chains, hv, p, r)
+	require.NoError(t, err)
+	return d
+}
+
+type boundaryCase struct {
+	name   string
+	kind   WalkKind
+	chains []int
+	hv     int
+	prof   Profile
+	rule   Rule
+	vh     int
+	reason string // a substring of Reason
+}
+
+func runBoundary(t *testing.T, tests []boundaryCase) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decide(t, tc.kind, tc.chains, tc.hv, tc.prof, tc.rule)
+			assert.Equal(t, tc.vh, d.VH, d.Reason)
+			assert.Contains(t, d.Reason, tc.reason)
+			assert.NotContains(t, d.Reason, "\n")
+		})
+	}
+}
+
+// The sm_100a long-chain clause: 7 chains, HV 48 on 148 SMs is 672 CTAs at
+// vh = 64, over two waves (592), and LPT(jobs2) = 3 chains > LPT(jobs1) = 2.
+func TestLongChainThreshold(t *testing.T) {
+	runBoundary(t, []boundaryCase{
+		{"offset 399 chunks", Offset, rep(399, 7), 48, sm100, RuleB, 64, "no long-chain clause: longest chain 399 < 400"},
+		{"offset 400 chunks", Offset, rep(400, 7), 48, sm100, RuleB, 128, "long-chain clause (longest chain 400 >= 400"},
+		{"tape 399 chunks", Tape, rep(399, 7), 48, sm100, RuleB, 64, "tape walks take vh = 64 on sm_100a"},
+		{"tape 400 chunks", Tape, rep(400, 7), 48, sm100, RuleB, 128, "4*SM = 592"},
+		{"400 chunks but two waves", Tape, rep(400, 6), 48, sm100, RuleB, 64, "576 <= 4*SM = 592"},
+		{"sm_103a has no clause", Offset, rep(400, 7), 48, sm103, RuleB, 64, "offset walks take vh = 64 on sm_103a"},
+		{"sm_107a offset has no clause", Offset, rep(400, 7), 48, sm107, RuleB, 64, "offset walks take vh = 64"},
+		{"sm_90a follows sm_103a", Tape, rep(400, 7), 48, sm90, RuleB, 64, "tape walks take vh = 64 on sm_90a"},
+		{"forward walks have no clause", State, rep(400, 7), 48, Profile{VariantSM100a, 148}, RuleB, 128, "neither one wave"},
+	})
+}
+
+// LPT(jobs2) against LPT(jobs1) in the long-chain clause. HV 1 on 2 SMs (4
+// slots), 5 chains: 10 CTAs at vh = 64, over two waves (8).
+func TestLongChainMakespanComparison(t *testing.T) {
+	eq := []int{400, 94, 7, 49, 153}     // LPT(jobs1) = LPT(jobs2) = 400
+	over := []int{400, 104, 59, 74, 164} // LPT(jobs1) = 400, LPT(jobs2) = 401
+	p := Profile{VariantSM100a, 2}
+	d := decide(t, Offset, eq, 1, p, RuleB)
+	require.Equal(t, []int{400, 400}, []int{d.Makespan1, d.Makespan2})
+	d = decide(t, Offset, over, 1, p, RuleB)
+	require.Equal(t, []int{400, 401}, []int{d.Makespan1, d.Makespan2})
+	runBoundary(t, []boundaryCase{
+		{"offset LPT2 == LPT1", Offset, eq, 1, p, RuleB, 64, "LPT(jobs2) = 400 <= LPT(jobs1) = 400"},
+		{"offset LPT2 == LPT1 + 1", Offset, over, 1, p, RuleB, 128, "LPT(jobs2) = 401 > LPT(jobs1) = 400"},
+		{"tape LPT2 == LPT1", Tape, eq, 1, p, RuleB, 64, "tape walks take vh = 64"},
+		{"tape LPT2 == LPT1 + 1", Tape, over, 1, p, RuleB, 128, "2*n_walk*HV = 10 > 4*SM = 8"},
+	})
+}
+
+// Chain fit: HV 1 on 2 SMs (4 slots), 3 chains: 6 CTAs, not one wave.
+// jobs2 of {4,2,2} = 4,4,2,2,2,2 -> loads 4,4,4,4; of {4,3,2} -> 5.
+func TestChainFitBoundary(t *testing.T) {
+	p := Profile{VariantSM103a, 2}
+	d := decide(t, State, []int{4, 2, 2}, 1, p, RuleB)
+	require.Equal(t, 4, d.Makespan2)
+	require.False(t, d.OneWave)
+	d = decide(t, State, []int{4, 3, 2}, 1, p, RuleB)
+	require.Equal(t, 5, d.Makespan2)
+	runBoundary(t, []boundaryCase{
+		{"state LPT2 == longest", State, []int{4, 2, 2}, 1, p, RuleB, 64, "chain fit: LPT(jobs2) = 4 <= longest chain 4"},
+		{"state LPT2 == longest + 1", State, []int{4, 3, 2}, 1, p, RuleB, 128, "LPT(jobs2) = 5 > longest chain 4"},
+		{"summary LPT2 == longest", Summary, []int{2, 4, 2}, 1, p, RuleB, 64, "chain fit"},
+		{"summary LPT2 == longest + 1", Summary, []int{3, 2, 4}, 1, p, RuleB, 128, "neither one wave"},
+		{"rule A ignores chain fit", State, []int{4, 2, 2}, 1, p, RuleA, 128, "one-wave rule: 2*n_walk*HV = 6 > 2*SM = 4"},
+	})
+	// Production sizes: 4 chains of 200 chunks and 8 of 100 over 148 SMs.
+	// jobs2 = 384 of 200 + 768 of 100 over 296 slots.
+	d = decide(t, State, append(rep(200, 4), rep(100, 8)...), 48, sm100, RuleB)
+	assert.False(t, d.OneWave)
+	assert.Equal(t, d.Makespan2 <= 200, d.VH == 64, d.Reason)
+}
+
+// One wave: 2*n_walk*HV <= 2*SM. The CTA count is even, so the closest to
+// "one CTA over" is one SM short (two CTAs over).
+func TestWaveBoundaries(t *testing.T) {
+	full := Profile{VariantSM103a, 144} // 3 chains * 2 * 48 = 288 = 2*144
+	short := Profile{VariantSM103a, 143}
+	half := Profile{VariantSM107a, 72} // 288 = 4*72: two waves exactly full
+	halfShort := Profile{VariantSM107a, 71}
+	long := []int{50, 10, 10} // LPT(jobs2) > 50 once the grid does not fit
+	runBoundary(t, []boundaryCase{
+		{"A state one wave full", State, long, 48, full, RuleA, 64, "288 <= 2*SM = 288"},
+		{"A state one wave over", State, long, 48, short, RuleA, 128, "288 > 2*SM = 286"},
+		{"A summary one wave full", Summary, long, 48, full, RuleA, 64, "<= 2*SM"},
+		{"A summary one wave over", Summary, long, 48, short, RuleA, 128, "> 2*SM"},
+		{"B state one wave full", State, long, 48, full, RuleB, 64, "one wave: 2*n_walk*HV = 288 <= 2*SM = 288"},
+		{"B state one wave over, chain fit decides", State, []int{50, 10, 10}, 48, short, RuleB, 64, "chain fit"},
+		{"B state one wave over, no fit", State, []int{50, 50, 50}, 48, short, RuleB, 128, "neither one wave"},
+		{"A offset two waves full", Offset, long, 48, Profile{VariantSM100a, 72}, RuleA, 64, "288 <= 4*SM = 288"},
+		{"A offset two waves over", Offset, long, 48, Profile{VariantSM100a, 71}, RuleA, 128, "288 > 4*SM = 284"},
+		{"A tape two waves full", Tape, long, 48, half, RuleA, 64, "two-wave rule"},
+		{"A tape two waves over", Tape, long, 48, halfShort, RuleA, 128, "two-wave rule"},
+		{"B sm_107a tape two waves full", Tape, long, 48, half, RuleB, 64, "rule B, sm_107a: vh = 64: two-wave rule"},
+		{"B sm_107a tape two waves over", Tape, long, 48, halfShort, RuleB, 128, "288 > 4*SM = 284"},
+		{"B sm_103a tape always 64", Tape, long, 48, Profile{VariantSM103a, 71}, RuleB, 64, "tape walks take vh = 64"},
+		{"B offset always 64", Offset, long, 48, Profile{VariantSM107a, 1}, RuleB, 64, "offset walks take vh = 64"},
+		{"B generic follows sm_103a", Tape, long, 48, Profile{VariantGeneric, 1}, RuleB, 64, "on generic"},
+	})
+}
+
+func TestDecideEmptyWalk(t *testing.T) {
+	for _, k := range WalkKinds() {
+		for _, r := range Rules() {
+			for _, chains := range [][]int{nil, {}} {
+				d := decide(t, k, chains, 48, sm100, r)
+				assert.Equal(t, 0, d.VH)
+				assert.False(t, d.Launches())
+				assert.Zero(t, d.NWalk+d.Makespan1+d.Makespan2+d.LongestChain)
+				assert.Equal(t, k.String()+" walk, rule "+r.String()+": empty walk list: launch nothing", d.Reason)
+				assert.Zero(t, d.CTAsPerSegment(48))
+			}
+		}
+	}
+}
+
+func TestDecideFields(t *testing.T) {
+	chains := []int{30, 70, 5}
+	in := slices.Clone(chains)
+	d := decide(t, State, chains, 48, sm100, RuleB)
+	assert.Equal(t, in, chains, "Decide must not modify chains")
+	assert.Equal(t, State, d.Kind)
+	assert.Equal(t, RuleB, d.Rule)
+	assert.Equal(t, 3, d.NWalk)
+	assert.Equal(t, 70, d.LongestChain)
+	assert.Equal(t, 70, d.Makespan1) // 144 CTAs over 296 slots
+	assert.Equal(t, 70, d.Makespan2) // 288 CTAs over 296 slots
+	assert.True(t, d.OneWave)
+	assert.True(t, d.TwoWaves)
+	assert.True(t, d.ChainFit)
+	assert.Equal(t, 64, d.VH)
+	assert.Equal(t, 96, d.CTAsPerSegment(48))
+	assert.Equal(t, "state walk, rule B: vh = 64: one wave: 2*n_walk*HV = 288 <= 2*SM = 296", d.Reason)
+
+	d = decide(t, State, []int{30, 70, 5}, 48, sm100, RuleA)
+	assert.Equal(t, "state walk, rule A: vh = 64: one-wave rule: 2*n_walk*HV = 288 <= 2*SM = 296", d.Reason)
+	d.VH = 128
+	assert.Equal(t, 48, d.CTAsPerSegment(48))
+}
+
+// Every decision against the rule as written, on random walk lists.
+func TestDecideMatchesSpec(t *testing.T) {
+	profiles := append(ReferenceProfiles(), Profile{VariantGeneric, 100}, Profile{VariantSM100a, 20})
+	seed := uint64(7)
+	next := func(n int) int {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		return int((seed >> 33) % uint64(n))
+	}
+	for it := 0; it < 4000; it++ {
+		chains := make([]int, next(14))
+		for i := range chains {
+			chains[i] = 1 + next(900)
+		}
+		hv := []int{1, 6, 16, 48, 64}[next(5)]
+		p := profiles[next(len(profiles))]
+		var jobs1, jobs2 []int
+		for _, c := range chains {
+			jobs1 = append(jobs1, rep(c, hv)...)
+			jobs2 = append(jobs2, rep(c, 2*hv)...)
+		}
+		m1, m2 := naiveLPT(jobs1, 2*p.SMs), naiveLPT(jobs2, 2*p.SMs)
+		longest := 0
+		if len(chains) > 0 {
+			longest = slices.Max(chains)
+		}
+		one := 2*len(chains)*hv <= 2*p.SMs
+		two := 2*len(chains)*hv <= 4*p.SMs
+		fit := m2 <= longest
+		for _, k := range WalkKinds() {
+			var a, b bool // vh = 64 under A and B
+			if k == Summary || k == State {
+				a, b = one, one || fit
+			} else {
+				a, b = two, true
+				if k == Tape && p.Variant == VariantSM107a {
+					b = two
+				}
+				if p.Variant == VariantSM100a && longest >= 400 && m2 > m1 {
+					b = two
+				}
+			}
+			want := func(narrow bool) int {
+				switch {
+				case len(chains) == 0:
+					return 0
+				case narrow:
+					return 64
+				}
+				return 128
+			}
+			da := decide(t, k, chains, hv, p, RuleA)
+			db := decide(t, k, chains, hv, p, RuleB)
+			require.Equal(t, want(a), da.VH, "%s %v hv %d %s: %s", k, chains, hv, p, da.Reason)
+			require.Equal(t, want(b), db.VH, "%s %v hv %d %s: %s", k, chains, hv, p, db.Reason)
+			if len(chains) > 0 {
+				require.Equal(t, []int{m1, m2}, []int{da.Makespan1, da.Makespan2})
+				require.Equal(t, []int{m1, m2}, []int{db.Makespan1, db.Makespan2})
+			}
+		}
+	}
+}
+
+func TestDecideErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		kind   WalkKind
+		chains []int
+		hv     int
+		prof   Profile
+		rule   Rule
+		msg    string
+	}{
+		{"zero SMs", State, []int{1}, 48, Profile{VariantSM100a, 0}, RuleB, "SM count 0"},
+		{"negative SMs", State, []int{1}, 48, Profile{VariantSM100a, -4}, RuleB, "SM count -4"},
+		{"unknown variant", State, []int{1}, 48, Profile{"sm_120", 10}, RuleB, `unknown arch variant "sm_120"`},
+		{"empty variant", State, []int{1}, 48, Profile{"", 10}, RuleB, "unknown arch variant"},
+		{"zero HV", State, []int{1}, 0, sm100, RuleB, "HV 0"},
+		{"negative HV", Tape, []int{1}, -1, sm100, RuleA, "HV -1"},
+		{"zero rule", State, []int{1}, 48, sm100, 0, "unknown rule"},
+		{"bad kind", WalkKind(9), []int{1}, 48, sm100, RuleB, "unknown walk kind"},
+		{"empty chain", Offset, []int{3, 0}, 48, sm100, RuleB, "chain 1 has 0 chunks"},
+		{"errors even for empty walk lists", State, nil, 48, Profile{VariantSM100a, 0}, RuleB, "SM count"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decide(tc.kind, tc.chains, tc.hv, tc.prof, tc.rule)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+}
+
+func TestNames(t *testing.T) {
+	for _, k := range WalkKinds() {
+		got, err := ParseWalkKind(strings.ToUpper(k.String()))
+		require.NoError(t, err)
+		assert.Equal(t, k, got)
+	}
+	_, err := ParseWalkKind("forward")
+	assert.Error(t, err)
+	assert.Equal(t, "WalkKind(7)", WalkKind(7).String())
+	assert.Equal(t, []bool{true, true, false, false},
+		[]bool{Summary.Forward(), State.Forward(), Offset.Forward(), Tape.Forward()})
+	for in, want := range map[string]Rule{"a": RuleA, "A": RuleA, " b": RuleB, "B": RuleB} {
+		got, err := ParseRule(in)
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	}
+	_, err = ParseRule("c")
+	assert.ErrorContains(t, err, `unknown rule "c"`)
+	assert.Equal(t, "Rule(0)", Rule(0).String())
+}

@@ -1,0 +1,150 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Width-rule variants: the GPU families the rules distinguish.
+const (
+	VariantSM100a  = "sm_100a" // GB200 / B200
+	VariantSM103a  = "sm_103a" // GB300 / B300
+	VariantSM107a  = "sm_107a" // R200
+	VariantSM90a   = "sm_90a"  // Hopper: H100, H200
+	VariantGeneric = "generic" // any other GPU
+)
+
+// LongChainChunks is the longest-chain threshold of the sm_100a clause of rule
+// B: an offset or tape walk whose longest chain has at least this many chunks
+// and whose two-CTA makespan exceeds its one-CTA makespan takes the two-wave
+// rule.
+const LongChainChunks = 400
+
+// VariantRules is how rule B treats one variant. Rule A is the same on every
+// variant.
+type VariantRules struct {
+	// TapeTwoWave: tape walks take the two-wave rule instead of always vh = 64
+	// (sm_107a).
+	TapeTwoWave bool
+	// LongChain, when > 0: an offset or tape walk whose longest chain has at
+	// least LongChain chunks and whose LPT(jobs2) > LPT(jobs1) takes the
+	// two-wave rule (sm_100a, at LongChainChunks).
+	LongChain int
+	// DefaultSMs is the SM count assumed when none is given (0: none assumed).
+	DefaultSMs int
+	// Measured says whether the rule was chosen by measurement on this variant.
+	Measured bool
+	// Note says where the rule comes from.
+	Note string
+}
+
+var variants = map[string]VariantRules{
+	VariantSM100a: {
+		LongChain:  LongChainChunks,
+		DefaultSMs: 148,
+		Measured:   true,
+		Note: "GB200/B200: rule B as measured upstream; offset and tape walks with a chain of >= 400 chunks " +
+			"whose two-CTA makespan exceeds the one-CTA makespan take the two-wave rule",
+	},
+	VariantSM103a: {
+		DefaultSMs: 148,
+		Measured:   true,
+		Note:       "GB300/B300: rule B as measured upstream; offset and tape walks always take vh = 64",
+	},
+	VariantSM107a: {
+		TapeTwoWave: true,
+		DefaultSMs:  148,
+		Note: "R200: rule B as specified upstream (tape walks keep the two-wave rule); not measured upstream, " +
+			"148 SMs assumed until real hardware says otherwise",
+	},
+	VariantSM90a: {
+		DefaultSMs: 132,
+		Note: "Hopper (H100/H200, 132 SMs): not measured yet; uses rule B as written for sm_103a until measured " +
+			"on this GPU",
+	},
+	VariantGeneric: {
+		Note: "any other GPU: not measured; uses rule B as written for sm_103a until measured; give the SM count",
+	},
+}
+
+// Variants returns the known width-rule variants, sorted.
+func Variants() []string {
+	out := make([]string, 0, len(variants))
+	for v := range variants {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// RulesFor returns how rule B treats variant.
+func RulesFor(variant string) (VariantRules, error) {
+	r, ok := variants[variant]
+	if !ok {
+		return VariantRules{}, fmt.Errorf("sched: unknown arch variant %q (known: %s)", variant,
+			strings.Join(Variants(), ", "))
+	}
+	return r, nil
+}
+
+// Profile is what the width rules need to know of a GPU: its width-rule
+// variant and its SM count. The variant's rules (RulesFor) come with it, so a
+// plain Profile{Variant: "sm_100a", SMs: 148} is complete. Profile is
+// comparable and serves as a memoization key.
+type Profile struct {
+	Variant string // one of Variants()
+	SMs     int    // streaming multiprocessors, >= 1
+}
+
+// NewProfile returns the profile for variant with sms SMs; sms = 0 takes the
+// variant's default SM count (an error for "generic", which has none).
+func NewProfile(variant string, sms int) (Profile, error) {
+	r, err := RulesFor(variant)
+	if err != nil {
+		return Profile{}, err
+	}
+	if sms == 0 {
+		if r.DefaultSMs == 0 {
+			return Profile{}, fmt.Errorf("sched: arch %s has no default SM count; give one", variant)
+		}
+		sms = r.DefaultSMs
+	}
+	p := Profile{Variant: variant, SMs: sms}
+	return p, p.Validate()
+}
+
+// ReferenceProfiles returns the four profiles of the pinned width vectors and
+// of `kcp plan --all`: sm_100a, sm_103a and sm_107a with 148 SMs, sm_90a with
+// 132.
+func ReferenceProfiles() []Profile {
+	return []Profile{
+		{VariantSM100a, 148},
+		{VariantSM103a, 148},
+		{VariantSM107a, 148},
+		{VariantSM90a, 132},
+	}
+}
+
+// Validate reports an unknown variant or an SM count below 1.
+func (p Profile) Validate() error {
+	if _, err := RulesFor(p.Variant); err != nil {
+		return err
+	}
+	if p.SMs < 1 {
+		return fmt.Errorf("sched: SM count %d for %s, need at least 1", p.SMs, p.Variant)
+	}
+	return nil
+}
+
+// Rules returns the profile's variant rules (zero for an unknown variant).
+func (p Profile) Rules() VariantRules { return variants[p.Variant] }
+
+// Note says where the profile's rule comes from and whether it was measured.
+func (p Profile) Note() string { return variants[p.Variant].Note }
+
+// Slots is the number of LPT slots, two CTAs per SM.
+func (p Profile) Slots() int { return 2 * p.SMs }
+
+// String is "variant/SMs", e.g. "sm_100a/148".
+func (p Profile) String() string { return fmt.Sprintf("%s/%d", p.Variant, p.SMs) }

@@ -1,0 +1,51 @@
+package sched
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestProfiles(t *testing.T) {
+	assert.Equal(t, []string{"generic", "sm_100a", "sm_103a", "sm_107a", "sm_90a"}, Variants())
+	for _, v := range Variants() {
+		r, err := RulesFor(v)
+		require.NoError(t, err)
+		assert.NotEmpty(t, r.Note, v)
+	}
+	for _, v := range []string{VariantSM90a, VariantGeneric} {
+		r, _ := RulesFor(v)
+		assert.Contains(t, r.Note, "rule B as written for sm_103a until measured", v)
+		assert.False(t, r.Measured)
+		assert.False(t, r.TapeTwoWave)
+		assert.Zero(t, r.LongChain)
+	}
+	r, _ := RulesFor(VariantSM100a)
+	assert.Equal(t, 400, r.LongChain)
+	r, _ = RulesFor(VariantSM107a)
+	assert.True(t, r.TapeTwoWave)
+
+	p, err := NewProfile("sm_90a", 0)
+	require.NoError(t, err)
+	assert.Equal(t, Profile{"sm_90a", 132}, p)
+	assert.Equal(t, 264, p.Slots())
+	assert.Equal(t, "sm_90a/132", p.String())
+	assert.Contains(t, p.Note(), "until measured")
+	p, err = NewProfile("generic", 84)
+	require.NoError(t, err)
+	assert.Equal(t, 168, p.Slots())
+
+	_, err = NewProfile("generic", 0)
+	assert.ErrorContains(t, err, "no default SM count")
+	_, err = NewProfile("sm_100", 148)
+	assert.ErrorContains(t, err, `unknown arch variant "sm_100"`)
+	_, err = NewProfile("sm_100a", -1)
+	assert.ErrorContains(t, err, "SM count -1")
+
+	ref := ReferenceProfiles()
+	require.Len(t, ref, 4)
+	for _, p := range ref {
+		assert.NoError(t, p.Validate())
+	}
+}
