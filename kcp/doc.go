@@ -11,6 +11,13 @@
 // so the forward, the checkpoint recompute and the replay read one decision.
 // Packs returns the five packs of the upstream benchmark.
 //
-// The forward, checkpoint recompute, replay and backward, with a CPU
-// reference backend and a GPU backend, build on the plan and come later.
+// On the plan run the backends. CPU is the float64 reference backend: it
+// runs every rank's stages exactly as the GPU will (chunk prep, summary walk,
+// all-gather of the summaries through an in-process communicator, compose,
+// state walk, output; offset walk, reverse compose, tape walk, chunk-parallel
+// gradients; the conv1d + SiLU module with its halo exchange), at the widths
+// the plan decides. Forward keeps what the backward needs (upstream's B1);
+// ForwardCheckpoint returns a handle whose Recompute rebuilds the activations
+// with no communication (B3). Reference computes the same layer with the naive
+// token-by-token recurrence, for checking. The GPU backend comes next.
 package kcp
