@@ -187,41 +187,25 @@ func (c *CPU) offsetWalk(cr *cpuRank, bw [][]*bwdHead) ([][]*gdnref.Offset, erro
 // exchangeOffsets all-gathers the (P^T, R) of every segment with a
 // predecessor: [rank][list index][value head].
 func (c *CPU) exchangeOffsets(ctx context.Context, cm comm.Communicator, offs [][]*gdnref.Offset) ([][][]*gdnref.Offset, error) {
-	p := c.plan
-	cfg := p.Config
-	slots := p.maxWalk(sched.Offset)
-	if slots == 0 {
-		return nil, nil
-	}
-	per := cfg.DK*cfg.DK + cfg.DK*cfg.DV
-	send := make([]float64, slots*cfg.HV*per)
+	local := make([][][2]*mat.Dense, len(offs))
 	for li, heads := range offs {
+		local[li] = make([][2]*mat.Dense, len(heads))
 		for h, o := range heads {
-			base := (li*cfg.HV + h) * per
-			copy(send[base:], o.PT.RawMatrix().Data)
-			copy(send[base+cfg.DK*cfg.DK:], o.R.RawMatrix().Data)
+			local[li][h] = [2]*mat.Dense{o.PT, o.R}
 		}
 	}
-	all, err := comm.AllGatherFloat64(ctx, cm, send)
-	if err != nil {
-		return nil, fmt.Errorf("rank %d: offset exchange: %w", cm.Rank(), err)
-	}
-	out := make([][][]*gdnref.Offset, len(p.Ranks))
-	for r := range p.Ranks {
-		n := len(p.Ranks[r].Offset)
-		out[r] = make([][]*gdnref.Offset, n)
-		for li := 0; li < n; li++ {
-			out[r][li] = make([]*gdnref.Offset, cfg.HV)
-			for h := 0; h < cfg.HV; h++ {
-				base := ((r*slots+li)*cfg.HV + h) * per
-				out[r][li][h] = &gdnref.Offset{
-					PT: mat.NewDense(cfg.DK, cfg.DK, all[base:base+cfg.DK*cfg.DK]),
-					R:  mat.NewDense(cfg.DK, cfg.DV, all[base+cfg.DK*cfg.DK:base+per]),
-				}
+	all, err := c.exchangeAffine(ctx, cm, sched.Offset, "offset", local)
+	out := make([][][]*gdnref.Offset, len(all))
+	for r, list := range all {
+		out[r] = make([][]*gdnref.Offset, len(list))
+		for li, heads := range list {
+			out[r][li] = make([]*gdnref.Offset, len(heads))
+			for h, m := range heads {
+				out[r][li][h] = &gdnref.Offset{PT: m[0], R: m[1]}
 			}
 		}
 	}
-	return out, nil
+	return out, err
 }
 
 // reverseCompose folds each local segment's successors, from the document's

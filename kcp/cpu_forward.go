@@ -268,36 +268,63 @@ func (c *CPU) summaryWalk(cr *cpuRank) ([][]*gdnref.Summary, error) {
 // exchangeSummaries all-gathers the (P, Q) of every exported segment:
 // [rank][list index][value head].
 func (c *CPU) exchangeSummaries(ctx context.Context, cm comm.Communicator, sums [][]*gdnref.Summary) ([][][]*gdnref.Summary, error) {
+	local := make([][][2]*mat.Dense, len(sums))
+	for li, heads := range sums {
+		local[li] = make([][2]*mat.Dense, len(heads))
+		for h, s := range heads {
+			local[li][h] = [2]*mat.Dense{s.P, s.Q}
+		}
+	}
+	all, err := c.exchangeAffine(ctx, cm, sched.Summary, "summary", local)
+	out := make([][][]*gdnref.Summary, len(all))
+	for r, list := range all {
+		out[r] = make([][]*gdnref.Summary, len(list))
+		for li, heads := range list {
+			out[r][li] = make([]*gdnref.Summary, len(heads))
+			for h, m := range heads {
+				out[r][li][h] = &gdnref.Summary{P: m[0], Q: m[1]}
+			}
+		}
+	}
+	return out, err
+}
+
+// exchangeAffine all-gathers the affine maps of walk list k, a K x K and a
+// K x V matrix per segment and value head, local[list index][value head],
+// and returns every rank's: [rank][list index][value head]. Every rank sends
+// as many slots as the longest list of kind k, which it knows from the plan.
+func (c *CPU) exchangeAffine(ctx context.Context, cm comm.Communicator, k sched.WalkKind, what string, local [][][2]*mat.Dense) ([][][][2]*mat.Dense, error) {
 	p := c.plan
 	cfg := p.Config
-	slots := p.maxWalk(sched.Summary)
+	slots := p.maxWalk(k)
 	if slots == 0 {
 		return nil, nil
 	}
-	per := cfg.DK*cfg.DK + cfg.DK*cfg.DV
+	kk := cfg.DK * cfg.DK
+	per := kk + cfg.DK*cfg.DV
 	send := make([]float64, slots*cfg.HV*per)
-	for li, heads := range sums {
-		for h, s := range heads {
+	for li, heads := range local {
+		for h, m := range heads {
 			base := (li*cfg.HV + h) * per
-			copy(send[base:], s.P.RawMatrix().Data)
-			copy(send[base+cfg.DK*cfg.DK:], s.Q.RawMatrix().Data)
+			copy(send[base:], m[0].RawMatrix().Data)
+			copy(send[base+kk:], m[1].RawMatrix().Data)
 		}
 	}
 	all, err := comm.AllGatherFloat64(ctx, cm, send)
 	if err != nil {
-		return nil, fmt.Errorf("rank %d: summary exchange: %w", cm.Rank(), err)
+		return nil, fmt.Errorf("rank %d: %s exchange: %w", cm.Rank(), what, err)
 	}
-	out := make([][][]*gdnref.Summary, len(p.Ranks))
+	out := make([][][][2]*mat.Dense, len(p.Ranks))
 	for r := range p.Ranks {
-		n := len(p.Ranks[r].Summary)
-		out[r] = make([][]*gdnref.Summary, n)
+		n := len(p.Ranks[r].Walk(k))
+		out[r] = make([][][2]*mat.Dense, n)
 		for li := 0; li < n; li++ {
-			out[r][li] = make([]*gdnref.Summary, cfg.HV)
+			out[r][li] = make([][2]*mat.Dense, cfg.HV)
 			for h := 0; h < cfg.HV; h++ {
 				base := ((r*slots+li)*cfg.HV + h) * per
-				out[r][li][h] = &gdnref.Summary{
-					P: mat.NewDense(cfg.DK, cfg.DK, all[base:base+cfg.DK*cfg.DK]),
-					Q: mat.NewDense(cfg.DK, cfg.DV, all[base+cfg.DK*cfg.DK:base+per]),
+				out[r][li][h] = [2]*mat.Dense{
+					mat.NewDense(cfg.DK, cfg.DK, all[base:base+kk]),
+					mat.NewDense(cfg.DK, cfg.DV, all[base+kk:base+per]),
 				}
 			}
 		}
