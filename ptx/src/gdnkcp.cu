@@ -5,4 +5,5 @@
 // Only standard CUDA C++ is used; the blobs are built without --use_fast_math.
 
 #include "conv1d.cu"
+#include "gdn_fwd.cu"
 #include "util.cu"
