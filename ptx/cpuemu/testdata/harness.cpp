@@ -2,7 +2,10 @@
 // (block, thread) of the launch in turn, and writes each case's inputs and
 // outputs to DIR/caseN.bin for the Go test to compare with internal/convref.
 // Usage: harness DIR
-#include "gdnkcp.cu"
+// Only the kernels without shared memory or warp intrinsics are emulated here;
+// the GDN kernels of gdn_fwd.cu are tested on the GPU.
+#include "conv1d.cu"
+#include "util.cu"
 
 #include <stdint.h>
 #include <stdio.h>
