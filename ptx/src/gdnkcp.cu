@@ -6,4 +6,5 @@
 
 #include "conv1d.cu"
 #include "gdn_fwd.cu"
+#include "gdn_walk_tc.cu"
 #include "util.cu"
