@@ -176,7 +176,8 @@ template <int VH>
 __device__ void summary_walk_tc(const float* w, const float* u, const float* kt, const float* gcum,
                                 const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
                                 const int* seg_nchunk, const int* list, float* out_p, float* out_q, int HV) {
-	extern __shared__ __align__(128) char smem[];
+	extern __shared__ __align__(128) char wtc_smem[];
+	char* smem = wtc_smem;
 	TCWalk<VH> wk(smem);
 	const int tiles = kD / VH;
 	const bool isP = blockIdx.x >= tiles;
@@ -218,7 +219,8 @@ __device__ void state_walk_tc(const float* w, const float* u, const float* kt, c
                               const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
                               const int* seg_nchunk, const float* start, float* h_out, float* vnew,
                               float* final_state, int HV) {
-	extern __shared__ __align__(128) char smem[];
+	extern __shared__ __align__(128) char wtc_smem[];
+	char* smem = wtc_smem;
 	TCWalk<VH> wk(smem);
 	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
 	const float* s0 = start + ((long long)seg * HV + h) * kD * kD;

@@ -7,4 +7,5 @@
 #include "conv1d.cu"
 #include "gdn_fwd.cu"
 #include "gdn_walk_tc.cu"
+#include "gdn_chunk_tc.cu"
 #include "util.cu"
