@@ -308,3 +308,31 @@ func parallel(n int, fn func(i int) error) error {
 	}
 	return nil
 }
+
+// SegmentStates returns, for value head head of segment seg of rank rank,
+// the segment's true start state (from the compose) and its final state
+// (the state walk's state at the segment's end), as row-major K x V copies
+// (DK*DV values): what GPUForward.SegmentStates returns on the GPU backend.
+func (a *Activations) SegmentStates(rank, seg, head int) (start, final []float64, err error) {
+	if a == nil || a.be == nil {
+		return nil, nil, fmt.Errorf("kcp: states: empty activations")
+	}
+	if err := checkStateIndex(a.be.plan, rank, seg, head); err != nil {
+		return nil, nil, err
+	}
+	hd := a.ranks[rank].segs[seg].heads[head]
+	if hd == nil || hd.start == nil || hd.states == nil || hd.states.Final == nil {
+		return nil, nil, fmt.Errorf("kcp: states: rank %d segment %d head %d has no states", rank, seg, head)
+	}
+	return denseData(hd.start), denseData(hd.states.Final), nil
+}
+
+// denseData copies m's elements in row-major order.
+func denseData(m *mat.Dense) []float64 {
+	r, c := m.Dims()
+	out := make([]float64, 0, r*c)
+	for i := 0; i < r; i++ {
+		out = append(out, m.RawRowView(i)...)
+	}
+	return out
+}

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +16,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/gdnkcp/gdnkcp/internal/npy"
 	"github.com/gdnkcp/gdnkcp/kcp"
+	"github.com/gdnkcp/gdnkcp/loader"
 	"github.com/gdnkcp/gdnkcp/sched"
 )
 
@@ -21,11 +26,15 @@ func init() { register(newRunCmd) }
 
 type runOptions struct {
 	pack, docs, layout, stage, mode, backend, arch, rule string
-	dump, inputs                                         string
-	cp, sms, hqk, hv, dk, dv, forceVH                    int
+	dump, inputs, blob                                   string
+	cp, sms, hqk, hv, dk, dv, forceVH, device            int
 	seed                                                 uint64
-	json, checkFinite, noProgress                        bool
+	json, checkFinite, noProgress, check                 bool
 }
+
+// probeGPU says whether GPU device can run the GPU backend with the given
+// blob override (a variable so tests can stand in a GPU or its absence).
+var probeGPU = kcp.ProbeGPU
 
 func newRunCmd() *cobra.Command {
 	var o runOptions
@@ -34,25 +43,32 @@ func newRunCmd() *cobra.Command {
 		Short: "Run a GDN layer forward and backward over a CP plan, and check it against the naive reference",
 		Long: `run lays a pack out over CP ranks, runs the layer's forward and backward on the chosen
 backend, and compares every output and gradient with the naive token-by-token recurrence
-in float64. It prints the plan, each walk's width, checksums, the largest relative errors
-and the time taken.
+in float64 (--check, on by default). It prints the plan, each walk's width, checksums, the
+largest relative errors and the time taken.
 
-With no flags it runs the CPU reference backend on the default pack: P1's six documents
-scaled to 2,048 tokens, heads 16/48, dims 128, CP 2, layout D, the module stage (conv +
-GDN), mode B1.
+With no flags it runs the default pack: P1's six documents scaled to 2,048 tokens, heads
+16/48, dims 128, CP 2, layout D, the module stage (conv + GDN), mode B1.
+
+Backends: cpu is the float64 reference backend (forward and backward). gpu runs every rank
+of the plan on one GPU (ranks on their own streams, exchanging through host memory) with
+the embedded kernels; only the forward exists there yet, so it reports the output and
+its error against the naive reference, and no gradients. auto (the default) takes gpu
+when a GPU with kernels in the embedded blobs is present and the run is one it can do
+(dims 128, mode b1), else cpu. --blob forces a blob slot (e.g. compute_80).
 
 Modes: b1 = forward keeping what backward needs, then backward; b3 = forward in
 checkpoint mode, recompute from the handle (no communication), then backward.
 
 --dump DIR writes the inputs, the output and the gradients as .npy files (bf16 inputs as
-float32 holding the exact bf16 values; float64 results from the CPU backend) and a
-meta.json. --inputs DIR reads q, k, v, g, beta (conv_w for --stage module) and dout from
+float32 holding the exact bf16 values; float64 results from the CPU backend, the GPU's
+bf16 output as float32) and a meta.json. --inputs DIR reads q, k, v, g, beta (conv_w for --stage module) and dout from
 .npy files instead of drawing random ones; head counts and dims follow from the shapes,
 and the documents from DIR/meta.json unless --pack or --docs is given.`,
 		Example: `  kcp run
   kcp run --pack P1 --cp 4 --layout Z --stage core --mode b3 --json
   kcp run --docs 300,100,700 --cp 3 --layout C --hqk 2 --hv 6 --dk 32 --dv 32 --dump out/
-  kcp run --inputs out/`,
+  kcp run --inputs out/
+  kcp run --backend gpu --pack P1@8192 --cp 4 --layout Z --blob compute_80`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -63,7 +79,10 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	f.StringVar(&o.layout, "layout", "D", "layout: C, Z or D")
 	f.StringVar(&o.stage, "stage", "module", "core (GDN only) or module (conv1d + SiLU, then GDN)")
 	f.StringVar(&o.mode, "mode", "b1", "b1 (forward keeping activations, backward) or b3 (checkpoint, recompute, backward)")
-	f.StringVar(&o.backend, "backend", "cpu", "cpu (float64 reference) or gpu")
+	f.StringVar(&o.backend, "backend", "auto", "auto (gpu when usable, else cpu), cpu (float64 reference) or gpu (forward only for now)")
+	f.IntVar(&o.device, "device", 0, "CUDA device ordinal of the GPU backend")
+	f.StringVar(&o.blob, "blob", "", "GPU backend: force a blob slot, e.g. compute_80 (default: "+"$GDNKCP_BLOB, else the automatic choice)")
+	f.BoolVar(&o.check, "check", true, "compare with the naive float64 reference (forward and backward on cpu, forward on gpu)")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
 	f.IntVar(&o.hqk, "hqk", kcp.DefaultHQK, "query/key heads")
 	f.IntVar(&o.hv, "hv", kcp.DefaultHV, "value heads (a multiple of --hqk)")
@@ -84,6 +103,9 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 // runReport is what run prints; its JSON names are part of the CLI's interface.
 type runReport struct {
 	Backend        string             `json:"backend"`
+	BackendChoice  string             `json:"backend_choice,omitempty"` // why auto chose the backend
+	GPU            *runGPU            `json:"gpu,omitempty"`
+	Note           string             `json:"note,omitempty"`
 	Pack           string             `json:"pack"`
 	Docs           []int              `json:"docs"`
 	Tokens         int                `json:"tokens"`
@@ -108,6 +130,42 @@ type runReport struct {
 	Seconds        float64            `json:"seconds"`
 	SecondsBackend float64            `json:"seconds_backend"`
 	SecondsRef     float64            `json:"seconds_reference"`
+
+	// noGrads (no gradients: the GPU backend) and noCheck (--check=false)
+	// make MarshalJSON write the missing numbers as null.
+	noGrads, noCheck bool
+}
+
+// MarshalJSON writes the report; gradient fields without gradients, and
+// error fields without a check, are null.
+func (r runReport) MarshalJSON() ([]byte, error) {
+	type plain runReport
+	out := struct {
+		plain
+		MaxRelErrOut  *float64 `json:"max_rel_err_out"`
+		MaxRelErrGrad *float64 `json:"max_rel_err_grad"`
+		ChecksumGrad  *float64 `json:"checksum_grad"`
+	}{plain: plain(r)}
+	if !r.noCheck {
+		out.MaxRelErrOut = &r.MaxRelErrOut
+		if !r.noGrads {
+			out.MaxRelErrGrad = &r.MaxRelErrGrad
+		}
+	}
+	if !r.noGrads {
+		out.ChecksumGrad = &r.ChecksumGrad
+	}
+	return json.Marshal(out)
+}
+
+// runGPU is the GPU backend's part of the report.
+type runGPU struct {
+	Device string `json:"device"` // archdetect's line: name, CC, SMs, blob and why
+	Blob   string `json:"blob"`   // the blob slot loaded
+	// ForwardMs is each rank's forward time from CUDA events on its stream
+	// (uploads, kernels and the exchange); SlowestMs is the largest.
+	ForwardMs []float64 `json:"forward_ms"`
+	SlowestMs float64   `json:"slowest_ms"`
 }
 
 type runRank struct {
@@ -127,11 +185,10 @@ type runWalk struct {
 func (o *runOptions) run(cmd *cobra.Command) error {
 	start := time.Now()
 	changed := cmd.Flags().Changed
-	if o.backend != "cpu" {
-		if o.backend == "gpu" {
-			return errors.New("--backend gpu: the GPU backend is not built yet (the GDN kernels land with the GPU forward issue); use --backend cpu")
-		}
-		return fmt.Errorf("--backend %q: want cpu or gpu", o.backend)
+	switch o.backend {
+	case "auto", "cpu", "gpu":
+	default:
+		return fmt.Errorf("--backend %q: want auto, cpu or gpu", o.backend)
 	}
 	stage, err := kcp.ParseStage(o.stage)
 	if err != nil {
@@ -139,6 +196,9 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	}
 	if o.mode != "b1" && o.mode != "b3" {
 		return fmt.Errorf("--mode %q: want b1 or b3", o.mode)
+	}
+	if o.backend == "gpu" && o.mode == "b3" {
+		return errors.New("--mode b3 --backend gpu: the GPU backward (and the checkpoint recompute it replays) is not built yet; use --backend cpu for b3")
 	}
 	layout, err := kcp.ParseLayout(o.layout)
 	if err != nil {
@@ -181,12 +241,58 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err := plan.CheckDOut(dout, o.checkFinite); err != nil {
 		return err
 	}
+	backend, choice := o.chooseBackend(plan)
 	opts := kcp.Options{Stage: stage, Profile: prof, Rule: rule, ForceVH: o.forceVH}
-	bar := o.newBar(cmd.ErrOrStderr(), plan)
+	bar := o.newBar(cmd.ErrOrStderr(), plan, backend)
 	opts.Progress = bar.step
-	be, err := kcp.NewCPU(plan, opts)
+	var rep *runReport
+	if backend == "gpu" {
+		rep, err = o.runGPU(plan, name, stage, prof, rule, opts, in, dout, bar)
+	} else {
+		rep, err = o.runCPU(plan, name, stage, prof, rule, opts, in, dout, bar)
+	}
 	if err != nil {
 		return err
+	}
+	rep.BackendChoice = choice
+	rep.Seconds = time.Since(start).Seconds()
+	if o.json {
+		return writeJSON(cmd.OutOrStdout(), rep)
+	}
+	return writeRunText(cmd.OutOrStdout(), rep)
+}
+
+// chooseBackend resolves --backend auto: gpu when a GPU with the kernels is
+// present and the run is one the GPU backend does (dims 128, mode b1), else
+// cpu. It returns the backend and, for auto, why.
+func (o *runOptions) chooseBackend(plan *kcp.Plan) (string, string) {
+	if o.backend != "auto" {
+		return o.backend, ""
+	}
+	cfg := plan.Config
+	switch {
+	case o.mode != "b1":
+		return "cpu", "auto: cpu (mode " + o.mode + " needs the GPU backward, which is not built yet)"
+	case cfg.DK != 128 || cfg.DV != 128:
+		return "cpu", fmt.Sprintf("auto: cpu (the GPU kernels need dims 128, these are %d/%d)", cfg.DK, cfg.DV)
+	}
+	p, err := probeGPU(o.device, o.blob)
+	switch {
+	case errors.Is(err, loader.ErrNoDriver):
+		return "cpu", "auto: cpu (no CUDA driver)"
+	case err != nil:
+		return "cpu", fmt.Sprintf("auto: cpu (no usable GPU: %v)", err)
+	}
+	return "gpu", fmt.Sprintf("auto: gpu (%s)", p)
+}
+
+// runCPU runs the CPU reference backend: forward (b1, or b3 through the
+// checkpoint and recompute), backward, and the naive reference with --check.
+func (o *runOptions) runCPU(plan *kcp.Plan, name string, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
+	opts kcp.Options, in *kcp.Inputs, dout []float32, bar *runBar) (*runReport, error) {
+	be, err := kcp.NewCPU(plan, opts)
+	if err != nil {
+		return nil, err
 	}
 	ctx := context.Background()
 	t0 := time.Now()
@@ -200,36 +306,152 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		}
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	grads, err := act.Backward(ctx, dout)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tBackend := time.Since(t0)
-	bar.describe("naive reference")
-	t1 := time.Now()
-	refOut, refGrads, err := kcp.Reference(ctx, plan, in, dout, kcp.Options{Stage: stage})
-	if err != nil {
-		return err
+	var (
+		refOut   *kcp.Output
+		refGrads *kcp.Grads
+		tRef     time.Duration
+	)
+	if o.check {
+		bar.describe("naive reference")
+		t1 := time.Now()
+		if refOut, refGrads, err = kcp.Reference(ctx, plan, in, dout, kcp.Options{Stage: stage}); err != nil {
+			return nil, err
+		}
+		tRef = time.Since(t1)
 	}
-	tRef := time.Since(t1)
 	bar.finish()
-	rep, err := o.report(name, plan, stage, prof, rule, act, grads, refOut, refGrads)
+	rep, err := o.report("cpu", name, plan, stage, prof, rule, act.Decisions, nil, act.Out, grads, refOut, refGrads)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rep.SecondsBackend, rep.SecondsRef = tBackend.Seconds(), tRef.Seconds()
 	if o.dump != "" {
 		if err := dumpRun(o.dump, rep, plan, stage, in, dout, act.Out, grads); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// runGPU runs the GPU backend's forward (the GPU backward is not built yet)
+// and, with --check, the naive reference's forward.
+func (o *runOptions) runGPU(plan *kcp.Plan, name string, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
+	opts kcp.Options, in *kcp.Inputs, dout []float32, bar *runBar) (*runReport, error) {
+	if o.mode != "b1" {
+		return nil, errors.New("--mode b3 --backend gpu: the GPU backward (and the checkpoint recompute it replays) is not built yet; use --backend cpu for b3")
+	}
+	g, err := kcp.NewGPU(plan, kcp.GPUOptions{Options: opts, Device: o.device, Blob: o.blob})
+	if err != nil {
+		if errors.Is(err, loader.ErrNoDriver) {
+			return nil, fmt.Errorf("--backend gpu: no CUDA driver on this machine: %w; use --backend cpu", err)
+		}
+		return nil, fmt.Errorf("--backend gpu: %w", err)
+	}
+	defer func() { _ = g.Close() }() // the forward's own errors matter more
+	ctx := context.Background()
+	t0 := time.Now()
+	fwd, err := g.Forward(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	tBackend := time.Since(t0)
+	var (
+		refOut *kcp.Output
+		tRef   time.Duration
+	)
+	if o.check {
+		bar.describe("naive reference (forward)")
+		t1 := time.Now()
+		if refOut, _, err = kcp.Reference(ctx, plan, in, nil, kcp.Options{Stage: stage}); err != nil {
+			return nil, err
+		}
+		tRef = time.Since(t1)
+	}
+	bar.finish()
+	rep, err := o.report("gpu", name, plan, stage, prof, rule, fwd.Decisions, fwd.VH, fwd.Out, nil, refOut, nil)
+	if err != nil {
+		return nil, err
+	}
+	rep.SecondsBackend, rep.SecondsRef = tBackend.Seconds(), tRef.Seconds()
+	gi := &runGPU{Device: g.Profile().String(), Blob: fwd.Blob}
+	for _, tm := range fwd.Timing {
+		gi.ForwardMs = append(gi.ForwardMs, tm.TotalMillis)
+		gi.SlowestMs = max(gi.SlowestMs, tm.TotalMillis)
+	}
+	rep.GPU = gi
+	rep.Note = "the GPU backward is not built yet: forward only, no gradients"
+	if o.dump != "" {
+		o32 := make([]float32, len(fwd.Out.O))
+		for i, v := range fwd.Out.O {
+			o32[i] = float32(v) // exact: the values are bf16
+		}
+		if err := dumpForward(o.dump, rep, plan, stage, in, dout, o32); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// dumpForward is --dump for a forward-only run: the inputs and dout as
+// dumpRun writes them, o as float32 holding the GPU's bf16 values, and
+// meta.json; no gradients.
+func dumpForward(dir string, rep *runReport, plan *kcp.Plan, stage kcp.Stage, in *kcp.Inputs, dout []float32, o []float32) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--dump: %w", err)
+	}
+	cfg := plan.Config
+	meta := runMeta{
+		Pack: rep.Pack, Docs: cfg.Docs, CP: cfg.Ranks, Layout: string(cfg.Layout), Stage: string(stage), Mode: rep.Mode,
+		Backend: rep.Backend, Seed: rep.Seed,
+		Heads:  map[string]int{"qk": cfg.HQK, "v": cfg.HV},
+		Dims:   map[string]int{"k": cfg.DK, "v": cfg.DV},
+		Scale:  1 / math.Sqrt(float64(cfg.DK)),
+		L2Norm: true,
+		Flags:  map[string]string{"profile": rep.Profile, "rule": rep.Rule, "force_vh": fmt.Sprint(rep.ForceVH)},
+		DTypes: map[string]string{},
+	}
+	if rep.GPU != nil {
+		meta.Flags["blob"] = rep.GPU.Blob
+	}
+	write := func(name string, shape []int, data []float32, dtype string) error {
+		meta.DTypes[name] = dtype
+		if err := npy.WriteFile(filepath.Join(dir, name+".npy"), shape, data); err != nil {
+			return fmt.Errorf("--dump: %w", err)
+		}
+		return nil
+	}
+	inputs := [][]float32{in.Q, in.K, in.V, in.G, in.Beta, in.ConvW}
+	for i, sh := range plan.InputShapes(stage) {
+		dt := "float32 holding bf16 values"
+		if sh.Name == "g" || sh.Name == "beta" {
+			dt = "float32"
+		}
+		if err := write(sh.Name, sh.Shape, inputs[i], dt); err != nil {
 			return err
 		}
 	}
-	rep.Seconds = time.Since(start).Seconds()
-	if o.json {
-		return writeJSON(cmd.OutOrStdout(), rep)
+	oshape := plan.OutputShape().Shape
+	if err := write("dout", oshape, dout, "float32 holding bf16 values"); err != nil {
+		return err
 	}
-	return writeRunText(cmd.OutOrStdout(), rep)
+	if err := write("o", oshape, o, "float32 holding bf16 values ("+rep.Backend+" backend)"); err != nil {
+		return err
+	}
+	raw, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "meta.json"), append(raw, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--dump: %w", err)
+	}
+	return nil
 }
 
 // widthProfile is --arch/--sms, else the GPU present, else DefaultProfile.
@@ -284,25 +506,30 @@ func parsePackSpec(s string) (kcp.Pack, error) {
 	return kcp.ScalePack(pk, n)
 }
 
-func (o *runOptions) report(name string, plan *kcp.Plan, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
-	act *kcp.Activations, grads *kcp.Grads, refOut *kcp.Output, refGrads *kcp.Grads) (*runReport, error) {
+func (o *runOptions) report(backend, name string, plan *kcp.Plan, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
+	decisions [][sched.NumWalkKinds]sched.Decision, launched [][sched.NumWalkKinds]int,
+	out *kcp.Output, grads *kcp.Grads, refOut *kcp.Output, refGrads *kcp.Grads) (*runReport, error) {
 	cfg := plan.Config
 	rep := &runReport{
-		Backend: o.backend, Pack: name, Docs: cfg.Docs, Tokens: plan.Tokens, CP: cfg.Ranks,
+		Backend: backend, Pack: name, Docs: cfg.Docs, Tokens: plan.Tokens, CP: cfg.Ranks,
 		Layout: string(cfg.Layout), Stage: string(stage), Mode: o.mode, Seed: o.seed, Inputs: o.inputs,
 		Heads: [2]int{cfg.HQK, cfg.HV}, Dims: [2]int{cfg.DK, cfg.DV},
 		Profile: prof.String(), Rule: rule.String(), ForceVH: o.forceVH,
 		RelErr: map[string]float64{}, Checksums: map[string]float64{},
+		noGrads: grads == nil, noCheck: refOut == nil,
 	}
 	for r, rp := range plan.Ranks {
 		rr := runRank{Rank: r, Tokens: rp.Tokens, Segments: len(rp.Segments)}
 		for _, k := range sched.WalkKinds() {
-			d := act.Decisions[r][k]
+			d := decisions[r][k]
 			w := runWalk{Walk: k.String(), NWalk: d.NWalk, Reason: d.Reason}
 			if vh := d.VH; vh != 0 {
 				if o.forceVH != 0 {
 					vh = o.forceVH
 					w.Reason = fmt.Sprintf("forced by --force-vh (rule: %s)", d.Reason)
+				}
+				if launched != nil && launched[r][k] == 0 {
+					w.Reason += " (not launched: forward only)"
 				}
 				w.VH = &vh
 			}
@@ -310,21 +537,32 @@ func (o *runOptions) report(name string, plan *kcp.Plan, stage kcp.Stage, prof s
 		}
 		rep.Ranks = append(rep.Ranks, rr)
 	}
-	rep.MaxRelErrOut = kcp.RelErr(act.Out.O, refOut.O)
-	rep.RelErr["o"] = rep.MaxRelErrOut
-	rep.ChecksumOut = checksum(act.Out.O)
+	rep.ChecksumOut = checksum(out.O)
 	rep.Checksums["o"] = rep.ChecksumOut
-	errs, err := kcp.GradErrors(grads, refGrads)
-	if err != nil {
-		return nil, err
+	if refOut != nil {
+		rep.MaxRelErrOut = kcp.RelErr(out.O, refOut.O)
+		rep.RelErr["o"] = rep.MaxRelErrOut
 	}
-	for i, e := range errs {
-		rep.RelErr[e.Name] = e.RelErr
-		if e.RelErr > rep.MaxRelErrGrad || math.IsNaN(e.RelErr) {
-			rep.MaxRelErrGrad = e.RelErr
+	if grads == nil {
+		return rep, nil
+	}
+	var errs []kcp.TensorErr
+	if refGrads != nil {
+		var err error
+		if errs, err = kcp.GradErrors(grads, refGrads); err != nil {
+			return nil, err
 		}
-		cs := checksum(grads.Tensors()[i].Data)
-		rep.Checksums[e.Name] = cs
+	}
+	for i, t := range grads.Tensors() {
+		if errs != nil {
+			e := errs[i]
+			rep.RelErr[e.Name] = e.RelErr
+			if e.RelErr > rep.MaxRelErrGrad || math.IsNaN(e.RelErr) {
+				rep.MaxRelErrGrad = e.RelErr
+			}
+		}
+		cs := checksum(t.Data)
+		rep.Checksums[t.Name] = cs
 		rep.ChecksumGrad += cs
 	}
 	return rep, nil
@@ -344,6 +582,12 @@ func writeRunText(w io.Writer, r *runReport) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "kcp run: backend %s, pack %s (%d documents, %d tokens), CP %d, layout %s, stage %s, mode %s\n",
 		r.Backend, r.Pack, len(r.Docs), r.Tokens, r.CP, r.Layout, r.Stage, r.Mode)
+	if r.BackendChoice != "" {
+		fmt.Fprintf(&b, "%s\n", r.BackendChoice)
+	}
+	if r.GPU != nil {
+		fmt.Fprintf(&b, "gpu: %s\n", r.GPU.Device)
+	}
 	src := fmt.Sprintf("random, seed %d", r.Seed)
 	if r.Inputs != "" {
 		src = "from " + r.Inputs
@@ -360,23 +604,40 @@ func writeRunText(w io.Writer, r *runReport) error {
 			fmt.Fprintf(&b, "  %-8s n_walk %-3d vh %-4s %s\n", wk.Walk, wk.NWalk, vh, wk.Reason)
 		}
 	}
-	fmt.Fprintf(&b, "checksums: o %.9g; grads %.9g (", r.ChecksumOut, r.ChecksumGrad)
 	names := gradNames(r)
-	for i, n := range names {
-		if i > 0 {
-			b.WriteString(", ")
+	fmt.Fprintf(&b, "checksums: o %.9g", r.ChecksumOut)
+	if !r.noGrads {
+		fmt.Fprintf(&b, "; grads %.9g (", r.ChecksumGrad)
+		for i, n := range names {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s %.6g", n, r.Checksums[n])
 		}
-		fmt.Fprintf(&b, "%s %.6g", n, r.Checksums[n])
+		b.WriteString(")")
 	}
-	b.WriteString(")\n")
-	fmt.Fprintf(&b, "relative error vs naive float64 recurrence: out %.3g, grads %.3g (", r.MaxRelErrOut, r.MaxRelErrGrad)
-	for i, n := range names {
-		if i > 0 {
-			b.WriteString(", ")
+	b.WriteString("\n")
+	switch {
+	case r.noCheck:
+		b.WriteString("relative error vs naive float64 recurrence: not checked (--check=false)\n")
+	case r.noGrads:
+		fmt.Fprintf(&b, "relative error vs naive float64 recurrence: out %.3g\n", r.MaxRelErrOut)
+	default:
+		fmt.Fprintf(&b, "relative error vs naive float64 recurrence: out %.3g, grads %.3g (", r.MaxRelErrOut, r.MaxRelErrGrad)
+		for i, n := range names {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s %.2g", n, r.RelErr[n])
 		}
-		fmt.Fprintf(&b, "%s %.2g", n, r.RelErr[n])
+		b.WriteString(")\n")
 	}
-	b.WriteString(")\n")
+	if r.Note != "" {
+		fmt.Fprintf(&b, "gradients: %s\n", r.Note)
+	}
+	if r.GPU != nil {
+		fmt.Fprintf(&b, "gpu forward: slowest rank %.3f ms (CUDA events: uploads, kernels, exchange), blob %s\n", r.GPU.SlowestMs, r.GPU.Blob)
+	}
 	fmt.Fprintf(&b, "time: %.2f s (backend %.2f s, naive reference %.2f s)\n", r.Seconds, r.SecondsBackend, r.SecondsRef)
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -391,19 +652,22 @@ func gradNames(r *runReport) []string {
 }
 
 // runBar is the progress bar on stderr: one step per stage per rank, and one
-// for the naive reference.
+// for the naive reference (taken at the end, also without --check).
 type runBar struct {
 	mu  sync.Mutex
 	bar *progressbar.ProgressBar
 }
 
-func (o *runOptions) newBar(w io.Writer, plan *kcp.Plan) *runBar {
+func (o *runOptions) newBar(w io.Writer, plan *kcp.Plan, backend string) *runBar {
 	if o.noProgress {
 		return &runBar{}
 	}
 	steps := len(kcp.ForwardStages) + len(kcp.BackwardStages)
 	if o.mode == "b3" {
 		steps += len(kcp.RecomputeStages)
+	}
+	if backend == "gpu" {
+		steps = len(kcp.ForwardStages)
 	}
 	total := steps*len(plan.Ranks) + 1
 	return &runBar{bar: progressbar.NewOptions(total,

@@ -3,14 +3,19 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gdnkcp/gdnkcp/archdetect"
 	"github.com/gdnkcp/gdnkcp/internal/npy"
+	"github.com/gdnkcp/gdnkcp/kcp"
+	"github.com/gdnkcp/gdnkcp/loader"
 )
 
 // small is a fast run: tiny heads over a short pack.
@@ -122,8 +127,8 @@ func TestRunBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--backend", "gpu"}, "GPU backend is not built yet"},
-		{[]string{"--backend", "tpu"}, "want cpu or gpu"},
+		{[]string{"--backend", "gpu", "--mode", "b3"}, "GPU backward"},
+		{[]string{"--backend", "tpu"}, "want auto, cpu or gpu"},
 		{[]string{"--mode", "b2"}, "want b1 or b3"},
 		{[]string{"--stage", "attn"}, "unknown stage"},
 		{[]string{"--pack", "P9"}, "unknown pack"},
@@ -149,4 +154,135 @@ func copyDir(t *testing.T, src, dst string) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(dst, e.Name()), raw, 0o644))
 	}
+}
+
+// --backend gpu without a CUDA driver is a clear error (skipped where a
+// driver is present).
+func TestRunGPUNoDriver(t *testing.T) {
+	if _, err := loader.DeviceCount(); err == nil {
+		t.Skip("a CUDA driver is present: the no-driver error is not testable here")
+	}
+	_, stderr, code := runKCP(t, "run", "--backend", "gpu", "--docs", "100,30", "--cp", "2", "--no-progress")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "--backend gpu: no CUDA driver on this machine")
+	require.Contains(t, stderr, "use --backend cpu")
+	// auto falls back to the CPU backend and says why.
+	rep := runJSON(t, "--docs", "100,30", "--cp", "2", "--no-progress", "--hqk", "1", "--hv", "1")
+	require.Equal(t, "cpu", rep.Backend)
+	require.Equal(t, "auto: cpu (no CUDA driver)", rep.BackendChoice)
+}
+
+// auto picks gpu only when a usable GPU is present and the run is one the
+// GPU backend does (dims 128, mode b1).
+func TestRunChooseBackend(t *testing.T) {
+	saved := probeGPU
+	t.Cleanup(func() { probeGPU = saved })
+	plan128, err := kcp.NewPlan(kcp.PlanConfig{Docs: []int{10}, Ranks: 1, Layout: kcp.LayoutC})
+	require.NoError(t, err)
+	plan16, err := kcp.NewPlan(kcp.PlanConfig{Docs: []int{10}, Ranks: 1, Layout: kcp.LayoutC, HQK: 1, HV: 1, DK: 16, DV: 16})
+	require.NoError(t, err)
+	gpu := func(int, string) (*archdetect.Profile, error) {
+		return &archdetect.Profile{Name: "Test GPU", Target: "sm_90a", Variant: "sm_90a", SMs: 132}, nil
+	}
+	none := func(int, string) (*archdetect.Profile, error) { return nil, errors.New("no GPU here") }
+	for _, tc := range []struct {
+		name, backend, mode string
+		plan                *kcp.Plan
+		probe               func(int, string) (*archdetect.Profile, error)
+		want, why           string
+	}{
+		{"gpu present", "auto", "b1", plan128, gpu, "gpu", "auto: gpu (GPU 0: Test GPU"},
+		{"no gpu", "auto", "b1", plan128, none, "cpu", "auto: cpu (no usable GPU: no GPU here)"},
+		{"small dims", "auto", "b1", plan16, gpu, "cpu", "dims 128"},
+		{"b3", "auto", "b3", plan128, gpu, "cpu", "GPU backward"},
+		{"explicit cpu", "cpu", "b1", plan128, gpu, "cpu", ""},
+		{"explicit gpu", "gpu", "b1", plan16, none, "gpu", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			probeGPU = tc.probe
+			o := runOptions{backend: tc.backend, mode: tc.mode}
+			got, why := o.chooseBackend(tc.plan)
+			require.Equal(t, tc.want, got)
+			if tc.why == "" {
+				require.Empty(t, why)
+			} else {
+				require.Contains(t, why, tc.why)
+			}
+		})
+	}
+}
+
+// --check=false skips the naive reference: the errors are null in the JSON,
+// the checksums are those of the checked run.
+func TestRunNoCheck(t *testing.T) {
+	a := runJSON(t, small...)
+	out, stderr, code := runKCP(t, append([]string{"run", "--json", "--check=false"}, small...)...)
+	require.Equal(t, 0, code, stderr)
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &raw))
+	require.Nil(t, raw["max_rel_err_out"])
+	require.Nil(t, raw["max_rel_err_grad"])
+	require.NotNil(t, raw["checksum_grad"])
+	var b runReport
+	require.NoError(t, json.Unmarshal([]byte(out), &b))
+	require.Equal(t, math.Float64bits(a.ChecksumOut), math.Float64bits(b.ChecksumOut))
+	require.Equal(t, math.Float64bits(a.ChecksumGrad), math.Float64bits(b.ChecksumGrad))
+	text, stderr, code := runKCP(t, append([]string{"run", "--check=false"}, small...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, text, "not checked (--check=false)")
+}
+
+// A forward-only (GPU) report: gradient fields are null in the JSON and
+// the text says the GPU backward is not built yet.
+func TestRunForwardOnlyReport(t *testing.T) {
+	rep := &runReport{
+		Backend: "gpu", Pack: "custom", Docs: []int{10}, Tokens: 10, CP: 1, Layout: "C", Stage: "core", Mode: "b1",
+		MaxRelErrOut: 1.5e-3, ChecksumOut: 4.25, RelErr: map[string]float64{"o": 1.5e-3}, Checksums: map[string]float64{"o": 4.25},
+		GPU:  &runGPU{Device: "GPU 0: Test GPU", Blob: "sm_90a", ForwardMs: []float64{0.5}, SlowestMs: 0.5},
+		Note: "the GPU backward is not built yet: forward only, no gradients", noGrads: true,
+	}
+	raw, err := json.Marshal(rep)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(raw, &m))
+	require.Nil(t, m["max_rel_err_grad"])
+	require.Nil(t, m["checksum_grad"])
+	require.Equal(t, 1.5e-3, m["max_rel_err_out"])
+	require.Equal(t, "sm_90a", m["gpu"].(map[string]any)["blob"])
+	var b strings.Builder
+	require.NoError(t, writeRunText(&b, rep))
+	for _, want := range []string{"backend gpu", "checksums: o 4.25\n", "out 0.0015\n", "gradients: the GPU backward is not built yet", "gpu forward: slowest rank 0.500 ms"} {
+		require.Contains(t, b.String(), want)
+	}
+	require.NotContains(t, b.String(), "grads")
+}
+
+// dumpForward writes what a GPU run dumps (inputs, dout, o as float32, no
+// gradients); --inputs reads it back like any dump.
+func TestRunDumpForward(t *testing.T) {
+	plan, err := kcp.NewPlan(kcp.PlanConfig{Docs: []int{70, 5, 130}, Ranks: 3, Layout: kcp.LayoutD, HQK: 2, HV: 4, DK: 16, DV: 16})
+	require.NoError(t, err)
+	in, dout := kcp.RandomInputs(plan, kcp.StageModule, 9)
+	o := make([]float32, plan.OutputShape().Size())
+	for i := range o {
+		o[i] = float32(i%7) - 3
+	}
+	dir := t.TempDir()
+	rep := &runReport{Backend: "gpu", Pack: "custom", Mode: "b1", Seed: 9, Profile: "sm_90a/132", Rule: "B", GPU: &runGPU{Blob: "compute_80"}}
+	require.NoError(t, dumpForward(dir, rep, plan, kcp.StageModule, in, dout, o))
+	a, err := npy.ReadFile(filepath.Join(dir, "o.npy"))
+	require.NoError(t, err)
+	require.Equal(t, []int{205, 4, 16}, a.Shape)
+	got, err := a.Float32()
+	require.NoError(t, err)
+	require.Equal(t, o, got)
+	require.NoFileExists(t, filepath.Join(dir, "dq.npy"))
+	meta, err := readMeta(dir)
+	require.NoError(t, err)
+	require.Equal(t, "gpu", meta.Backend)
+	require.Equal(t, "compute_80", meta.Flags["blob"])
+	require.Contains(t, meta.DTypes["o"], "float32 holding bf16 values")
+	back := runJSON(t, "--inputs", dir, "--no-progress", "--backend", "cpu")
+	require.Equal(t, []int{70, 5, 130}, back.Docs)
+	require.Equal(t, "module", back.Stage)
 }

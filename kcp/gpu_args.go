@@ -1,0 +1,84 @@
+package kcp
+
+import "github.com/gdnkcp/gdnkcp/loader"
+
+// The argument lists of the kernels the GPU forward launches, in the order
+// of their extern "C" signatures (ptx/src/gdn_fwd.cu, conv1d.cu, util.cu).
+// Pointers are device addresses; int parameters are int32; loader.Launch
+// checks every list against the blob manifest's layout.
+
+// argsConv: gdn_conv1d_silu_fwd(x, w, halo, seg_start, seg_len, tok_seg, y, T, C, nseg).
+func argsConv(x, w, halo, segStart, segLen, tokSeg, y uintptr, T, C, nseg int) *loader.Args {
+	return loader.NewArgs().DevicePtr(x).DevicePtr(w).DevicePtr(halo).DevicePtr(segStart).DevicePtr(segLen).
+		DevicePtr(tokSeg).DevicePtr(y).I32(int32(T)).I32(int32(C)).I32(int32(nseg))
+}
+
+// argsPoison: gdn_poison_u32(p, n, v).
+func argsPoison(p uintptr, n uint64, v uint32) *loader.Args {
+	return loader.NewArgs().DevicePtr(p).U64(n).U32(v)
+}
+
+// argsL2Norm: gdn_l2norm_fwd(q, k, q_stride, k_stride, qn, kn, q_rstd, k_rstd, T, HQK, l2norm).
+func argsL2Norm(q, k uintptr, qStride, kStride int, qn, kn, qRstd, kRstd uintptr, T, HQK int, l2norm bool) *loader.Args {
+	l2 := int32(0)
+	if l2norm {
+		l2 = 1
+	}
+	return loader.NewArgs().DevicePtr(q).DevicePtr(k).I32(int32(qStride)).I32(int32(kStride)).
+		DevicePtr(qn).DevicePtr(kn).DevicePtr(qRstd).DevicePtr(kRstd).I32(int32(T)).I32(int32(HQK)).I32(l2)
+}
+
+// argsPrep: gdn_prep_fwd(kn, v, v_stride, g, beta, chunk_tok0, chunk_len, gcum, w, u, kt, HQK, HV).
+func argsPrep(kn, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum, w, u, kt uintptr, HQK, HV int) *loader.Args {
+	return loader.NewArgs().DevicePtr(kn).DevicePtr(v).I32(int32(vStride)).DevicePtr(g).DevicePtr(beta).
+		DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(gcum).DevicePtr(w).DevicePtr(u).DevicePtr(kt).
+		I32(int32(HQK)).I32(int32(HV))
+}
+
+// argsSummary: gdn_summary_walk(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
+// out_p, out_q, HV, vh).
+func argsSummary(w, u, kt, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, list, outP, outQ uintptr, HV, vh int) *loader.Args {
+	return loader.NewArgs().DevicePtr(w).DevicePtr(u).DevicePtr(kt).DevicePtr(gcum).DevicePtr(chunkTok0).
+		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(list).DevicePtr(outP).DevicePtr(outQ).
+		I32(int32(HV)).I32(int32(vh))
+}
+
+// argsCompose: gdn_compose_fwd(all_p, all_q, comp_off, comp_idx, start, HV).
+func argsCompose(allP, allQ, compOff, compIdx, start uintptr, HV int) *loader.Args {
+	return loader.NewArgs().DevicePtr(allP).DevicePtr(allQ).DevicePtr(compOff).DevicePtr(compIdx).DevicePtr(start).
+		I32(int32(HV))
+}
+
+// argsState: gdn_state_walk(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start,
+// h_out, vnew, final_state, HV, vh).
+func argsState(w, u, kt, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start, hOut, vnew, final uintptr, HV, vh int) *loader.Args {
+	return loader.NewArgs().DevicePtr(w).DevicePtr(u).DevicePtr(kt).DevicePtr(gcum).DevicePtr(chunkTok0).
+		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(start).DevicePtr(hOut).
+		DevicePtr(vnew).DevicePtr(final).I32(int32(HV)).I32(int32(vh))
+}
+
+// argsOutput: gdn_output_fwd(qn, kn, gcum, vnew, h_state, chunk_tok0, chunk_len, o, HQK, HV, scale).
+func argsOutput(qn, kn, gcum, vnew, h, chunkTok0, chunkLen, o uintptr, HQK, HV int, scale float32) *loader.Args {
+	return loader.NewArgs().DevicePtr(qn).DevicePtr(kn).DevicePtr(gcum).DevicePtr(vnew).DevicePtr(h).
+		DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(o).I32(int32(HQK)).I32(int32(HV)).F32(scale)
+}
+
+// gpuArgSamples returns every entry's argument list built with zero values,
+// for checking the layouts against the sources and the manifest.
+func gpuArgSamples() map[string]*loader.Args {
+	return map[string]*loader.Args{
+		entryConv:    argsConv(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryPoison:  argsPoison(0, 0, 0),
+		entryL2Norm:  argsL2Norm(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
+		entryPrep:    argsPrep(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entrySummary: argsSummary(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryCompose: argsCompose(0, 0, 0, 0, 0, 0),
+		entryState:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutput:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+
+		entryPrepTC:    argsPrep(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entrySummaryTC: argsSummary(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryStateTC:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputTC:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+	}
+}

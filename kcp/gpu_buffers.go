@@ -1,0 +1,117 @@
+package kcp
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gdnkcp/gdnkcp/loader"
+)
+
+// devMem tracks what one rank made on the device (buffers, streams, events)
+// and releases it in reverse order. It is used by one goroutine at a time.
+type devMem struct {
+	ctx     *loader.Context
+	release []func() error
+	names   []string
+	bytes   int64
+}
+
+func newDevMem(ctx *loader.Context) *devMem { return &devMem{ctx: ctx} }
+
+// track records a release function.
+func (m *devMem) track(name string, fn func() error) {
+	m.release = append(m.release, fn)
+	m.names = append(m.names, name)
+}
+
+// alloc allocates a device buffer of bytes (at least 4, so that an empty
+// table still has an address a kernel may be handed and never reads).
+func (m *devMem) alloc(name string, bytes int) (*loader.Buffer, error) {
+	n := max(bytes, 4)
+	b, err := m.ctx.Alloc(n)
+	if err != nil {
+		return nil, fmt.Errorf("allocate %s (%d bytes; %d held): %w", name, n, m.bytes, err)
+	}
+	m.bytes += int64(n)
+	m.track(name, b.Free)
+	return b, nil
+}
+
+// stream creates a non-blocking stream.
+func (m *devMem) stream() (*loader.Stream, error) {
+	s, err := m.ctx.NewStream(loader.StreamNonBlocking)
+	if err != nil {
+		return nil, fmt.Errorf("create stream: %w", err)
+	}
+	m.track("stream", s.Close)
+	return s, nil
+}
+
+// event creates a timing event.
+func (m *devMem) event() (*loader.Event, error) {
+	e, err := m.ctx.NewEvent(loader.EventDefault)
+	if err != nil {
+		return nil, fmt.Errorf("create event: %w", err)
+	}
+	m.track("event", e.Close)
+	return e, nil
+}
+
+// free releases everything in reverse order and joins the errors. It may be
+// called more than once.
+func (m *devMem) free() error {
+	if m == nil {
+		return nil
+	}
+	var errs []error
+	for i := len(m.release) - 1; i >= 0; i-- {
+		if err := m.release[i](); err != nil {
+			errs = append(errs, fmt.Errorf("release %s: %w", m.names[i], err))
+		}
+	}
+	m.release, m.names, m.bytes = nil, nil, 0
+	return errors.Join(errs...)
+}
+
+// upload allocates a buffer for src and copies src into it in stream order.
+func upload[T any](m *devMem, s *loader.Stream, name string, src []T, elem int) (*loader.Buffer, error) {
+	b, err := m.alloc(name, len(src)*elem)
+	if err != nil {
+		return nil, err
+	}
+	if len(src) == 0 {
+		return b, nil
+	}
+	v, err := exact(b, len(src)*elem)
+	if err != nil {
+		return nil, err
+	}
+	if err := loader.CopyToDeviceAsync(v, src, s); err != nil {
+		return nil, fmt.Errorf("upload %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// download copies the first len(dst) elements of b into dst (no-op when
+// empty); into Go memory the copy is complete when it returns.
+func download[T any](b *loader.Buffer, s *loader.Stream, name string, dst []T, elem int) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	v, err := exact(b, len(dst)*elem)
+	if err != nil {
+		return err
+	}
+	if err := loader.CopyFromDeviceAsync(v, dst, s); err != nil {
+		return fmt.Errorf("download %s: %w", name, err)
+	}
+	return nil
+}
+
+// exact is b itself when it has bytes bytes, else a view of its first bytes.
+func exact(b *loader.Buffer, bytes int) (*loader.Buffer, error) {
+	if b.Size() == bytes {
+		return b, nil
+	}
+	return b.View(0, bytes)
+}

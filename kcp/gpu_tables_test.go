@@ -1,0 +1,540 @@
+package kcp
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gdnkcp/gdnkcp/archdetect"
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
+	"github.com/gdnkcp/gdnkcp/internal/convref"
+	"github.com/gdnkcp/gdnkcp/loader"
+	"github.com/gdnkcp/gdnkcp/ptx"
+	"github.com/gdnkcp/gdnkcp/sched"
+)
+
+// gpuRandomDocs draws a pack of 1..7 documents with lengths around a chunk,
+// including 1-token and exactly-one-chunk documents.
+func gpuRandomDocs(rng *rand.Rand) []int {
+	docs := make([]int, 1+rng.IntN(7))
+	for i := range docs {
+		switch rng.IntN(4) {
+		case 0:
+			docs[i] = 1 + rng.IntN(5)
+		case 1:
+			docs[i] = 64 * (1 + rng.IntN(3))
+		default:
+			docs[i] = 1 + rng.IntN(300)
+		}
+	}
+	return docs
+}
+
+// The chunk tables cover every segment from its own start with chunks of
+// 1..64 tokens; the conv tables pass the conv reference's validation; the
+// summary list is the plan's; and the compose CSR, read through the gathered
+// layout (rank*maxSummary + list index), folds exactly the chain's earlier
+// segments in chain order: checked with scalar affine maps, which do not
+// commute, so a wrong order or index changes the result.
+func TestGPUTables(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 17))
+	for trial := 0; trial < 25; trial++ {
+		docs := gpuRandomDocs(rng)
+		for _, layout := range Layouts() {
+			for R := 1; R <= 8; R++ {
+				name := fmt.Sprintf("%v/%s/R%d", docs, layout, R)
+				p, err := NewPlan(PlanConfig{Docs: docs, Ranks: R, Layout: layout, HQK: 1, HV: 2, DK: 16, DV: 16})
+				require.NoError(t, err, name)
+				// A scalar affine map x -> a x + b per segment with a successor.
+				type affine struct{ a, b float64 }
+				maps := map[SegRef]affine{}
+				for r := range p.Ranks {
+					for s := range p.Ranks[r].Segments {
+						maps[SegRef{r, s}] = affine{0.5 + rng.Float64(), rng.NormFloat64()}
+					}
+				}
+				tables := make([]*gpuTables, R)
+				for r := range p.Ranks {
+					tables[r], err = buildGPUTables(p, r)
+					require.NoError(t, err, name)
+				}
+				maxSum := p.maxWalk(sched.Summary)
+				gathered := make([]affine, R*maxSum)
+				for r, tb := range tables {
+					require.Equal(t, maxSum, tb.MaxSummary, name)
+					for li, s := range tb.Summary {
+						gathered[r*maxSum+li] = maps[SegRef{r, int(s)}]
+					}
+				}
+				for r, tb := range tables {
+					rp := &p.Ranks[r]
+					require.Equal(t, rp.Tokens, tb.Tokens, name)
+					require.Equal(t, len(rp.Segments), tb.NS, name)
+					require.Len(t, tb.ChunkTok0, tb.NC, name)
+					require.Len(t, tb.ChunkLen, tb.NC, name)
+					require.NoError(t, convref.Validate(nil, nil, nil, tb.SegStart, tb.SegLen, tb.TokSeg, tb.Tokens, 0, tb.NS), name)
+					want := make([]int32, len(rp.Summary))
+					for i, s := range rp.Summary {
+						want[i] = int32(s)
+						require.NotNil(t, rp.Segments[s].Succ, name)
+					}
+					require.Equal(t, want, append([]int32{}, tb.Summary...), name)
+					require.Len(t, tb.CompOff, tb.NS+1, name)
+					require.EqualValues(t, len(tb.CompIdx), tb.CompOff[tb.NS], name)
+					nc := 0
+					for s, seg := range rp.Segments {
+						require.EqualValues(t, nc, tb.SegChunk0[s], name)
+						require.EqualValues(t, seg.Chunks, tb.SegNChunk[s], name)
+						covered := 0
+						for c := nc; c < nc+seg.Chunks; c++ {
+							require.EqualValues(t, seg.LocalStart+covered, tb.ChunkTok0[c], "%s seg %d chunk %d", name, s, c)
+							require.True(t, tb.ChunkLen[c] >= 1 && tb.ChunkLen[c] <= ChunkSize, name)
+							if c < nc+seg.Chunks-1 {
+								require.EqualValues(t, ChunkSize, tb.ChunkLen[c], name)
+							}
+							covered += int(tb.ChunkLen[c])
+						}
+						require.Equal(t, seg.Len, covered, name)
+						nc += seg.Chunks
+						// Compose: fold through the CSR and through the chain.
+						var got, ref float64
+						for x := tb.CompOff[s]; x < tb.CompOff[s+1]; x++ {
+							idx := int(tb.CompIdx[x])
+							require.True(t, idx >= 0 && idx < R*maxSum, name)
+							m := gathered[idx]
+							got = m.a*got + m.b
+						}
+						pos, err := p.chainPos(seg.Doc, SegRef{r, s})
+						require.NoError(t, err)
+						require.EqualValues(t, pos, tb.CompOff[s+1]-tb.CompOff[s], "%s: rank %d seg %d folds %d summaries", name, r, s, pos)
+						for _, ref2 := range p.Chains[seg.Doc][:pos] {
+							m := maps[ref2]
+							ref = m.a*ref + m.b
+						}
+						require.Equal(t, math.Float64bits(ref), math.Float64bits(got), "%s: rank %d seg %d", name, r, s)
+						if seg.Pred == nil {
+							require.Equal(t, tb.CompOff[s], tb.CompOff[s+1], name)
+						}
+					}
+					require.Equal(t, nc, tb.NC, name)
+				}
+			}
+		}
+	}
+	_, err := buildGPUTables(smallPlan(t, []int{5}, 1, LayoutC, 16), 1)
+	require.ErrorContains(t, err, "rank 1 outside")
+}
+
+// The summary exchange's layout: every rank sends maxSummary P slots then
+// maxSummary Q slots; after the gather, block rr of the P (Q) blocks holds
+// rank rr's list entries, so entry rr*maxSummary + li is rank rr's li-th.
+func TestGPUSummaryLayout(t *testing.T) {
+	const hv, R, maxSum = 2, 3, 2
+	per := summarySlot(hv)
+	nlist := []int{2, 0, 1}
+	var all []float32
+	for r := 0; r < R; r++ {
+		qOff, size := summarySend(maxSum, hv)
+		require.Equal(t, maxSum*per, qOff)
+		send := make([]float32, size)
+		for li := 0; li < nlist[r]; li++ {
+			for i := 0; i < per; i++ {
+				send[li*per+i] = float32(1000*r + 10*li + 1)
+				send[qOff+li*per+i] = -float32(1000*r + 10*li + 1)
+			}
+		}
+		all = append(all, send...)
+	}
+	ps, qs, err := summaryBlocks(all, R, maxSum, hv)
+	require.NoError(t, err)
+	allP, allQ := slicesConcat(ps), slicesConcat(qs)
+	require.Len(t, allP, R*maxSum*per)
+	for r := 0; r < R; r++ {
+		for li := 0; li < maxSum; li++ {
+			want := float32(0)
+			if li < nlist[r] {
+				want = float32(1000*r + 10*li + 1)
+			}
+			idx := r*maxSum + li
+			require.Equal(t, want, allP[idx*per], "P entry %d", idx)
+			require.Equal(t, want, allP[idx*per+per-1], "P entry %d", idx)
+			require.Equal(t, -want, allQ[idx*per+per/2], "Q entry %d", idx)
+		}
+	}
+	_, _, err = summaryBlocks(all[:len(all)-1], R, maxSum, hv)
+	require.ErrorContains(t, err, "summary exchange")
+}
+
+func slicesConcat(s [][]float32) []float32 {
+	var out []float32
+	for _, x := range s {
+		out = append(out, x...)
+	}
+	return out
+}
+
+// Inputs gathered for a rank are its tokens in buffer order, converted to
+// bf16 bits exactly (the inputs hold bf16 values); the module's x is q|k|v
+// per token; the conv halo built from the all-gather holds the min(3,
+// DocOffset) tokens before each segment, right-aligned, zeros above.
+func TestGPUGatherInputsAndHalo(t *testing.T) {
+	for _, layout := range Layouts() {
+		for _, R := range []int{1, 2, 3, 5, 8} {
+			p, err := NewPlan(PlanConfig{Docs: []int{2, 70, 1, 130, 5}, Ranks: R, Layout: layout, HQK: 1, HV: 2, DK: 16, DV: 16})
+			require.NoError(t, err)
+			in, _ := RandomInputs(p, StageModule, uint64(R))
+			cfg := p.Config
+			nq, nv, C := cfg.HQK*cfg.DK, cfg.HV*cfg.DV, p.ConvChannels()
+			var sends []float32
+			for r := range p.Ranks {
+				sends = append(sends, haloSend(p, r, in)...)
+			}
+			for r, rp := range p.Ranks {
+				name := fmt.Sprintf("%s/R%d/rank %d", layout, R, r)
+				core := gatherGPUInputs(p, r, StageCore, &Inputs{Q: in.Q, K: in.K, V: in.V, G: in.G, Beta: in.Beta})
+				mod := gatherGPUInputs(p, r, StageModule, in)
+				require.Len(t, core.Q, rp.Tokens*nq, name)
+				require.Len(t, mod.X, rp.Tokens*C, name)
+				require.Equal(t, bf16.FromFloat32s(in.ConvW), mod.ConvW, name)
+				for _, seg := range rp.Segments {
+					for i := 0; i < seg.Len; i++ {
+						lt, gt := seg.LocalStart+i, seg.Start+i
+						for j := 0; j < nq; j++ {
+							require.Equal(t, in.Q[gt*nq+j], core.Q[lt*nq+j].Float32(), name)
+							require.Equal(t, in.K[gt*nq+j], core.K[lt*nq+j].Float32(), name)
+							require.Equal(t, in.Q[gt*nq+j], mod.X[lt*C+j].Float32(), name)
+							require.Equal(t, in.K[gt*nq+j], mod.X[lt*C+nq+j].Float32(), name)
+						}
+						for j := 0; j < nv; j++ {
+							require.Equal(t, in.V[gt*nv+j], core.V[lt*nv+j].Float32(), name)
+							require.Equal(t, in.V[gt*nv+j], mod.X[lt*C+2*nq+j].Float32(), name)
+						}
+						for h := 0; h < cfg.HV; h++ {
+							require.Equal(t, in.G[gt*cfg.HV+h], mod.G[lt*cfg.HV+h], name)
+							require.Equal(t, in.Beta[gt*cfg.HV+h], core.Beta[lt*cfg.HV+h], name)
+						}
+					}
+				}
+				halo, err := haloFromGathered(p, r, sends)
+				require.NoError(t, err, name)
+				require.Len(t, halo, len(rp.Segments)*ConvHalo*C, name)
+				for s, seg := range rp.Segments {
+					n := min(ConvHalo, seg.DocOffset)
+					for row := 0; row < ConvHalo; row++ {
+						for c := 0; c < C; c++ {
+							want := float32(0)
+							if row >= ConvHalo-n {
+								gt := seg.Start - (ConvHalo - row)
+								want = preConvValue(in, p, gt, c)
+							}
+							require.Equal(t, want, halo[(s*ConvHalo+row)*C+c].Float32(), "%s seg %d row %d ch %d", name, s, row, c)
+						}
+					}
+				}
+			}
+			_, err = haloFromGathered(p, 0, sends[:len(sends)-1])
+			require.ErrorContains(t, err, "halo exchange")
+		}
+	}
+}
+
+// preConvValue is channel c of global token t of the q|k|v concatenation.
+func preConvValue(in *Inputs, p *Plan, t, c int) float32 {
+	cfg := p.Config
+	nq, nv := cfg.HQK*cfg.DK, cfg.HV*cfg.DV
+	switch {
+	case c < nq:
+		return in.Q[t*nq+c]
+	case c < 2*nq:
+		return in.K[t*nq+c-nq]
+	}
+	return in.V[t*nv+c-2*nq]
+}
+
+// bf16 conversion of the inputs rounds to nearest even (exact for bf16
+// values), as the kernels' own conversions do.
+func TestGPUInputsBF16(t *testing.T) {
+	p, err := NewPlan(PlanConfig{Docs: []int{1}, Ranks: 1, Layout: LayoutC, HQK: 1, HV: 1, DK: 16, DV: 16})
+	require.NoError(t, err)
+	in := &Inputs{Q: make([]float32, 16), K: make([]float32, 16), V: make([]float32, 16), G: []float32{-0.1}, Beta: []float32{0.5}}
+	cases := []struct {
+		in   float32
+		want uint16
+	}{
+		{1, 0x3f80},
+		{-2.5, 0xc020},
+		{1 + 1.0/256, 0x3f80},            // a tie rounds to even (down)
+		{1 + 3.0/256, 0x3f82},            // a tie rounds to even (up)
+		{1 + 1.0/256 + 1.0/4096, 0x3f81}, // above the tie rounds up
+		{float32(math.Inf(1)), 0x7f80},
+	}
+	for i, c := range cases {
+		in.Q[i] = c.in
+	}
+	got := gatherGPUInputs(p, 0, StageCore, in)
+	for i, c := range cases {
+		require.Equal(t, c.want, uint16(got.Q[i]), "%v", c.in)
+	}
+}
+
+// The Go argument lists match the extern "C" signatures in ptx/src (pointer 8
+// bytes, int and float 4, unsigned long long 8) and, where the embedded
+// manifest has the entry, its recorded layout: launches are checked against
+// the manifest, so a mismatch here would fail on the GPU.
+func TestGPUArgsMatchSources(t *testing.T) {
+	sigs := parseKernelSignatures(t, filepath.Join("..", "ptx", "src"))
+	m, err := ptx.Embedded().Manifest()
+	require.NoError(t, err)
+	for name, args := range gpuArgSamples() {
+		require.NoError(t, args.Err(), name)
+		got := args.Layout()
+		want, ok := sigs[name]
+		require.True(t, ok, "%s: no extern \"C\" signature in ptx/src", name)
+		require.Len(t, got, len(want), "%s: parameter count", name)
+		for i := range want {
+			require.Equal(t, want[i].Size, got[i].Size, "%s parameter %d (%s)", name, i, want[i].Name)
+			require.Equal(t, want[i].Offset, got[i].Offset, "%s parameter %d (%s)", name, i, want[i].Name)
+		}
+		for _, b := range m.Blobs {
+			e, ok := b.Entry(name)
+			if !ok {
+				t.Logf("%s: blob %s has no entry %s yet (blobs predate the kernel)", name, b.Target, name)
+				continue
+			}
+			spec := archdetect.ParamSpecs(e.Params)
+			require.Len(t, got, len(spec), "%s in blob %s", name, b.Target)
+			for i := range spec {
+				require.Equal(t, [3]int{spec[i].Size, spec[i].Align, spec[i].Offset}, [3]int{got[i].Size, got[i].Align, got[i].Offset},
+					"%s parameter %d (%s) in blob %s", name, i, spec[i].Name, b.Target)
+			}
+		}
+	}
+}
+
+// parseKernelSignatures reads the extern "C" __global__ entries of the .cu
+// files in dir and lays out their parameters.
+func parseKernelSignatures(t *testing.T, dir string) map[string][]loader.ParamSpec {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.cu"))
+	require.NoError(t, err)
+	if len(files) == 0 {
+		t.Skipf("needs the kernel sources in %s (run from the package directory of a full checkout)", dir)
+	}
+	re := regexp.MustCompile(`(?s)extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\s*\(([^)]*)\)`)
+	out := map[string][]loader.ParamSpec{}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range re.FindAllStringSubmatch(string(raw), -1) {
+			var specs []loader.ParamSpec
+			off := 0
+			for _, p := range strings.Split(m[2], ",") {
+				p = strings.TrimSpace(p)
+				size := 0
+				switch {
+				case strings.Contains(p, "*"), strings.Contains(p, "long long"):
+					size = 8
+				case strings.Contains(p, "int"), strings.Contains(p, "float"), strings.Contains(p, "unsigned"):
+					size = 4
+				default:
+					t.Fatalf("%s: %s: cannot size parameter %q", f, m[1], p)
+				}
+				off = (off + size - 1) / size * size
+				fields := strings.Fields(strings.NewReplacer("*", " ").Replace(p))
+				specs = append(specs, loader.ParamSpec{Name: fields[len(fields)-1], Size: size, Align: size, Offset: off})
+				off += size
+			}
+			out[m[1]] = specs
+		}
+	}
+	return out
+}
+
+// The shared-memory sizes match the launch table in gdn_fwd.cu's header.
+func TestGPUSharedMemorySizes(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "ptx", "src", "gdn_fwd.cu"))
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skipf("needs ptx/src/gdn_fwd.cu (run from the package directory of a full checkout): %v", err)
+	}
+	require.NoError(t, err)
+	src := string(raw)
+	num := func(pattern string) int {
+		m := regexp.MustCompile(pattern).FindStringSubmatch(src)
+		require.NotNil(t, m, pattern)
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		return n
+	}
+	require.Equal(t, num(`kPrepSmem\s*=\s*(\d+)\s*\n`), prepSmem)
+	require.Equal(t, num(`kComposeSmem\s*=\s*(\d+)\s*\n`), composeSmem)
+	require.Equal(t, num(`kOutputSmem\s*=\s*(\d+)\s*\n`), outputSmem)
+	require.Equal(t, num(`= (\d+) \(vh 64\)`), walkSmem(64))
+	require.Equal(t, num(`or (\d+) \(vh 128\)`), walkSmem(128))
+	require.Equal(t, []int{50176, 65536, 147712, 114944, 164096}, []int{prepSmem, composeSmem, outputSmem, walkSmem(64), walkSmem(128)})
+	// The tensor-core variants, where their sources are present.
+	for _, c := range []struct {
+		file, pattern string
+		got           int
+	}{
+		{"gdn_walk_tc.cu", `\((\d+) at vh 64`, walkTCSmem(64)},
+		{"gdn_walk_tc.cu", `, (\d+) at vh 128\)`, walkTCSmem(128)},
+		{"gdn_chunk_tc.cu", `kPrepTCSmem\s*=\s*(\d+)\s*\n`, prepTCSmem},
+		{"gdn_chunk_tc.cu", `kOutputTCSmem\s*=\s*(\d+)\s*\n`, outputTCSmem},
+	} {
+		raw, err := os.ReadFile(filepath.Join("..", "ptx", "src", c.file))
+		if errors.Is(err, os.ErrNotExist) {
+			t.Logf("%s not present", c.file)
+			continue
+		}
+		require.NoError(t, err)
+		m := regexp.MustCompile(c.pattern).FindStringSubmatch(string(raw))
+		require.NotNil(t, m, "%s: %s", c.file, c.pattern)
+		require.Equal(t, m[1], strconv.Itoa(c.got), "%s: %s", c.file, c.pattern)
+	}
+}
+
+// NewGPU refuses bad plans and options before touching the driver, and
+// without a driver returns an error wrapping loader.ErrNoDriver.
+func TestNewGPUErrors(t *testing.T) {
+	p128, err := NewPlan(PlanConfig{Docs: []int{10}, Ranks: 1, Layout: LayoutC})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		plan *Plan
+		opts GPUOptions
+		want string
+	}{
+		{"nil plan", nil, GPUOptions{}, "plan is nil"},
+		{"dk 16", smallPlan(t, []int{10}, 1, LayoutC, 16), GPUOptions{}, "need DK = DV = 128"},
+		{"force vh", p128, GPUOptions{Options: Options{ForceVH: 96}}, "ForceVH 96"},
+		{"stage", p128, GPUOptions{Options: Options{Stage: "attention"}}, "unknown stage"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := NewGPU(tc.plan, tc.opts)
+			require.ErrorContains(t, err, tc.want)
+			require.Nil(t, g)
+		})
+	}
+	var g *GPU
+	require.NoError(t, g.Close())
+	_, err = g.Forward(t.Context(), nil)
+	require.ErrorContains(t, err, "nil backend")
+	_, err = g.ForPlan(p128, GPUOptions{})
+	require.ErrorContains(t, err, "nil backend")
+	var f *GPUForward
+	require.NoError(t, f.Close())
+	_, _, err = f.SegmentStates(0, 0, 0)
+	require.Error(t, err)
+
+	if _, derr := loader.DeviceCount(); derr == nil {
+		t.Skip("a CUDA driver is present: the no-driver error is not testable here")
+	}
+	g, err = NewGPU(p128, GPUOptions{})
+	require.Error(t, err)
+	require.Nil(t, g)
+	require.True(t, errors.Is(err, loader.ErrNoDriver), "want an error wrapping loader.ErrNoDriver, got %v", err)
+	_, err = ProbeGPU(0, "")
+	require.True(t, errors.Is(err, loader.ErrNoDriver), "%v", err)
+}
+
+// Every entry is listed once, and missingEntries names the ones a blob
+// lacks.
+func TestGPUEntries(t *testing.T) {
+	names := GPUForwardEntries()
+	require.Len(t, names, 8)
+	seen := map[string]bool{}
+	for _, n := range names {
+		require.False(t, seen[n], n)
+		seen[n] = true
+	}
+	b := &ptx.Blob{Entries: []ptx.Entry{{Name: entryConv}, {Name: entryPoison}}}
+	require.Equal(t, []string{entryL2Norm, entryPrep, entrySummary, entryCompose, entryState, entryOutput},
+		missingEntries(b, GPUOptions{}.kernelSet().entries()))
+	tc := GPUOptions{TensorCoreWalks: true, TensorCoreChunk: true}.kernelSet()
+	require.Equal(t, []string{entryL2Norm, entryPrepTC, entrySummaryTC, entryCompose, entryStateTC, entryOutputTC},
+		missingEntries(b, tc.entries()))
+	require.Equal(t, entrySummary, GPUOptions{TensorCoreChunk: true}.kernelSet().summary)
+	require.Equal(t, entryPrep, GPUOptions{TensorCoreWalks: true}.kernelSet().prep)
+}
+
+// The CPU accessor returns the start and final states of a segment: zero at
+// a document's start, and the state walk's end state, which feeds the next
+// segment of the chain (its start state).
+func TestCPUSegmentStates(t *testing.T) {
+	p := smallPlan(t, []int{150}, 2, LayoutC, 16)
+	in, _ := RandomInputs(p, StageCore, 4)
+	be, err := NewCPU(p, Options{})
+	require.NoError(t, err)
+	act, err := be.Forward(t.Context(), in)
+	require.NoError(t, err)
+	for h := 0; h < p.Config.HV; h++ {
+		s0, f0, err := act.SegmentStates(0, 0, h)
+		require.NoError(t, err)
+		require.Len(t, s0, 16*16)
+		require.Equal(t, make([]float64, 256), s0)
+		s1, _, err := act.SegmentStates(1, 0, h)
+		require.NoError(t, err)
+		requireClose(t, "chain", s1, f0, 1e-12)
+	}
+	_, _, err = act.SegmentStates(2, 0, 0)
+	require.ErrorContains(t, err, "rank 2 outside")
+	_, _, err = act.SegmentStates(0, 1, 0)
+	require.ErrorContains(t, err, "segment 1 outside")
+	_, _, err = act.SegmentStates(0, 0, 4)
+	require.ErrorContains(t, err, "value head 4")
+}
+
+// The output check: a still-poisoned element is reported as never written,
+// another NaN as NaN, both with the rank, token and head; good values land
+// in global order.
+func TestGPUScatterOutput(t *testing.T) {
+	p, err := NewPlan(PlanConfig{Docs: []int{3, 4}, Ranks: 2, Layout: LayoutZ, HQK: 1, HV: 2, DK: 128, DV: 128})
+	require.NoError(t, err)
+	row := 2 * gpuD
+	for _, tc := range []struct {
+		name string
+		bad  bf16.BF16
+		want string
+	}{
+		{"clean", 0, ""},
+		{"poison", poisonBF16, "1 elements never written, 0 NaN"},
+		{"nan", bf16.NaN, "0 elements never written, 1 NaN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &GPUForward{Out: &Output{O: make([]float64, p.OutputShape().Size())}}
+			rr := &rankRun{g: &GPU{plan: p}, rk: &gpuRank{rank: 1}, res: res}
+			rp := &p.Ranks[1]
+			o := make([]bf16.BF16, rp.Tokens*row)
+			for i := range o {
+				o[i] = bf16.Float32ToBF16(float32(i%5) + 1)
+			}
+			if tc.want != "" {
+				o[1*row+gpuD+7] = tc.bad // local token 1, head 1, column 7
+			}
+			err := rr.scatterOutput(o)
+			if tc.want == "" {
+				require.NoError(t, err)
+				seg := rp.Segments[0]
+				require.Equal(t, float64(o[0].Float32()), res.Out.O[seg.Start*row])
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, "rank 1")
+			for _, seg := range rp.Segments {
+				if seg.LocalStart <= 1 && 1 < seg.LocalStart+seg.Len {
+					require.ErrorContains(t, err, fmt.Sprintf("token %d (local 1, document %d) head 1 column 7",
+						seg.Start+1-seg.LocalStart, seg.Doc))
+				}
+			}
+		})
+	}
+}
