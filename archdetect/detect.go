@@ -40,7 +40,7 @@ func (o Options) manifest() (*ptx.Manifest, error) {
 	if o.Manifest != nil {
 		return o.Manifest, nil
 	}
-	return ptx.Embedded().Manifest()
+	return ptx.Default().Manifest()
 }
 
 // Detect asks the driver about device ordinal and returns its Profile.

@@ -62,12 +62,14 @@ const (
 	entryStateTC   = "gdn_state_walk_tc"
 	entryOutputTC  = "gdn_output_tc"
 
-	prepTCSmem   = 2*2*ChunkSize*gpuD + 4*2*ChunkSize*ChunkSize + 2*2*ChunkSize*ChunkSize + 2*ChunkSize*gpuD + 4*2*ChunkSize // 98816
-	outputTCSmem = 2*4*ChunkSize*gpuD + 2*gpuD*gpuD + 4*ChunkSize*ChunkSize + 2*ChunkSize*ChunkSize + 4*ChunkSize*gpuD + 4*ChunkSize
+	// The tensor-core kernels pad their bf16 rows by 8 elements (gdn_chunk_tc.cu).
+	padD, padC   = gpuD + 8, ChunkSize + 8
+	prepTCSmem   = 2*2*ChunkSize*padD + 4*2*ChunkSize*ChunkSize + 2*2*ChunkSize*padC + 2*ChunkSize*padD + 4*2*ChunkSize         // 103936
+	outputTCSmem = 2*4*ChunkSize*padD + 2*gpuD*padD + 4*ChunkSize*ChunkSize + 2*ChunkSize*padC + 4*ChunkSize*gpuD + 4*ChunkSize // 163072
 )
 
-// walkTCSmem is walk_tc_smem(vh): 147472 bytes at vh 64, 229392 at vh 128.
-func walkTCSmem(vh int) int { return 1280*vh + 65536 + 16 }
+// walkTCSmem is walk_tc_smem(vh): 150544 bytes at vh 64, 216080 at vh 128.
+func walkTCSmem(vh int) int { return 768*(vh+8) + 256*(vh+4) + 4*ChunkSize*padD*2 + 8*256*4 + 16 }
 
 // gpuEntry is a kernel the backend resolves and the most dynamic shared
 // memory it launches it with.
@@ -214,7 +216,7 @@ func openGPUDevice(device int, blob string, ks kernelSet) (d *gpuDevice, err err
 			err = errors.Join(err, ctx.Close())
 		}
 	}()
-	k, err := archdetect.Load(ctx, ptx.Embedded(), prof)
+	k, err := archdetect.Load(ctx, ptx.Default(), prof)
 	if err != nil {
 		return nil, fmt.Errorf("kcp: gpu: %w", err)
 	}

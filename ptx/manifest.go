@@ -115,6 +115,20 @@ func Embedded() *Store {
 	return &Store{fsys: sub, name: "embedded"}
 }
 
+// EnvBlobDir names the environment variable that points Default at a blob
+// directory on disk (with its manifest.json) instead of the embedded blobs:
+// a way to try freshly built blobs without rebuilding the binary.
+const EnvBlobDir = "GDNKCP_BLOB_DIR"
+
+// Default returns the blobs a run uses: the directory named by GDNKCP_BLOB_DIR
+// when it is set, else the embedded blobs.
+func Default() *Store {
+	if d := os.Getenv(EnvBlobDir); d != "" {
+		return Dir(d)
+	}
+	return Embedded()
+}
+
 // Dir returns the blob directory at path on disk.
 func Dir(path string) *Store {
 	return &Store{fsys: os.DirFS(path), name: filepath.Clean(path)}

@@ -57,3 +57,13 @@ func TestEmbeddedManifestDecodes(t *testing.T) {
 	_, err := s.Manifest()
 	require.NoError(t, err)
 }
+
+func TestDefaultStore(t *testing.T) {
+	t.Setenv(EnvBlobDir, "")
+	require.Equal(t, "embedded", Default().Name())
+	dir := t.TempDir()
+	t.Setenv(EnvBlobDir, dir)
+	require.Equal(t, dir, Default().Name())
+	_, err := Default().Manifest()
+	require.ErrorContains(t, err, dir)
+}

@@ -26,7 +26,7 @@ func init() { register(newRunCmd) }
 
 type runOptions struct {
 	pack, docs, layout, stage, mode, backend, arch, rule string
-	dump, inputs, blob                                   string
+	dump, inputs, blob, kernels                          string
 	cp, sms, hqk, hv, dk, dv, forceVH, device            int
 	seed                                                 uint64
 	json, checkFinite, noProgress, check                 bool
@@ -81,6 +81,7 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	f.StringVar(&o.mode, "mode", "b1", "b1 (forward keeping activations, backward) or b3 (checkpoint, recompute, backward)")
 	f.StringVar(&o.backend, "backend", "auto", "auto (gpu when usable, else cpu), cpu (float64 reference) or gpu (forward only for now)")
 	f.IntVar(&o.device, "device", 0, "CUDA device ordinal of the GPU backend")
+	f.StringVar(&o.kernels, "kernels", "fp32", "GPU backend: fp32 (CUDA-core kernels, the default) or tc (tensor-core kernels, ~4x faster, output error ~3.7e-3)")
 	f.StringVar(&o.blob, "blob", "", "GPU backend: force a blob slot, e.g. compute_80 (default: "+"$GDNKCP_BLOB, else the automatic choice)")
 	f.BoolVar(&o.check, "check", true, "compare with the naive float64 reference (forward and backward on cpu, forward on gpu)")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
@@ -347,7 +348,11 @@ func (o *runOptions) runGPU(plan *kcp.Plan, name string, stage kcp.Stage, prof s
 	if o.mode != "b1" {
 		return nil, errors.New("--mode b3 --backend gpu: the GPU backward (and the checkpoint recompute it replays) is not built yet; use --backend cpu for b3")
 	}
-	g, err := kcp.NewGPU(plan, kcp.GPUOptions{Options: opts, Device: o.device, Blob: o.blob})
+	if o.kernels != "fp32" && o.kernels != "tc" {
+		return nil, fmt.Errorf("--kernels %q: want fp32 or tc", o.kernels)
+	}
+	tc := o.kernels == "tc"
+	g, err := kcp.NewGPU(plan, kcp.GPUOptions{Options: opts, Device: o.device, Blob: o.blob, TensorCoreWalks: tc, TensorCoreChunk: tc})
 	if err != nil {
 		if errors.Is(err, loader.ErrNoDriver) {
 			return nil, fmt.Errorf("--backend gpu: no CUDA driver on this machine: %w; use --backend cpu", err)
