@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/gdnkcp/gdnkcp/internal/npy"
 	"github.com/gdnkcp/gdnkcp/kcp"
 	"github.com/gdnkcp/gdnkcp/loader"
 	"github.com/gdnkcp/gdnkcp/sched"
@@ -334,7 +331,7 @@ func (o *runOptions) runCPU(plan *kcp.Plan, name string, stage kcp.Stage, prof s
 	}
 	rep.SecondsBackend, rep.SecondsRef = tBackend.Seconds(), tRef.Seconds()
 	if o.dump != "" {
-		if err := dumpRun(o.dump, rep, plan, stage, in, dout, act.Out, grads); err != nil {
+		if err := dumpRun(o.dump, rep, plan, stage, in, dout, act.Out.O, "float64", grads); err != nil {
 			return nil, err
 		}
 	}
@@ -397,66 +394,11 @@ func (o *runOptions) runGPU(plan *kcp.Plan, name string, stage kcp.Stage, prof s
 		for i, v := range fwd.Out.O {
 			o32[i] = float32(v) // exact: the values are bf16
 		}
-		if err := dumpForward(o.dump, rep, plan, stage, in, dout, o32); err != nil {
+		if err := dumpRun(o.dump, rep, plan, stage, in, dout, o32, "float32 holding bf16 values", nil); err != nil {
 			return nil, err
 		}
 	}
 	return rep, nil
-}
-
-// dumpForward is --dump for a forward-only run: the inputs and dout as
-// dumpRun writes them, o as float32 holding the GPU's bf16 values, and
-// meta.json; no gradients.
-func dumpForward(dir string, rep *runReport, plan *kcp.Plan, stage kcp.Stage, in *kcp.Inputs, dout []float32, o []float32) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("--dump: %w", err)
-	}
-	cfg := plan.Config
-	meta := runMeta{
-		Pack: rep.Pack, Docs: cfg.Docs, CP: cfg.Ranks, Layout: string(cfg.Layout), Stage: string(stage), Mode: rep.Mode,
-		Backend: rep.Backend, Seed: rep.Seed,
-		Heads:  map[string]int{"qk": cfg.HQK, "v": cfg.HV},
-		Dims:   map[string]int{"k": cfg.DK, "v": cfg.DV},
-		Scale:  1 / math.Sqrt(float64(cfg.DK)),
-		L2Norm: true,
-		Flags:  map[string]string{"profile": rep.Profile, "rule": rep.Rule, "force_vh": fmt.Sprint(rep.ForceVH)},
-		DTypes: map[string]string{},
-	}
-	if rep.GPU != nil {
-		meta.Flags["blob"] = rep.GPU.Blob
-	}
-	write := func(name string, shape []int, data []float32, dtype string) error {
-		meta.DTypes[name] = dtype
-		if err := npy.WriteFile(filepath.Join(dir, name+".npy"), shape, data); err != nil {
-			return fmt.Errorf("--dump: %w", err)
-		}
-		return nil
-	}
-	inputs := [][]float32{in.Q, in.K, in.V, in.G, in.Beta, in.ConvW}
-	for i, sh := range plan.InputShapes(stage) {
-		dt := "float32 holding bf16 values"
-		if sh.Name == "g" || sh.Name == "beta" {
-			dt = "float32"
-		}
-		if err := write(sh.Name, sh.Shape, inputs[i], dt); err != nil {
-			return err
-		}
-	}
-	oshape := plan.OutputShape().Shape
-	if err := write("dout", oshape, dout, "float32 holding bf16 values"); err != nil {
-		return err
-	}
-	if err := write("o", oshape, o, "float32 holding bf16 values ("+rep.Backend+" backend)"); err != nil {
-		return err
-	}
-	raw, err := json.MarshalIndent(meta, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "meta.json"), append(raw, '\n'), 0o644); err != nil {
-		return fmt.Errorf("--dump: %w", err)
-	}
-	return nil
 }
 
 // widthProfile is --arch/--sms, else the GPU present, else DefaultProfile.

@@ -269,7 +269,7 @@ func TestRunDumpForward(t *testing.T) {
 	}
 	dir := t.TempDir()
 	rep := &runReport{Backend: "gpu", Pack: "custom", Mode: "b1", Seed: 9, Profile: "sm_90a/132", Rule: "B", GPU: &runGPU{Blob: "compute_80"}}
-	require.NoError(t, dumpForward(dir, rep, plan, kcp.StageModule, in, dout, o))
+	require.NoError(t, dumpRun(dir, rep, plan, kcp.StageModule, in, dout, o, "float32 holding bf16 values", nil))
 	a, err := npy.ReadFile(filepath.Join(dir, "o.npy"))
 	require.NoError(t, err)
 	require.Equal(t, []int{205, 4, 16}, a.Shape)

@@ -32,9 +32,10 @@ type runMeta struct {
 	DTypes  map[string]string `json:"dtypes"`
 }
 
-// dumpRun writes inputs, dout, output and gradients as .npy files, and
-// meta.json, into dir.
-func dumpRun(dir string, rep *runReport, plan *kcp.Plan, stage kcp.Stage, in *kcp.Inputs, dout []float32, out *kcp.Output, g *kcp.Grads) error {
+// dumpRun writes inputs, dout, the output o ([]float64 or []float32, of
+// dtype oDtype as meta.json records it) and, when g is set, the gradients as
+// .npy files, and meta.json, into dir.
+func dumpRun(dir string, rep *runReport, plan *kcp.Plan, stage kcp.Stage, in *kcp.Inputs, dout []float32, o any, oDtype string, g *kcp.Grads) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("--dump: %w", err)
 	}
@@ -71,10 +72,17 @@ func dumpRun(dir string, rep *runReport, plan *kcp.Plan, stage kcp.Stage, in *kc
 	if err := write("dout", oshape, dout, "float32 holding bf16 values"); err != nil {
 		return err
 	}
-	if err := write("o", oshape, out.O, "float64 ("+rep.Backend+" backend)"); err != nil {
+	if err := write("o", oshape, o, oDtype+" ("+rep.Backend+" backend)"); err != nil {
 		return err
 	}
-	for i, t := range g.Tensors() {
+	if rep.GPU != nil {
+		meta.Flags["blob"] = rep.GPU.Blob
+	}
+	var grads []kcp.Named
+	if g != nil {
+		grads = g.Tensors()
+	}
+	for i, t := range grads {
 		if err := write(t.Name, shapes[min(i, len(shapes)-1)].Shape, t.Data, "float64 ("+rep.Backend+" backend)"); err != nil {
 			return err
 		}
