@@ -187,25 +187,9 @@ func (c *CPU) offsetWalk(cr *cpuRank, bw [][]*bwdHead) ([][]*gdnref.Offset, erro
 // exchangeOffsets all-gathers the (P^T, R) of every segment with a
 // predecessor: [rank][list index][value head].
 func (c *CPU) exchangeOffsets(ctx context.Context, cm comm.Communicator, offs [][]*gdnref.Offset) ([][][]*gdnref.Offset, error) {
-	local := make([][][2]*mat.Dense, len(offs))
-	for li, heads := range offs {
-		local[li] = make([][2]*mat.Dense, len(heads))
-		for h, o := range heads {
-			local[li][h] = [2]*mat.Dense{o.PT, o.R}
-		}
-	}
-	all, err := c.exchangeAffine(ctx, cm, sched.Offset, "offset", local)
-	out := make([][][]*gdnref.Offset, len(all))
-	for r, list := range all {
-		out[r] = make([][]*gdnref.Offset, len(list))
-		for li, heads := range list {
-			out[r][li] = make([]*gdnref.Offset, len(heads))
-			for h, m := range heads {
-				out[r][li][h] = &gdnref.Offset{PT: m[0], R: m[1]}
-			}
-		}
-	}
-	return out, err
+	return exchangeMaps(ctx, c, cm, sched.Offset, "offset", offs,
+		func(o *gdnref.Offset) [2]*mat.Dense { return [2]*mat.Dense{o.PT, o.R} },
+		func(m [2]*mat.Dense) *gdnref.Offset { return &gdnref.Offset{PT: m[0], R: m[1]} })
 }
 
 // reverseCompose folds each local segment's successors, from the document's

@@ -268,21 +268,31 @@ func (c *CPU) summaryWalk(cr *cpuRank) ([][]*gdnref.Summary, error) {
 // exchangeSummaries all-gathers the (P, Q) of every exported segment:
 // [rank][list index][value head].
 func (c *CPU) exchangeSummaries(ctx context.Context, cm comm.Communicator, sums [][]*gdnref.Summary) ([][][]*gdnref.Summary, error) {
-	local := make([][][2]*mat.Dense, len(sums))
-	for li, heads := range sums {
-		local[li] = make([][2]*mat.Dense, len(heads))
-		for h, s := range heads {
-			local[li][h] = [2]*mat.Dense{s.P, s.Q}
+	return exchangeMaps(ctx, c, cm, sched.Summary, "summary", sums,
+		func(s *gdnref.Summary) [2]*mat.Dense { return [2]*mat.Dense{s.P, s.Q} },
+		func(m [2]*mat.Dense) *gdnref.Summary { return &gdnref.Summary{P: m[0], Q: m[1]} })
+}
+
+// exchangeMaps all-gathers the per-segment affine maps of walk list k
+// (summaries or offsets, local[list index][value head], each taken apart by
+// split and rebuilt by join) through exchangeAffine: [rank][list index][value head].
+func exchangeMaps[T any](ctx context.Context, c *CPU, cm comm.Communicator, k sched.WalkKind, what string, local [][]*T,
+	split func(*T) [2]*mat.Dense, join func([2]*mat.Dense) *T) ([][][]*T, error) {
+	mats := make([][][2]*mat.Dense, len(local))
+	for li, heads := range local {
+		mats[li] = make([][2]*mat.Dense, len(heads))
+		for h, x := range heads {
+			mats[li][h] = split(x)
 		}
 	}
-	all, err := c.exchangeAffine(ctx, cm, sched.Summary, "summary", local)
-	out := make([][][]*gdnref.Summary, len(all))
+	all, err := c.exchangeAffine(ctx, cm, k, what, mats)
+	out := make([][][]*T, len(all))
 	for r, list := range all {
-		out[r] = make([][]*gdnref.Summary, len(list))
+		out[r] = make([][]*T, len(list))
 		for li, heads := range list {
-			out[r][li] = make([]*gdnref.Summary, len(heads))
+			out[r][li] = make([]*T, len(heads))
 			for h, m := range heads {
-				out[r][li][h] = &gdnref.Summary{P: m[0], Q: m[1]}
+				out[r][li][h] = join(m)
 			}
 		}
 	}
