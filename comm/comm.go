@@ -9,7 +9,9 @@
 // Implementations:
 //   - [NewLoopback]: n ranks in one process, sharing an in-process hub. For tests, for the CPU backend and
 //     for more ranks than GPUs.
-//   - NCCL (planned, opened at run time with purego): ranks on the GPUs of one host or of many.
+//   - [NewNCCLComm], [NewLocalNCCL], [NewNCCLCommFromEnv]: NCCL opened at run time with purego, ranks on
+//     the GPUs of one host or of many (torchrun's environment, [EnvFromOS]). Written and tested against a
+//     fake libnccl only so far; not yet run against the real library on GPUs.
 //
 // Faults never hang the group: a rank whose context ends while it waits for peers names the ranks that
 // did not arrive and aborts the group; [Communicator.Abort] does the same on demand, and [RunRanks] aborts
@@ -28,9 +30,9 @@ import (
 
 // Communicator is one rank's endpoint in a group of Size ranks.
 //
-// The loopback works on host memory: send and recv are Go byte slices. The NCCL communicator will take
-// device buffers instead (device pointers and a stream, through a device-side method added then); the
-// rank, size, ordering, abort and error rules described here are the same for both.
+// AllGather works on host memory: send and recv are Go byte slices. The NCCL communicator also takes
+// device buffers and a stream ([NCCLComm.AllGatherDevice]); the rank, size, ordering, abort and error
+// rules described here are the same for both.
 type Communicator interface {
 	// Rank returns this rank's index in the group, in [0, Size).
 	Rank() int
