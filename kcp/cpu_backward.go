@@ -151,37 +151,16 @@ func (c *CPU) backwardRank(ctx context.Context, cm comm.Communicator, cr *cpuRan
 // [list index][value head].
 func (c *CPU) offsetWalk(cr *cpuRank, bw [][]*bwdHead) ([][]*gdnref.Offset, error) {
 	cfg := c.plan.Config
-	r := cr.rp.Rank
-	tv, err := c.tile(r, sched.Offset, cfg.DV)
-	if err != nil {
-		return nil, err
-	}
-	tk, err := c.tile(r, sched.Offset, cfg.DK)
-	if err != nil {
-		return nil, err
-	}
-	list := cr.rp.Offset
-	out := make([][]*gdnref.Offset, len(list))
-	for i := range out {
-		out[i] = make([]*gdnref.Offset, cfg.HV)
-	}
-	err = parallel(len(list)*cfg.HV, func(i int) error {
-		li, h := i/cfg.HV, i%cfg.HV
-		s := list[li]
-		prep, b := cr.segs[s].heads[h].prep, bw[s][h]
+	return walkList(c, cr, sched.Offset, func(seg, h, tv, tk int) (*gdnref.Offset, error) {
+		prep, b := cr.segs[seg].heads[h].prep, bw[seg][h]
 		off := gdnref.NewOffset(prep)
 		if err := tiles(cfg.DV, tv, func(v0, v1 int) error {
 			return gdnref.OffsetWalkRTile(prep, b.dvLocal, b.dO, off.R, v0, v1)
 		}); err != nil {
-			return err
+			return nil, err
 		}
-		if err := tiles(cfg.DK, tk, func(c0, c1 int) error { return gdnref.OffsetWalkPTTile(prep, off.PT, c0, c1) }); err != nil {
-			return err
-		}
-		out[li][h] = off
-		return nil
+		return off, tiles(cfg.DK, tk, func(c0, c1 int) error { return gdnref.OffsetWalkPTTile(prep, off.PT, c0, c1) })
 	})
-	return out, err
 }
 
 // exchangeOffsets all-gathers the (P^T, R) of every segment with a

@@ -231,38 +231,46 @@ func tiles(cols, w int, fn func(c0, c1 int) error) error {
 	return nil
 }
 
+// walkList runs fn for every (segment of rank walk list k, value head), in
+// parallel, with the value-column and key-column tile widths tv and tk that
+// the plan decides for k, and returns the results [list index][value head].
+func walkList[T any](c *CPU, cr *cpuRank, k sched.WalkKind, fn func(seg, h, tv, tk int) (*T, error)) ([][]*T, error) {
+	cfg := c.plan.Config
+	r := cr.rp.Rank
+	tv, err := c.tile(r, k, cfg.DV)
+	if err != nil {
+		return nil, err
+	}
+	tk, err := c.tile(r, k, cfg.DK)
+	if err != nil {
+		return nil, err
+	}
+	list := cr.rp.Walk(k)
+	out := make([][]*T, len(list))
+	for i := range out {
+		out[i] = make([]*T, cfg.HV)
+	}
+	err = parallel(len(list)*cfg.HV, func(i int) error {
+		li, h := i/cfg.HV, i%cfg.HV
+		x, err := fn(list[li], h, tv, tk)
+		out[li][h] = x
+		return err
+	})
+	return out, err
+}
+
 // summaryWalk runs the summary walk over the rank's summary list:
 // [list index][value head].
 func (c *CPU) summaryWalk(cr *cpuRank) ([][]*gdnref.Summary, error) {
 	cfg := c.plan.Config
-	r := cr.rp.Rank
-	tv, err := c.tile(r, sched.Summary, cfg.DV)
-	if err != nil {
-		return nil, err
-	}
-	tk, err := c.tile(r, sched.Summary, cfg.DK)
-	if err != nil {
-		return nil, err
-	}
-	list := cr.rp.Summary
-	out := make([][]*gdnref.Summary, len(list))
-	for i := range out {
-		out[i] = make([]*gdnref.Summary, cfg.HV)
-	}
-	err = parallel(len(list)*cfg.HV, func(i int) error {
-		li, h := i/cfg.HV, i%cfg.HV
-		prep := cr.segs[list[li]].heads[h].prep
+	return walkList(c, cr, sched.Summary, func(seg, h, tv, tk int) (*gdnref.Summary, error) {
+		prep := cr.segs[seg].heads[h].prep
 		sum := gdnref.NewSummary(prep)
 		if err := tiles(cfg.DV, tv, func(v0, v1 int) error { return gdnref.SummaryWalkQTile(prep, sum.Q, v0, v1) }); err != nil {
-			return err
+			return nil, err
 		}
-		if err := tiles(cfg.DK, tk, func(c0, c1 int) error { return gdnref.SummaryWalkPTile(prep, sum.P, c0, c1) }); err != nil {
-			return err
-		}
-		out[li][h] = sum
-		return nil
+		return sum, tiles(cfg.DK, tk, func(c0, c1 int) error { return gdnref.SummaryWalkPTile(prep, sum.P, c0, c1) })
 	})
-	return out, err
 }
 
 // exchangeSummaries all-gathers the (P, Q) of every exported segment:
