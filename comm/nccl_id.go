@@ -23,7 +23,7 @@ type UniqueID struct {
 
 // NewUniqueID calls ncclGetUniqueId. Without NCCL_COMM_ID in the environment the id holds the address
 // of a bootstrap root this process has just started listening on, so the process that makes it must
-// take part (as any rank) in the communicator. Not yet run against a real NCCL library.
+// take part (as any rank) in the communicator.
 func NewUniqueID() (UniqueID, error) {
 	id, err := ncclLib.uniqueID()
 	if err != nil {

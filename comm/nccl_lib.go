@@ -338,8 +338,7 @@ func (a *ncclAPI) group(fn func() error) (NCCLResult, error) {
 }
 
 // NCCLVersion returns ncclGetVersion of the NCCL library, e.g. 22803 for NCCL 2.28.3, or an error
-// wrapping [ErrNoNCCL] when there is none. It also applies [EnsureNVLSOff]. Not yet run against a real
-// NCCL library (only against the tests' fake).
+// wrapping [ErrNoNCCL] when there is none. It also applies [EnsureNVLSOff].
 func NCCLVersion() (int, error) {
 	return ncclLib.version()
 }
