@@ -3,6 +3,7 @@ package ptx
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -66,4 +67,42 @@ func TestDefaultStore(t *testing.T) {
 	require.Equal(t, dir, Default().Name())
 	_, err := Default().Manifest()
 	require.ErrorContains(t, err, dir)
+}
+
+// knownWalkSpills are the walk entries of the committed blobs that break the
+// no-spill rule, with why: TestEmbeddedWalksDoNotSpill fails for any other
+// spilling walk, and for a listed one that no longer spills (then remove it
+// here).
+var knownWalkSpills = map[string]string{
+	"sm_90a gdn_offset_walk": "ptxas gives it 48 registers and 40 bytes of spills on sm_90a only (not on the Blackwell " +
+		"targets, and not in gdn_tape_walk, which runs the same step); forcing the step and the walk inline did not " +
+		"change it. Open in the GPU backward issue.",
+}
+
+// TestEmbeddedWalksDoNotSpill holds the house rule that walk kernels never
+// spill registers: every cubin's walk entries (the name holds "walk") have
+// no spill stores or loads and no stack frame, as ptxas reported them when
+// the blobs were built (the PTX blob has no such record), except the
+// documented knownWalkSpills.
+func TestEmbeddedWalksDoNotSpill(t *testing.T) {
+	m, err := Embedded().Manifest()
+	require.NoError(t, err)
+	walks := 0
+	for _, b := range m.Blobs {
+		for _, e := range b.Entries {
+			if !strings.Contains(e.Name, "walk") || e.Resources == nil {
+				continue
+			}
+			walks++
+			r := e.Resources
+			if why, ok := knownWalkSpills[b.Target+" "+e.Name]; ok {
+				assert.NotZero(t, r.SpillStores+r.SpillLoads+r.StackFrame, "%s %s no longer spills: remove it from knownWalkSpills", b.Target, e.Name)
+				t.Logf("known: %s %s spills %d/%d bytes, %d bytes of stack: %s", b.Target, e.Name, r.SpillStores, r.SpillLoads, r.StackFrame, why)
+				continue
+			}
+			assert.Zero(t, r.SpillStores+r.SpillLoads, "%s %s: %d spill stores, %d spill loads", b.Target, e.Name, r.SpillStores, r.SpillLoads)
+			assert.Zero(t, r.StackFrame, "%s %s: %d bytes of stack", b.Target, e.Name, r.StackFrame)
+		}
+	}
+	require.NotZero(t, walks, "no walk entry with ptxas resources in the embedded manifest")
 }

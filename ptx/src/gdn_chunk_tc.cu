@@ -37,7 +37,9 @@ __device__ __forceinline__ void split(float x, bf16* hi, bf16* lo) {
 // stage [64][128]) | Abh, Abl bf16 [64][64] | Vs bf16 [64][128] | gam, bet fp32 [64]
 constexpr int kPrepTCSmem = 2 * 2 * kC * kLD + 4 * 2 * kC * kC + 2 * 2 * kC * kLC + 2 * kC * kLD + 4 * 2 * kC;
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+// One block an SM at most (its shared memory allows no more): the bound lets ptxas use the
+// registers that frees, which the Blackwell targets otherwise spill at 64.
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 gdn_prep_tc(const float* __restrict__ kn, const bf16* __restrict__ v, int v_stride,
             const float* __restrict__ g, const float* __restrict__ beta,
             const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,

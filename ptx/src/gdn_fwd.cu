@@ -47,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 gdn_l2norm_fwd(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                int q_stride, int k_stride, float* __restrict__ qn, float* __restrict__ kn,
                float* __restrict__ q_rstd, float* __restrict__ k_rstd, int T, int HQK, int l2norm) {
-	const int warp = (blockIdx.x * kThreads + threadIdx.x) >> 5;
+	const long long warp = ((long long)blockIdx.x * kThreads + threadIdx.x) >> 5;
 	const int lane = threadIdx.x & 31;
 	const long long rows = (long long)T * HQK;
 	if (warp >= 2 * rows) return;
@@ -78,6 +78,43 @@ gdn_l2norm_fwd(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restr
 // neither read nor written.
 constexpr int kPrepSmem = 4 * (kC * kD + kC * kC + 4 * kC);
 
+// chunk_inverse builds A = (I + L)^-1 of one chunk of n rows into A [64][64] (row-major, stride 64):
+// L_ij = bet_i (k_i . k_j) e^(gam_i - gam_j) for j < i < n, zeros elsewhere; then forward
+// substitution row by row, inv_i = e_i - sum_{j<i} L_ij inv_j (j ascending); then the unit diagonal
+// (of all 64 rows). Ks holds the chunk's k rows with row stride ldk (the stride changes no
+// arithmetic), bet and gam its beta and gamma; row is a scratch of 64. Rows >= n of A are e_i.
+// gdn_prep_fwd and gdn_chunk_grads (gdn_bwd.cu) both build A here, so the backward's A has the
+// forward's bits. Every thread of the block calls it, after a __syncthreads() that publishes Ks,
+// bet and gam; it ends without one, so the caller synchronises before reading A.
+__device__ __forceinline__ void chunk_inverse(const float* Ks, int ldk, const float* bet, const float* gam,
+                                              float* A, float* row, int n) {
+	const int tid = threadIdx.x;
+	// L (strictly lower), zeros elsewhere.
+	for (int e = tid; e < kC * kC; e += kThreads) {
+		const int i = e / kC, j = e % kC;
+		float val = 0.f;
+		if (j < i && i < n) {
+			float dot = 0.f;
+			for (int d = 0; d < kD; ++d) dot = fmaf(Ks[i * ldk + d], Ks[j * ldk + d], dot);
+			val = bet[i] * dot * expf(gam[i] - gam[j]);
+		}
+		A[e] = val;
+	}
+	__syncthreads();
+	// Forward substitution, row by row: inv_i = e_i - sum_{j<i} L_ij inv_j (j ascending).
+	for (int i = 1; i < n; ++i) {
+		if (tid < i) {
+			float s = 0.f;
+			for (int j = tid; j < i; ++j) s = fmaf(A[i * kC + j], j == tid ? 1.f : A[j * kC + tid], s);
+			row[tid] = -s;
+		}
+		__syncthreads();
+		if (tid < i) A[i * kC + tid] = row[tid];
+		__syncthreads();
+	}
+	for (int i = tid; i < kC; i += kThreads) A[i * kC + i] = 1.f;  // unit diagonal
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads)
 gdn_prep_fwd(const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v, int v_stride,
              const float* __restrict__ g, const float* __restrict__ beta,
@@ -107,30 +144,7 @@ gdn_prep_fwd(const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v, 
 		}
 	}
 	__syncthreads();
-	// L (strictly lower), zeros elsewhere.
-	for (int e = tid; e < kC * kC; e += kThreads) {
-		const int i = e / kC, j = e % kC;
-		float val = 0.f;
-		if (j < i && i < n) {
-			float dot = 0.f;
-			for (int d = 0; d < kD; ++d) dot = fmaf(Ks[i * kD + d], Ks[j * kD + d], dot);
-			val = bet[i] * dot * expf(gam[i] - gam[j]);
-		}
-		A[e] = val;
-	}
-	__syncthreads();
-	// Forward substitution, row by row: inv_i = e_i - sum_{j<i} L_ij inv_j (j ascending).
-	for (int i = 1; i < n; ++i) {
-		if (tid < i) {
-			float s = 0.f;
-			for (int j = tid; j < i; ++j) s = fmaf(A[i * kC + j], j == tid ? 1.f : A[j * kC + tid], s);
-			row[tid] = -s;
-		}
-		__syncthreads();
-		if (tid < i) A[i * kC + tid] = row[tid];
-		__syncthreads();
-	}
-	for (int i = tid; i < kC; i += kThreads) A[i * kC + i] = 1.f;  // unit diagonal
+	chunk_inverse(Ks, kD, bet, gam, A, row, n);
 	const float glast = gam[n - 1];
 	if (tid < kC) coef[tid] = tid < n ? bet[tid] * expf(gam[tid]) : 0.f;
 	__syncthreads();

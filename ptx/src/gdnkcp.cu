@@ -6,6 +6,7 @@
 
 #include "conv1d.cu"
 #include "gdn_fwd.cu"
+#include "gdn_bwd.cu"
 #include "gdn_walk_tc.cu"
 #include "gdn_chunk_tc.cu"
 #include "util.cu"

@@ -1,17 +1,15 @@
-// Runs gdn_conv1d_silu_fwd and gdn_poison_u32 from ptx/src on the CPU, every
-// (block, thread) of the launch in turn, and writes each case's inputs and
-// outputs to DIR/caseN.bin for the Go test to compare with internal/convref.
-// Usage: harness DIR
-// Only the kernels without shared memory or warp intrinsics are emulated here;
-// the GDN kernels of gdn_fwd.cu are tested on the GPU.
+// Runs gdn_conv1d_silu_fwd and gdn_poison_u32 from ptx/src on the CPU
+// emulator (emu.h) with the launch shapes of each case, and writes each case's
+// inputs and outputs to DIR/caseN.bin for the Go test to compare with
+// internal/convref. Usage: harness DIR
+// (The GDN kernels run through runner.cpp, with inputs written by the Go test.)
 #include "conv1d.cu"
+#include "emu.h"
 #include "util.cu"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <vector>
-
-dim3 gridDim, blockDim, blockIdx, threadIdx;
 
 static uint64_t rng_state = 88172645463325252ull;
 static double urand() {
@@ -23,15 +21,8 @@ static double urand() {
 static unsigned short bf(double v) { return __float2bfloat16_rn(static_cast<float>(v)).x; }
 
 template <typename F>
-static void launch(unsigned grid, unsigned block, F kernel) {
-  gridDim = {grid, 1, 1};
-  blockDim = {block, 1, 1};
-  for (unsigned b = 0; b < grid; ++b)
-    for (unsigned t = 0; t < block; ++t) {
-      blockIdx = {b, 0, 0};
-      threadIdx = {t, 0, 0};
-      kernel();
-    }
+static void launch(const char* label, unsigned grid, unsigned block, F kernel) {
+  emu::launch(label, {grid, 1, 1}, {block, 1, 1}, 0, kernel);
 }
 
 struct Case {
@@ -84,7 +75,7 @@ int main(int argc, char** argv) {
     // Poison y (as 32-bit words) with the poison kernel, then run the conv.
     unsigned* y32 = reinterpret_cast<unsigned*>(y);
     const unsigned long long words = (static_cast<unsigned long long>(T) * C + 1) / 2;
-    launch(2, 7, [&] { gdn_poison_u32(y32, words, 0xFFFFFFFFu); });
+    launch("poison", 2, 7, [&] { gdn_poison_u32(y32, words, 0xFFFFFFFFu); });
 
     const int groups = (C % 8 == 0 && cs.misalign == 0) ? C / 8 : C;
     const long long items = static_cast<long long>(groups) * ((T + 15) / 16);
@@ -93,7 +84,7 @@ int main(int argc, char** argv) {
     auto* wb = reinterpret_cast<const __nv_bfloat16*>(w);
     auto* hb = reinterpret_cast<const __nv_bfloat16*>(h);
     auto* yb = reinterpret_cast<__nv_bfloat16*>(y);
-    launch(grid, cs.block, [&] { gdn_conv1d_silu_fwd(xb, wb, hb, ss.data(), sl.data(), ts.data(), yb, T, C, nseg); });
+    launch("conv", grid, cs.block, [&] { gdn_conv1d_silu_fwd(xb, wb, hb, ss.data(), sl.data(), ts.data(), yb, T, C, nseg); });
 
     char name[4096];
     snprintf(name, sizeof name, "%s/case%zu.bin", argv[1], ci);

@@ -1,0 +1,90 @@
+// selftest.cpp: small kernels that check the emulator itself (emu_test.go's
+// TestEmulator): barriers, shuffles, static and dynamic shared memory, and
+// the errors it must report (divergent barriers, shared memory written past
+// the launch's size, global writes out of bounds, reads of unwritten shared
+// memory).
+#include <cuda_runtime.h>
+
+#include "registry.h"
+
+namespace emu_selftest {
+
+EMU_DYNAMIC_SMEM(smem);
+
+// block_sum: out[block] = tree sum of in[block*256 .. +256) through dynamic
+// shared memory, halving with a __syncthreads per level.
+extern "C" __global__ void emu_block_sum(const float* in, float* out) {
+  extern __shared__ float smem[];
+  const int t = threadIdx.x;
+  smem[t] = in[blockIdx.x * blockDim.x + t];
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) smem[t] = smem[t] + smem[t + s];
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = smem[0];
+}
+
+// shuffles: per thread, the lane read by xor 5, down 3, up 7 and idx 9, as
+// the source lane's value lane*10 + warp.
+extern "C" __global__ void emu_shuffles(int* out) {
+  const int t = threadIdx.x, lane = t & 31, v = lane * 10 + t / 32;
+  int* o = out + (blockIdx.x * blockDim.x + t) * 4;
+  o[0] = __shfl_xor_sync(0xffffffffu, v, 5);
+  o[1] = __shfl_down_sync(0xffffffffu, v, 3);
+  o[2] = __shfl_up_sync(0xffffffffu, v, 7);
+  o[3] = __shfl_sync(0xffffffffu, v, 9);
+}
+
+// static_shared: a block-scope __shared__ array is one array for the block:
+// out[t] = what thread n-1-t wrote.
+extern "C" __global__ void emu_static_shared(float* out) {
+  __shared__ float red[1024];
+  const int t = threadIdx.x, n = blockDim.x;
+  red[t] = static_cast<float>(blockIdx.x * 1000 + t);
+  __syncthreads();
+  out[blockIdx.x * n + t] = red[n - 1 - t];
+}
+
+// missing_sync: reads a neighbour's shared memory with no barrier between
+// the write and the read (a bug): some threads see the fresh-memory NaN.
+extern "C" __global__ void emu_missing_sync(float* out) {
+  extern __shared__ float smem[];
+  const int t = threadIdx.x, n = blockDim.x;
+  smem[t] = static_cast<float>(t);
+  out[blockIdx.x * n + t] = smem[(t + 1) % n];
+}
+
+// divergent_sync: the first warp leaves before a __syncthreads (a bug).
+extern "C" __global__ void emu_divergent_sync(float* out) {
+  if (threadIdx.x < 32) return;
+  __syncthreads();
+  out[threadIdx.x] = 1.f;
+}
+
+// smem_overflow: writes one float past n bytes of dynamic shared memory.
+extern "C" __global__ void emu_smem_overflow(int n) {
+  extern __shared__ float smem[];
+  if (threadIdx.x == 0) smem[n / 4] = 0.f;
+}
+
+// oob_write: writes p[n], one element past an n-element buffer.
+extern "C" __global__ void emu_oob_write(float* p, int n) {
+  if (threadIdx.x == 0) p[n] = 0.f;
+}
+
+}  // namespace emu_selftest
+
+namespace {
+emu::Registrar selftest_kernels(
+    {
+        EMU_KERNEL(emu_selftest, emu_block_sum),
+        EMU_KERNEL(emu_selftest, emu_shuffles),
+        EMU_KERNEL(emu_selftest, emu_static_shared),
+        EMU_KERNEL(emu_selftest, emu_missing_sync),
+        EMU_KERNEL(emu_selftest, emu_divergent_sync),
+        EMU_KERNEL(emu_selftest, emu_smem_overflow),
+        EMU_KERNEL(emu_selftest, emu_oob_write),
+    },
+    {});
+}  // namespace
