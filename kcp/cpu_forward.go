@@ -7,6 +7,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/gdnkcp/gdnkcp/comm"
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 	"github.com/gdnkcp/gdnkcp/sched"
 )
@@ -165,6 +166,14 @@ func (c *CPU) convForward(cr *cpuRank, in *Inputs) error {
 		y, err := gdnref.Conv1dForward(cs.x, w, cs.halo)
 		if err != nil {
 			return fmt.Errorf("rank %d segment %d: conv: %w", cr.rp.Rank, s, err)
+		}
+		if c.opts.convBF16 {
+			for i := range cs.seg.Len {
+				row := y.RawRowView(i)
+				for j, v := range row {
+					row[j] = float64(bf16.Round(float32(v)))
+				}
+			}
 		}
 		cs.y = y
 		return nil

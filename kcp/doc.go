@@ -21,12 +21,43 @@
 // with no communication (B3). Reference computes the same layer with the naive
 // token-by-token recurrence, for checking.
 //
-// GPU is the forward on the GPU (the backward is not built yet): the same
-// stages as the CPU backend, with the kernels embedded in package ptx, every
-// rank of a plan on one GPU in its own goroutine and stream, exchanging
-// through the loopback communicator via host memory. Two kernel sets: fp32
-// on the CUDA cores (the default) and the tensor cores with hi/lo split
-// products (GPUOptions.TensorCoreWalks, TensorCoreChunk); both keep the fp32
-// states within 1e-5 of float64 and give bitwise-identical results at both
-// walk widths.
+// GPU runs the same stages on the GPU, with the kernels embedded in package
+// ptx, every rank of a plan in its own goroutine and stream. The ranks run
+// on one GPU or on several (GPUOptions.Devices: rank r of R on
+// Devices[r*len(Devices)/R], each device with its own loaded blob), and
+// exchange host bytes through one of three communicators with the same code
+// and bytes, so with bitwise-identical results: the in-process loopback
+// (the default, also across GPUs with several ranks per GPU), NCCL over the
+// ranks' GPUs (the default when every rank has a GPU of its own; the group
+// is made once per backend family and kept), or a caller's communicator
+// with which the backend runs one rank of the plan (one process per rank,
+// under torchrun or `kcp launch`; the results then hold that rank's tokens,
+// and RankDigest compares them across processes). One runner drives every
+// entry point: a rank's failure aborts the group at once, so no rank hangs,
+// and the *RunError names the rank that failed first and the stage each
+// rank was in (GPUOptions.Timeout bounds every exchange wait, and
+// GPUOptions.StageHook lets fault tests fail a rank at a stage); device
+// memory is released on every path, and a backend whose NCCL group was
+// aborted reports ErrReopen. Two forward
+// kernel sets: fp32 on the CUDA cores (the default) and the tensor cores with
+// hi/lo split products (GPUOptions.TensorCoreWalks, TensorCoreChunk); both
+// keep the fp32 states within 1e-5 of float64 and give bitwise-identical
+// results at both walk widths.
+//
+// The GPU backward (docs/gpu-backward.md) runs on what a forward keeps on the
+// device: GPU.Forward with GPUOptions.KeepDevice returns a GPUForward whose
+// Backward (B1) uploads dO, runs dV'_local, the offset walk, the offset
+// exchange and reverse compose, the tape walk, the chunk-parallel gradients,
+// the l2norm backward and, in the module stage, the conv backward with its
+// halo-gradient exchange and the conv weight gradient summed over the ranks
+// in rank order; it may run any number of times on one forward, each with
+// its own buffers, and gives the same bits each time. GPU.ForwardCheckpoint
+// runs the forward and frees the device, keeping on the host each rank's
+// boundary start states and conv halos; GPUCheckpoint.Recompute rebuilds the
+// device state from them per rank with no communication (B3), through the
+// forward's own code (upload, conv, l2norm, prep, state walk, output), so its
+// intermediates and the gradients of its Backward are bitwise those of B1.
+// Every walk of the forward, the recompute and the backward launches at the
+// width of the plan's memo; the backward kernels are fp32 with one fixed
+// order per output element, so both widths give the same bits.
 package kcp

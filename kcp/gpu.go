@@ -3,10 +3,13 @@ package kcp
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gdnkcp/gdnkcp/archdetect"
+	"github.com/gdnkcp/gdnkcp/comm"
 	"github.com/gdnkcp/gdnkcp/loader"
 	"github.com/gdnkcp/gdnkcp/ptx"
 	"github.com/gdnkcp/gdnkcp/sched"
@@ -144,12 +147,12 @@ var ErrMissingKernels = errors.New("kcp: gpu: the blob lacks kernel entries")
 // ProbeGPU reports whether GPU device can run the GPU backend without loading
 // anything: it detects the device (archdetect.Detect with the given blob
 // override; empty: GDNKCP_BLOB or the automatic choice) and checks that the
-// chosen blob has every entry of GPUForwardEntries. It returns the profile,
-// or an error that wraps loader.ErrNoDriver when there is no driver, and one
-// that wraps ErrMissingKernels and names the entries when the blob predates
-// the GDN kernels.
+// chosen blob has every entry of GPUForwardEntries and GPUBackwardEntries.
+// It returns the profile, or an error that wraps loader.ErrNoDriver when
+// there is no driver, and one that wraps ErrMissingKernels and names the
+// entries when the blob predates the GDN kernels (forward or backward).
 func ProbeGPU(device int, blob string) (*archdetect.Profile, error) {
-	return probeGPU(device, blob, GPUOptions{}.kernelSet().entries())
+	return probeGPU(device, blob, GPUOptions{}.kernelSet().allEntries())
 }
 
 func probeGPU(device int, blob string, es []gpuEntry) (*archdetect.Profile, error) {
@@ -170,22 +173,82 @@ type GPUOptions struct {
 	// Options.Profile takes the width profile of the detected GPU
 	// (sched.NewProfile(variant, SMs)) rather than DefaultProfile.
 	Options
-	// Device is the CUDA device ordinal.
+	// Device is the CUDA device ordinal of a backend on one device (Devices
+	// empty), and the device of the one rank a backend with a Communicator
+	// runs.
 	Device int
 	// Blob forces a blob slot, e.g. "compute_80" to run the portable PTX
 	// path; empty: GDNKCP_BLOB, else the automatic choice.
 	Blob string
 	// KeepDevice keeps every rank's device buffers after Forward, in the
-	// returned GPUForward (for a backward to come, and for inspection); the
-	// caller then frees them with GPUForward.Close. Unset, Forward frees
-	// them before it returns.
+	// returned GPUForward (for GPUForward.Backward, and for inspection);
+	// the caller then frees them with GPUForward.Close. Unset, Forward frees
+	// them before it returns. ForwardCheckpoint ignores it (it keeps
+	// nothing on the device).
 	KeepDevice bool
 	// TensorCoreWalks launches the tensor-core summary and state walks
 	// (gdn_summary_walk_tc, gdn_state_walk_tc) instead of the fp32 ones.
+	// The backward kernels are fp32 only; this and TensorCoreChunk select
+	// the forward's (and the recompute's) kernels.
 	TensorCoreWalks bool
 	// TensorCoreChunk launches the tensor-core chunk prep and output
 	// (gdn_prep_tc, gdn_output_tc) instead of the fp32 ones.
 	TensorCoreChunk bool
+
+	// Devices are the CUDA devices the ranks run on: rank r of an R-rank
+	// plan runs on Devices[r*len(Devices)/R], in contiguous blocks (R = 4 on
+	// two devices puts ranks 0 and 1 on the first, 2 and 3 on the second;
+	// with fewer ranks than devices some stay idle). Empty means
+	// []int{Device}. Every device gets its own loaded blob, chosen by the
+	// same rules (Blob, GDNKCP_BLOB, the automatic choice); devices of
+	// different architectures are an error, and so are a device listed
+	// twice and an ordinal the driver does not show. The width profile is
+	// the first device's.
+	Devices []int
+	// Comm says how the ranks exchange: CommAuto (the default, also "")
+	// takes NCCL when the plan has more than one rank and they run on as
+	// many distinct devices as there are ranks, else the loopback;
+	// CommLoopback exchanges through host memory, across devices too
+	// (several ranks per GPU); CommNCCL through an NCCL communicator over
+	// the ranks' devices, and is an error when two ranks share a device.
+	// The NCCL communicator is made on the first run that needs it and kept
+	// for every later run of this backend and of the backends ForPlan
+	// derives from it with the same rank devices (their runs on it are
+	// serialized); it is closed with the last of them. A failed run (a rank
+	// error, a timeout, a cancelled context) aborts and closes it, and the
+	// backends then report ErrReopen. Both kinds carry the same bytes
+	// through the same code, so the results are bitwise identical.
+	Comm CommKind
+	// Communicator, when set, makes the backend run one rank of the plan:
+	// rank Communicator.Rank(), on Device, exchanging through the
+	// communicator (one process per rank, as under torchrun or `kcp
+	// launch`). Its Size must equal the plan's rank count, Comm must be
+	// left empty and Devices hold at most Device. The caller owns it: the
+	// backend never closes it, but aborts it when the rank fails (also in a
+	// recompute, so that the peers stop waiting). Forward, Backward,
+	// ForwardCheckpoint and Recompute then fill only that rank's tokens of
+	// the output and the gradients (the others stay zero) and that rank's
+	// entries of the per-rank slices (the results' Ranks list it); the conv
+	// weight gradient, summed over all ranks by the exchange, is complete.
+	// Runs of one backend are serialized.
+	Communicator comm.Communicator
+	// Timeout bounds every exchange wait of a run (through the collective's
+	// context, for the loopback, NCCL and a given Communicator alike); a
+	// rank that waits longer fails with an error wrapping comm.ErrTimeout
+	// and aborts the run. 0 keeps comm's defaults: no bound on the
+	// loopback, comm.DefaultNCCLTimeout on NCCL.
+	Timeout time.Duration
+	// StageHook, when set, is called on each local rank's goroutine before
+	// each of its stages (the names of GPUForwardStages,
+	// GPURecomputeStages, GPUBackwardStages; a rank holding no tokens passes
+	// through them all too); an error it returns fails the rank at that
+	// stage and aborts the run like any rank error. For fault tests (a CLI
+	// making its process exit at a stage); it must be safe for concurrent
+	// use.
+	StageHook func(rank int, stage string) error
+
+	// fault is the tests' stage hook, called after StageHook.
+	fault func(rank int, stage string) error
 }
 
 // gpuDevice is a loaded blob on one device, shared by the GPU values made
@@ -200,10 +263,11 @@ type gpuDevice struct {
 	fn      map[string]*loader.Function
 }
 
-// openGPUDevice detects device, loads the blob and resolves every entry with
-// its shared-memory limit. On error everything it made is released.
+// openGPUDevice detects device, loads the blob and resolves every entry the
+// forward and the backward launch (kernelSet.allEntries) with its
+// shared-memory limit. On error everything it made is released.
 func openGPUDevice(device int, blob string, ks kernelSet) (d *gpuDevice, err error) {
-	prof, err := probeGPU(device, blob, ks.entries())
+	prof, err := probeGPU(device, blob, ks.allEntries())
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +290,7 @@ func openGPUDevice(device int, blob string, ks kernelSet) (d *gpuDevice, err err
 		}
 	}()
 	d = &gpuDevice{refs: 1, profile: prof, ks: ks, ctx: ctx, kernels: k, fn: map[string]*loader.Function{}}
-	for _, e := range ks.entries() {
+	for _, e := range ks.allEntries() {
 		f, err := k.Function(e.name)
 		if err != nil {
 			return nil, fmt.Errorf("kcp: gpu: blob %s: entry %s: %w", prof.Target, e.name, err)
@@ -245,17 +309,6 @@ func openGPUDevice(device int, blob string, ks kernelSet) (d *gpuDevice, err err
 	return d, nil
 }
 
-// retain adds a reference; it fails once the device was released.
-func (d *gpuDevice) retain() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.refs == 0 {
-		return errors.New("kcp: gpu: the backend is closed")
-	}
-	d.refs++
-	return nil
-}
-
 // release drops a reference and unloads the blob and the context with the
 // last one.
 func (d *gpuDevice) release() error {
@@ -270,20 +323,29 @@ func (d *gpuDevice) release() error {
 	return errors.Join(d.kernels.Close(), d.ctx.Close())
 }
 
-// GPU is the CUDA backend of one plan: every rank of the plan runs on one GPU,
-// each rank on its own goroutine and stream, exchanging through host memory
-// over the in-process loopback communicator (DESIGN.md §3). It launches the
-// embedded kernels of ptx/src (gdn_fwd.cu, conv1d.cu) with the widths the
-// plan's memo decides for the detected GPU.
+// GPU is the CUDA backend of one plan: every rank of the plan runs on its own
+// goroutine and stream, on one GPU or spread over several
+// (GPUOptions.Devices), exchanging through host memory over the in-process
+// loopback communicator or through NCCL (GPUOptions.Comm); or the backend
+// runs one rank of the plan over a caller's communicator
+// (GPUOptions.Communicator, one process per rank) (DESIGN.md §3). It
+// launches the embedded kernels of ptx/src (gdn_fwd.cu, conv1d.cu,
+// gdn_bwd.cu) with the widths the plan's memo decides for the detected GPU:
+// Forward (with GPUForward.Backward on what it keeps), and
+// ForwardCheckpoint with GPUCheckpoint.Recompute.
 //
 // A GPU is safe for concurrent use: each Forward allocates its own buffers
-// and streams. Close releases it; a GPU made by ForPlan shares the loaded
-// blob, which is unloaded when the last of them is closed.
+// and streams (runs over an NCCL group or a given Communicator are
+// serialized). Close releases it; a GPU made by ForPlan shares the loaded
+// blobs and NCCL groups, which go when the last of them is closed.
 type GPU struct {
-	plan  *Plan
-	opts  Options
-	gopts GPUOptions
-	dev   *gpuDevice
+	plan   *Plan
+	opts   Options
+	gopts  GPUOptions
+	dev    *gpuDevice // the first device: the profile, the kernel set
+	fleet  *gpuFleet
+	layout rankLayout
+	runMu  sync.Mutex // serializes runs over a given Communicator
 
 	mu     sync.Mutex
 	closed bool
@@ -292,8 +354,13 @@ type GPU struct {
 // NewGPU loads the GPU backend for plan: it checks the plan (head dims
 // DK = DV = 128) and the options, detects the device (archdetect.Detect),
 // loads the embedded blob (archdetect.Load), resolves every kernel of
-// GPUForwardEntries (an error names a missing one, as when the blobs predate
-// the kernels) and allows each its dynamic shared memory. Without a driver
+// GPUForwardEntries (or the tensor-core variants the options select) and of
+// GPUBackwardEntries (an error wrapping ErrMissingKernels names a missing
+// one, as when the blobs predate the kernels) and allows each its dynamic
+// shared memory, on every device of GPUOptions.Devices. It checks the
+// devices and the communicator options against each other and against the
+// plan before touching the driver (a device listed twice, CommNCCL with two
+// ranks on one device, a Communicator of another size). Without a driver
 // the error wraps loader.ErrNoDriver. Everything made is released on error.
 func NewGPU(plan *Plan, opts GPUOptions) (*GPU, error) {
 	if err := checkGPUPlan(plan); err != nil {
@@ -302,22 +369,74 @@ func NewGPU(plan *Plan, opts GPUOptions) (*GPU, error) {
 	if _, err := opts.Options.normalize(); err != nil {
 		return nil, err
 	}
-	dev, err := openGPUDevice(opts.Device, opts.Blob, opts.kernelSet())
+	devs, err := opts.deviceList()
 	if err != nil {
 		return nil, err
 	}
-	g, err := newGPU(plan, opts, dev)
+	if _, err := resolveRanks(len(plan.Ranks), opts, devs); err != nil {
+		return nil, err
+	}
+	fleet, err := openFleet(devs, opts.Blob, opts.kernelSet())
 	if err != nil {
-		return nil, errors.Join(err, dev.release())
+		return nil, err
+	}
+	g, err := newGPU(plan, opts, fleet)
+	if err != nil {
+		return nil, errors.Join(err, fleet.release())
 	}
 	return g, nil
 }
 
+// openFleet checks that devs exist and share one architecture, then loads
+// the blob on each (openGPUDevice). On error everything made is released.
+func openFleet(devs []int, blob string, ks kernelSet) (*gpuFleet, error) {
+	n, err := loader.DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("kcp: gpu: %w", err)
+	}
+	if err := checkOrdinals(devs, n); err != nil {
+		return nil, err
+	}
+	if len(devs) > 1 {
+		var first *archdetect.Profile
+		for _, d := range devs {
+			p, err := probeGPU(d, blob, ks.allEntries())
+			if err != nil {
+				return nil, err
+			}
+			if first == nil {
+				first = p
+				continue
+			}
+			if p.Major != first.Major || p.Minor != first.Minor || p.Target != first.Target {
+				return nil, fmt.Errorf("kcp: gpu: devices %d (%s, CC %d.%d, blob %s) and %d (%s, CC %d.%d, blob %s) differ in architecture: the ranks of one plan run the same kernels on one architecture",
+					first.Ordinal, first.Name, first.Major, first.Minor, first.Target, p.Ordinal, p.Name, p.Major, p.Minor, p.Target)
+			}
+		}
+	}
+	var opened []*gpuDevice
+	for _, d := range devs {
+		dev, err := openGPUDevice(d, blob, ks)
+		if err != nil {
+			for i := len(opened) - 1; i >= 0; i-- {
+				err = errors.Join(err, opened[i].release())
+			}
+			return nil, err
+		}
+		opened = append(opened, dev)
+	}
+	return newFleet(opened), nil
+}
+
 // ForPlan returns a GPU backend for another plan and options on the same
-// device, blob and kernels (no reload, no JIT). opts.Device, opts.Blob and
-// the kernel choice must be left zero or equal g's; Options and KeepDevice
-// are opts'. The returned GPU must be closed too; the blob is unloaded when
-// the last GPU sharing it is closed.
+// devices, blobs and kernels (no reload, no JIT). opts.Device, opts.Devices,
+// opts.Blob and the kernel choice must be left zero or equal g's; Options
+// and KeepDevice are opts'; Comm, Communicator, Timeout and StageHook are
+// opts' when set, else g's. The ranks of the new plan are placed on the
+// devices anew (a plan of another rank count spreads differently), and an
+// NCCL group is shared with every backend of the family whose ranks run on
+// the same devices. The returned GPU must be closed too; the blobs are
+// unloaded when the last GPU sharing them is closed.
 func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	if err := g.alive(); err != nil {
 		return nil, err
@@ -326,20 +445,39 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 		return nil, err
 	}
 	if (opts.Device != 0 && opts.Device != g.gopts.Device) || (opts.Blob != "" && opts.Blob != g.gopts.Blob) ||
+		(len(opts.Devices) > 0 && !slices.Equal(opts.Devices, g.fleet.order)) ||
 		(opts.TensorCoreWalks && !g.gopts.TensorCoreWalks) || (opts.TensorCoreChunk && !g.gopts.TensorCoreChunk) {
-		return nil, errors.New("kcp: gpu: ForPlan keeps the device, blob and kernels; make a new backend with NewGPU to change them")
+		return nil, errors.New("kcp: gpu: ForPlan keeps the devices, blob and kernels; make a new backend with NewGPU to change them")
 	}
 	if _, err := opts.Options.normalize(); err != nil {
 		return nil, err
 	}
-	if err := g.dev.retain(); err != nil {
-		return nil, err
-	}
 	gopts := g.gopts
 	gopts.Options, gopts.KeepDevice = opts.Options, opts.KeepDevice
-	ng, err := newGPU(plan, gopts, g.dev)
+	if opts.Comm != "" {
+		gopts.Comm = opts.Comm
+	}
+	if opts.Communicator != nil {
+		gopts.Communicator = opts.Communicator
+	}
+	if opts.Timeout != 0 {
+		gopts.Timeout = opts.Timeout
+	}
+	if opts.StageHook != nil {
+		gopts.StageHook = opts.StageHook
+	}
+	if opts.fault != nil {
+		gopts.fault = opts.fault
+	}
+	if _, err := resolveRanks(len(plan.Ranks), gopts, g.fleet.order); err != nil {
+		return nil, err
+	}
+	if err := g.fleet.retain(); err != nil {
+		return nil, err
+	}
+	ng, err := newGPU(plan, gopts, g.fleet)
 	if err != nil {
-		return nil, errors.Join(err, g.dev.release())
+		return nil, errors.Join(err, g.fleet.release())
 	}
 	return ng, nil
 }
@@ -359,10 +497,15 @@ func checkGPUPlan(plan *Plan) error {
 	return nil
 }
 
-// newGPU fills in the options (the width profile of the detected GPU when
-// none is given) and binds plan to dev. It takes over one reference of dev
-// only on success.
-func newGPU(plan *Plan, gopts GPUOptions, dev *gpuDevice) (*GPU, error) {
+// newGPU fills in the options (the width profile of the first device when
+// none is given), places the plan's ranks on the fleet's devices and binds
+// plan to them. It takes over one reference of fleet only on success.
+func newGPU(plan *Plan, gopts GPUOptions, fleet *gpuFleet) (*GPU, error) {
+	layout, err := resolveRanks(len(plan.Ranks), gopts, fleet.order)
+	if err != nil {
+		return nil, err
+	}
+	dev := fleet.device(fleet.order[0])
 	o := gopts.Options
 	if o.Profile == (sched.Profile{}) {
 		prof, err := sched.NewProfile(dev.profile.Variant, dev.profile.SMs)
@@ -371,11 +514,11 @@ func newGPU(plan *Plan, gopts GPUOptions, dev *gpuDevice) (*GPU, error) {
 		}
 		o.Profile = prof
 	}
-	o, err := o.normalize()
+	o, err = o.normalize()
 	if err != nil {
 		return nil, err
 	}
-	return &GPU{plan: plan, opts: o, gopts: gopts, dev: dev}, nil
+	return &GPU{plan: plan, opts: o, gopts: gopts, dev: dev, fleet: fleet, layout: layout}, nil
 }
 
 // Plan returns the backend's plan.
@@ -385,12 +528,13 @@ func (g *GPU) Plan() *Plan { return g.plan }
 // profile is the detected GPU's unless one was given).
 func (g *GPU) Options() Options { return g.opts }
 
-// Profile returns the detected device and the blob loaded on it.
+// Profile returns the detected device and the blob loaded on it: the first
+// of Devices.
 func (g *GPU) Profile() *archdetect.Profile { return g.dev.profile }
 
-// Close releases the backend's reference to the device; the blob and the
-// context go with the last reference. GPUForward values kept with
-// KeepDevice must be closed first. Close is idempotent.
+// Close releases the backend's reference to its devices; the blobs, the
+// contexts and the NCCL groups go with the last reference (a GPUForward
+// keeping device memory holds one until its Close). Close is idempotent.
 func (g *GPU) Close() error {
 	if g == nil || g.dev == nil {
 		return nil
@@ -401,7 +545,10 @@ func (g *GPU) Close() error {
 		return nil
 	}
 	g.closed = true
-	return g.dev.release()
+	if g.fleet == nil {
+		return g.dev.release()
+	}
+	return g.fleet.release()
 }
 
 // alive reports a closed backend.

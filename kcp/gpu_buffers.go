@@ -3,6 +3,7 @@ package kcp
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/gdnkcp/gdnkcp/loader"
 )
@@ -13,10 +14,15 @@ type devMem struct {
 	ctx     *loader.Context
 	release []func() error
 	names   []string
-	bytes   int64
+	bytes   int64 // device memory held now
+	peak    int64 // the most device memory held at once since newDevMem
 }
 
 func newDevMem(ctx *loader.Context) *devMem { return &devMem{ctx: ctx} }
+
+// devMemLive is the device memory all devMems of the process hold now, in
+// bytes: the tests' check that every path frees what it allocated.
+var devMemLive atomic.Int64
 
 // track records a release function.
 func (m *devMem) track(name string, fn func() error) {
@@ -33,6 +39,8 @@ func (m *devMem) alloc(name string, bytes int) (*loader.Buffer, error) {
 		return nil, fmt.Errorf("allocate %s (%d bytes; %d held): %w", name, n, m.bytes, err)
 	}
 	m.bytes += int64(n)
+	devMemLive.Add(int64(n))
+	m.peak = max(m.peak, m.bytes)
 	m.track(name, b.Free)
 	return b, nil
 }
@@ -57,8 +65,17 @@ func (m *devMem) event() (*loader.Event, error) {
 	return e, nil
 }
 
+// held returns the device memory held now and the most held at once so far,
+// in bytes (buffers only; streams and events are not counted).
+func (m *devMem) held() (now, peak int64) {
+	if m == nil {
+		return 0, 0
+	}
+	return m.bytes, m.peak
+}
+
 // free releases everything in reverse order and joins the errors. It may be
-// called more than once.
+// called more than once; the peak is kept.
 func (m *devMem) free() error {
 	if m == nil {
 		return nil
@@ -69,6 +86,7 @@ func (m *devMem) free() error {
 			errs = append(errs, fmt.Errorf("release %s: %w", m.names[i], err))
 		}
 	}
+	devMemLive.Add(-m.bytes)
 	m.release, m.names, m.bytes = nil, nil, 0
 	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,21 +22,29 @@ import (
 // the state walk and the output.
 var GPUForwardStages = []string{"upload", "conv", "l2norm", "prep", "summary walk", "exchange summaries", "compose", "state walk", "output"}
 
+// GPURecomputeStages are the stages of a rank's checkpoint recompute
+// (GPUCheckpoint.Recompute) in stream order, as RankTiming reports them: the
+// forward's stages without the summary walk, the exchange and the compose
+// (the upload carries the saved start states instead).
+var GPURecomputeStages = []string{"upload", "conv", "l2norm", "prep", "state walk", "output"}
+
 // StageTime is one stage's time on a rank's stream.
 type StageTime struct {
-	Stage  string  // one of GPUForwardStages
+	Stage  string  // one of GPUForwardStages, GPURecomputeStages or GPUBackwardStages
 	Millis float64 // CUDA-event time from the end of the previous stage
 }
 
-// RankTiming is one rank's forward timeline from CUDA events recorded on its
-// stream. A rank holding no tokens launches nothing and reports zeros.
+// RankTiming is one rank's timeline of a forward, a recompute or a backward,
+// from CUDA events recorded on its stream. A rank holding no tokens launches
+// nothing and reports zeros.
 type RankTiming struct {
 	Rank int
-	// Stages are GPUForwardStages in order.
+	// Stages are GPUForwardStages, GPURecomputeStages or GPUBackwardStages
+	// in order.
 	Stages []StageTime
 	// TotalMillis is the event time from before the first upload to after
-	// the output kernel: copies, kernels and the exchange (with its host
-	// wait for the other ranks) included.
+	// the last kernel: copies, kernels and the exchanges (with their host
+	// waits for the other ranks) included.
 	TotalMillis float64
 	// HostSeconds is the rank goroutine's wall time, host preparation of the
 	// tables and inputs and the result copies included.
@@ -49,7 +58,7 @@ type RankStates struct {
 	Final []float32 // each segment's state at its end (from the state walk)
 }
 
-// GPUForward is the result of GPU.Forward.
+// GPUForward is the result of GPU.Forward or GPUCheckpoint.Recompute.
 type GPUForward struct {
 	// Out is the output in global order: the GPU's bf16 values as float64.
 	Out *Output
@@ -64,23 +73,33 @@ type GPUForward struct {
 	States []RankStates
 	// Timing is every rank's timeline, indexed by rank.
 	Timing []RankTiming
+	// PeakBytes is every rank's peak device memory during the forward (or
+	// the recompute), in bytes, indexed by rank.
+	PeakBytes []int64
 	// Blob is the blob slot the kernels came from, e.g. "sm_90a".
 	Blob string
+	// Ranks are the ranks that ran in this process, ascending: every rank
+	// of the plan, or with GPUOptions.Communicator that one rank. Only
+	// their tokens of Out and their entries of the per-rank slices are
+	// filled.
+	Ranks []int
 
 	plan  *Plan
 	stage Stage
-	dev   *gpuDevice // held while ranks keep device memory
-	ranks []*gpuRank // KeepDevice only
-	mu    sync.Mutex
+	opts  Options    // the backend's options, defaults filled in
+	be    *GPU       // the backend that ran it: where its ranks run and how they exchange
+	fleet *gpuFleet  // held while ranks keep device memory
+	ranks []*gpuRank // KeepDevice (and Recompute) only
+	mu    sync.Mutex // guards ranks and fleet; held through a Backward
 }
 
 // gpuRank is one rank's device state.
 type gpuRank struct {
 	rank   int
+	dev    *gpuDevice // the device it lives on
 	tb     *gpuTables
 	mem    *devMem
 	stream *loader.Stream
-	events []*loader.Event
 
 	chunkTok0, chunkLen, segChunk0, segNChunk, list, compOff, compIdx *loader.Buffer
 	segStart, segLen, tokSeg, x, convW, halo, y                       *loader.Buffer
@@ -89,16 +108,43 @@ type gpuRank struct {
 	sumP, sumQ, allP, allQ, start, final, h, vnew, o                  *loader.Buffer
 }
 
-// Forward runs the forward of every rank of the plan on the GPU, each rank on
-// its own goroutine and stream, the exchanges (conv halo, summaries) going
-// device -> host -> all-gather over the loopback -> host -> device. Per rank,
+// qkv returns where the chunk kernels read q, k and v and their row strides
+// in elements: the inputs in the core stage, the conv output's columns in
+// the module stage (q at column 0, k at HQK*128, v at 2*HQK*128). The
+// forward's prep and the backward's chunk gradients read v alike.
+func (rk *gpuRank) qkv(stage Stage, cfg PlanConfig, C int) (qp, kp, vp uintptr, qst, kst, vst int) {
+	nq, nv := cfg.HQK*gpuD, cfg.HV*gpuD
+	if stage == StageModule {
+		base := rk.y.Ptr()
+		return base, base + uintptr(2*nq), base + uintptr(2*2*nq), C, C, C
+	}
+	return rk.q.Ptr(), rk.k.Ptr(), rk.v.Ptr(), nq, nq, nv
+}
+
+// Forward runs the forward of every local rank of the plan (GPU.LocalRanks),
+// each rank on its own goroutine and stream on its device, the exchanges
+// (conv halo, summaries) going device -> host -> all-gather over the
+// backend's communicator (loopback, NCCL or the given one) -> host ->
+// device. A rank's failure aborts the run: the error is a *RunError naming
+// the rank that failed first and every failed rank with its stage. Per rank,
 // in stream order: tables and inputs uploaded, conv (module stage), l2norm,
 // prep, summary walk, exchange, compose, state walk, output (poisoned first).
 // It returns the output, the boundary states and the timings. An output
 // element left unwritten (still poisoned) or NaN is an error naming the rank,
 // token and head. Device memory is freed before Forward returns unless
-// GPUOptions.KeepDevice is set; on error it is always freed.
+// GPUOptions.KeepDevice is set (then GPUForward.Backward can run on it); on
+// error it is always freed.
 func (g *GPU) Forward(ctx context.Context, in *Inputs) (*GPUForward, error) {
+	if err := g.alive(); err != nil {
+		return nil, err
+	}
+	return g.forward(ctx, in, g.gopts.KeepDevice, nil)
+}
+
+// forward runs the forward of every rank; keep keeps the device buffers in
+// the result. When halos is set (one slot per rank), each rank's conv halo
+// is saved there (module stage), for a checkpoint.
+func (g *GPU) forward(ctx context.Context, in *Inputs, keep bool, halos [][]bf16.BF16) (*GPUForward, error) {
 	if err := g.alive(); err != nil {
 		return nil, err
 	}
@@ -109,36 +155,42 @@ func (g *GPU) Forward(ctx context.Context, in *Inputs) (*GPUForward, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := g.dev.retain(); err != nil {
+	res, err := g.newResult(dec)
+	if err != nil {
 		return nil, err
 	}
-	p := g.plan
-	R := len(p.Ranks)
-	res := &GPUForward{
-		Out:       &Output{O: make([]float64, p.OutputShape().Size())},
-		Decisions: dec, VH: make([][sched.NumWalkKinds]int, R),
-		States: make([]RankStates, R), Timing: make([]RankTiming, R),
-		Blob: g.dev.profile.Target, plan: p, stage: g.opts.Stage, dev: g.dev, ranks: make([]*gpuRank, R),
-	}
-	comms, err := comm.NewLoopback(R)
-	if err != nil {
-		return nil, errors.Join(err, res.Close())
-	}
-	err = comm.RunRanks(ctx, comms, func(ctx context.Context, cm comm.Communicator) error {
-		return g.forwardRank(ctx, cm, in, res)
+	err = g.runRanks(ctx, "forward", GPUForwardStages, true, func(ctx context.Context, w *rankWork) error {
+		return g.forwardRank(ctx, w, in, res, keep, halos)
 	})
-	for _, c := range comms {
-		_ = c.Close() // the group is done; closing an in-process endpoint cannot fail usefully
-	}
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("kcp: gpu forward: %w", err), res.Close())
+		if cerr := res.Close(); cerr != nil {
+			return nil, errors.Join(err, fmt.Errorf("kcp: gpu forward: %w", cerr))
+		}
+		return nil, err
 	}
-	if !g.gopts.KeepDevice {
+	if !keep {
 		if err := res.Close(); err != nil {
 			return nil, fmt.Errorf("kcp: gpu forward: %w", err)
 		}
 	}
 	return res, nil
+}
+
+// newResult makes an empty result holding a reference to the devices,
+// which its Close releases.
+func (g *GPU) newResult(dec [][sched.NumWalkKinds]sched.Decision) (*GPUForward, error) {
+	if err := g.fleet.retain(); err != nil {
+		return nil, err
+	}
+	p := g.plan
+	R := len(p.Ranks)
+	return &GPUForward{
+		Out:       &Output{O: make([]float64, p.OutputShape().Size())},
+		Decisions: dec, VH: make([][sched.NumWalkKinds]int, R),
+		States: make([]RankStates, R), Timing: make([]RankTiming, R), PeakBytes: make([]int64, R),
+		Blob: g.dev.profile.Target, Ranks: g.LocalRanks(), plan: p, stage: g.opts.Stage, opts: g.opts, be: g, fleet: g.fleet,
+		ranks: make([]*gpuRank, R),
+	}, nil
 }
 
 // Close frees the device memory kept with KeepDevice (nothing otherwise).
@@ -158,9 +210,9 @@ func (f *GPUForward) Close() error {
 			f.ranks[i] = nil
 		}
 	}
-	if f.dev != nil {
-		errs = append(errs, f.dev.release())
-		f.dev = nil
+	if f.fleet != nil {
+		errs = append(errs, f.fleet.release())
+		f.fleet = nil
 	}
 	return errors.Join(errs...)
 }
@@ -178,6 +230,9 @@ func (f *GPUForward) SegmentStates(rank, seg, head int) (start, final []float64,
 	}
 	n := gpuD * gpuD
 	base := (seg*f.plan.Config.HV + head) * n
+	if rank >= len(f.States) || len(f.States[rank].Start) < base+n || len(f.States[rank].Final) < base+n {
+		return nil, nil, fmt.Errorf("kcp: gpu states: rank %d did not run in this process (the result holds ranks %v)", rank, f.Ranks)
+	}
 	st := f.States[rank]
 	start, final = make([]float64, n), make([]float64, n)
 	for i := 0; i < n; i++ {
@@ -249,8 +304,8 @@ func (f *GPUForward) ConvOutput() ([]float32, error) {
 	out := make([]float32, p.Tokens*C)
 	for r, rk := range f.ranks {
 		rp := &p.Ranks[r]
-		if rp.Tokens == 0 {
-			continue
+		if rp.Tokens == 0 || !slices.Contains(f.Ranks, r) {
+			continue // another process's rank stays zero
 		}
 		if rk == nil || rk.y == nil {
 			return nil, fmt.Errorf("kcp: conv output: rank %d kept no device buffers (set GPUOptions.KeepDevice)", r)
@@ -276,70 +331,259 @@ func (f *GPUForward) ConvOutput() ([]float32, error) {
 	return out, nil
 }
 
-// rankRun is one rank's forward in progress.
+// stageClock records one CUDA event per stage boundary on a rank's stream
+// and reads the stage times back: the forward, the recompute and the
+// backward time their stages with it.
+type stageClock struct {
+	rank   int
+	stream *loader.Stream
+	stages []string
+	events []*loader.Event // len(stages)+1
+	n      int             // events recorded so far
+	st     *stageTracker   // entered at every stage start; may be nil
+}
+
+// newStageClock makes the events of stages in m; each mark that starts a
+// stage enters it in st (calling the stage hooks).
+func newStageClock(m *devMem, rank int, s *loader.Stream, stages []string, st *stageTracker) (*stageClock, error) {
+	c := &stageClock{rank: rank, stream: s, stages: stages, st: st}
+	for range len(stages) + 1 {
+		ev, err := m.event()
+		if err != nil {
+			return nil, fmt.Errorf("rank %d: %w", rank, err)
+		}
+		c.events = append(c.events, ev)
+	}
+	return c, nil
+}
+
+// mark records the event that ends the next stage (the first marks the
+// start).
+func (c *stageClock) mark() error {
+	if c.n >= len(c.events) {
+		return fmt.Errorf("rank %d: more stage marks than the %d stages", c.rank, len(c.stages))
+	}
+	if err := c.events[c.n].Record(c.stream); err != nil {
+		return fmt.Errorf("rank %d: record event: %w", c.rank, err)
+	}
+	c.n++
+	if c.n <= len(c.stages) {
+		return c.st.upTo(c.stages[c.n-1]) // event n-1 starts stage n-1
+	}
+	return nil
+}
+
+// read fills tm's stage times and total from the recorded events (after the
+// stream was synchronized).
+func (c *stageClock) read(tm *RankTiming) error {
+	if c.n != len(c.events) {
+		return fmt.Errorf("rank %d: %d of %d timing events recorded", c.rank, c.n, len(c.events))
+	}
+	tm.Stages = tm.Stages[:0]
+	for i, name := range c.stages {
+		ms, err := loader.ElapsedMillis(c.events[i], c.events[i+1])
+		if err != nil {
+			return fmt.Errorf("rank %d: time %s: %w", c.rank, name, err)
+		}
+		tm.Stages = append(tm.Stages, StageTime{name, float64(ms)})
+	}
+	ms, err := loader.ElapsedMillis(c.events[0], c.events[len(c.events)-1])
+	if err != nil {
+		return fmt.Errorf("rank %d: time all stages: %w", c.rank, err)
+	}
+	tm.TotalMillis = float64(ms)
+	return nil
+}
+
+// launchOn runs entry of dev on stream s with 256-thread blocks; an error
+// names the rank and the kernel.
+func launchOn(dev *gpuDevice, s *loader.Stream, rank int, entry string, grid [3]uint32, smem int, args *loader.Args) error {
+	fn := dev.fn[entry]
+	if fn == nil {
+		return fmt.Errorf("rank %d: %s: the kernel was not resolved when the backend loaded", rank, entry)
+	}
+	if err := loader.Launch(s, fn, grid, [3]uint32{gpuBlock, 1, 1}, uint32(smem), args); err != nil {
+		return fmt.Errorf("rank %d: %s: %w", rank, entry, err)
+	}
+	return nil
+}
+
+// poisonOn fills words 32-bit words of b with v on stream s (gdn_poison_u32).
+func poisonOn(dev *gpuDevice, s *loader.Stream, rank int, b *loader.Buffer, words int, v uint32) error {
+	if words == 0 {
+		return nil
+	}
+	return launchOn(dev, s, rank, entryPoison, [3]uint32{uint32(min(ceilDiv(words, gpuBlock), 4096)), 1, 1}, 0,
+		argsPoison(b.Ptr(), uint64(words), v))
+}
+
+// walkWidth is the width walk k of rank launches with: the plan's memoized
+// decision under o's profile and rule, or o.ForceVH.
+func walkWidth(p *Plan, o Options, rank int, k sched.WalkKind) (int, error) {
+	d, err := p.Width(rank, k, o.Profile, o.Rule)
+	if err != nil {
+		return 0, err
+	}
+	vh := d.VH
+	if o.ForceVH != 0 {
+		vh = o.ForceVH
+	}
+	if vh != 64 && vh != 128 {
+		return 0, fmt.Errorf("kcp: rank %d %s walk: width %d (want 64 or 128)", rank, k, vh)
+	}
+	return vh, nil
+}
+
+// gpuScale is the output scale the kernels take: Options.Scale, or
+// 1/sqrt(128).
+func gpuScale(o Options) float32 {
+	if o.Scale == 0 {
+		return float32(1 / math.Sqrt(gpuD))
+	}
+	return float32(o.Scale)
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// rankRun is one rank's forward (or recompute) in progress.
 type rankRun struct {
 	g   *GPU
 	rk  *gpuRank
-	cm  comm.Communicator
+	cm  comm.Communicator // nil in a recompute
 	in  *gpuRankInputs
 	res *GPUForward
-	ev  int // events recorded so far
+	clk *stageClock
+	st  *stageTracker
 }
 
-// forwardRank runs one rank's forward and fills its slots of res.
-func (g *GPU) forwardRank(ctx context.Context, cm comm.Communicator, in *Inputs, res *GPUForward) (err error) {
+// newRankRun lays out the tables of w's rank and starts its device state on
+// w's device.
+func (g *GPU) newRankRun(w *rankWork, res *GPUForward) (*rankRun, error) {
+	r := w.rank
+	tb, err := buildGPUTables(g.plan, r)
+	if err != nil {
+		return nil, err
+	}
+	if w.dev == nil {
+		return nil, fmt.Errorf("rank %d: device %d is not loaded", r, w.device)
+	}
+	rk := &gpuRank{rank: r, dev: w.dev, tb: tb, mem: newDevMem(w.dev.ctx)}
+	res.Timing[r] = RankTiming{Rank: r}
+	return &rankRun{g: g, rk: rk, cm: w.cm, res: res, st: w.st}, nil
+}
+
+// release ends a rank's run: on error, or unless keep, the rank's device
+// memory is freed (after launched work finished); else it goes to the
+// result. The rank's peak memory is recorded either way.
+func (rr *rankRun) release(err *error, keep bool) {
+	rk := rr.rk
+	_, rr.res.PeakBytes[rk.rank] = rk.mem.held()
+	if *err != nil || !keep {
+		if *err != nil && rk.stream != nil {
+			// Let launched work finish before its memory goes; its error,
+			// if any, is the one already reported.
+			_ = rk.stream.Synchronize()
+		}
+		*err = errors.Join(*err, rk.mem.free())
+		return
+	}
+	rr.res.ranks[rk.rank] = rk
+}
+
+// forwardRank runs one rank's forward and fills its slots of res. When
+// halos is set, the rank's conv halo is saved in halos[rank].
+func (g *GPU) forwardRank(ctx context.Context, w *rankWork, in *Inputs, res *GPUForward, keep bool, halos [][]bf16.BF16) (err error) {
 	t0 := time.Now()
 	p := g.plan
-	r := cm.Rank()
-	tb, err := buildGPUTables(p, r)
+	r := w.rank
+	rr, err := g.newRankRun(w, res)
 	if err != nil {
 		return err
 	}
-	rk := &gpuRank{rank: r, tb: tb, mem: newDevMem(g.dev.ctx)}
-	defer func() {
-		if err != nil || !g.gopts.KeepDevice {
-			if err != nil && rk.stream != nil {
-				// Let launched work finish before its memory goes; its
-				// error, if any, is the one already reported.
-				_ = rk.stream.Synchronize()
-			}
-			err = errors.Join(err, rk.mem.free())
-			return
-		}
-		res.ranks[r] = rk
-	}()
-	run := &rankRun{g: g, rk: rk, cm: cm, res: res}
-	empty := tb.Tokens == 0
-	res.Timing[r] = RankTiming{Rank: r}
+	defer rr.release(&err, keep)
+	empty := rr.rk.tb.Tokens == 0
 	if !empty {
-		run.in = gatherGPUInputs(p, r, g.opts.Stage, in)
+		rr.in = gatherGPUInputs(p, r, g.opts.Stage, in)
 	}
 	var halo []bf16.BF16
 	if g.opts.Stage == StageModule {
-		if halo, err = run.exchangeHalo(ctx, in); err != nil {
+		if halo, err = rr.exchangeHalo(ctx, in); err != nil {
 			return err
+		}
+		if halos != nil {
+			halos[r] = halo
 		}
 	}
 	if !empty {
-		if err := run.begin(halo); err != nil {
+		if err := rr.begin(GPUForwardStages, halo, nil); err != nil {
+			return err
+		}
+		if err := rr.summaryWalk(); err != nil {
 			return err
 		}
 	}
 	g.opts.progress(r, "conv")
 	g.opts.progress(r, "prep")
 	g.opts.progress(r, "summary walk")
-	if err := run.exchangeSummaries(ctx); err != nil {
+	if err := rr.st.upTo("exchange summaries"); err != nil {
+		return err
+	}
+	if err := rr.exchangeSummaries(ctx); err != nil {
 		return err
 	}
 	g.opts.progress(r, "exchange summaries")
 	if !empty {
-		if err := run.finish(); err != nil {
+		if err := rr.clk.mark(); err != nil { // exchange summaries
+			return err
+		}
+		if err := rr.compose(); err != nil {
+			return err
+		}
+		if err := rr.finish(); err != nil {
 			return err
 		}
 	}
 	g.opts.progress(r, "compose")
 	g.opts.progress(r, "state walk")
 	g.opts.progress(r, "output")
+	if err := rr.st.finish(); err != nil {
+		return err
+	}
+	res.Timing[r].HostSeconds = time.Since(t0).Seconds()
+	return ctx.Err()
+}
+
+// recomputeRank runs one rank's checkpoint recompute, with no
+// communication: the forward's begin (uploads with the saved conv halo and
+// start states, conv, l2norm, prep) and finish (state walk, output), the
+// device buffers kept in res.
+func (g *GPU) recomputeRank(ctx context.Context, w *rankWork, ck *GPUCheckpoint, res *GPUForward) (err error) {
+	t0 := time.Now()
+	r := w.rank
+	rr, err := g.newRankRun(w, res)
+	if err != nil {
+		return err
+	}
+	defer rr.release(&err, true)
+	if rr.rk.tb.Tokens > 0 {
+		rr.in = gatherGPUInputs(g.plan, r, g.opts.Stage, ck.in)
+		if err := rr.begin(GPURecomputeStages, ck.halos[r], ck.starts[r]); err != nil {
+			return err
+		}
+		g.opts.progress(r, "conv")
+		g.opts.progress(r, "prep")
+		if err := rr.finish(); err != nil {
+			return err
+		}
+	} else {
+		g.opts.progress(r, "conv")
+		g.opts.progress(r, "prep")
+	}
+	g.opts.progress(r, "state walk")
+	g.opts.progress(r, "output")
+	if err := rr.st.finish(); err != nil {
+		return err
+	}
 	res.Timing[r].HostSeconds = time.Since(t0).Seconds()
 	return ctx.Err()
 }
@@ -357,48 +601,34 @@ func (rr *rankRun) exchangeHalo(ctx context.Context, in *Inputs) ([]bf16.BF16, e
 }
 
 // mark records the event that ends the next stage.
-func (rr *rankRun) mark() error {
-	if err := rr.rk.events[rr.ev].Record(rr.rk.stream); err != nil {
-		return fmt.Errorf("rank %d: record event: %w", rr.rk.rank, err)
-	}
-	rr.ev++
-	return nil
-}
+func (rr *rankRun) mark() error { return rr.clk.mark() }
 
 // launch runs entry on the rank's stream with 256-thread blocks.
 func (rr *rankRun) launch(entry string, grid [3]uint32, smem int, args *loader.Args) error {
-	if err := loader.Launch(rr.rk.stream, rr.g.dev.fn[entry], grid, [3]uint32{gpuBlock, 1, 1}, uint32(smem), args); err != nil {
-		return fmt.Errorf("rank %d: %s: %w", rr.rk.rank, entry, err)
-	}
-	return nil
+	return launchOn(rr.rk.dev, rr.rk.stream, rr.rk.rank, entry, grid, smem, args)
 }
 
-// vh is the width walk k of this rank launches with.
+// vh is the width walk k of this rank launches with; it is recorded in the
+// result's VH.
 func (rr *rankRun) vh(k sched.WalkKind) (int, error) {
-	g := rr.g
-	d, err := g.plan.Width(rr.rk.rank, k, g.opts.Profile, g.opts.Rule)
+	vh, err := walkWidth(rr.g.plan, rr.g.opts, rr.rk.rank, k)
 	if err != nil {
 		return 0, err
-	}
-	vh := d.VH
-	if g.opts.ForceVH != 0 {
-		vh = g.opts.ForceVH
-	}
-	if vh != 64 && vh != 128 {
-		return 0, fmt.Errorf("kcp: rank %d %s walk: width %d (want 64 or 128)", rr.rk.rank, k, vh)
 	}
 	rr.res.VH[rr.rk.rank][k] = vh
 	return vh, nil
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-// begin uploads the tables and inputs and runs everything up to the summary
-// walk.
-func (rr *rankRun) begin(halo []bf16.BF16) (err error) {
+// begin makes the rank's stream and the events of stages, uploads the
+// tables and inputs (halo: the conv halo of the module stage; start, when
+// set, the segments' start states, [NS, HV, 128, 128], for a recompute) and
+// runs conv, l2norm and prep, marking the end of each of the first four
+// stages (upload, conv, l2norm, prep). The forward and the recompute share
+// it, so they launch the same kernels on the same inputs.
+func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (err error) {
 	rk, g := rr.rk, rr.g
 	m, tb := rk.mem, rk.tb
-	ks := g.dev.ks
+	ks := rk.dev.ks
 	cfg := g.plan.Config
 	Tr, NS, NC := tb.Tokens, tb.NS, tb.NC
 	HQK, HV := cfg.HQK, cfg.HV
@@ -412,12 +642,8 @@ func (rr *rankRun) begin(halo []bf16.BF16) (err error) {
 	if rk.stream, err = m.stream(); err != nil {
 		return wrap(err)
 	}
-	for range len(GPUForwardStages) + 1 {
-		ev, err := m.event()
-		if err != nil {
-			return wrap(err)
-		}
-		rk.events = append(rk.events, ev)
+	if rr.clk, err = newStageClock(m, rk.rank, rk.stream, stages, rr.st); err != nil {
+		return err
 	}
 	if err := rr.mark(); err != nil {
 		return err
@@ -442,6 +668,9 @@ func (rr *rankRun) begin(halo []bf16.BF16) (err error) {
 	module := g.opts.Stage == StageModule
 	C := g.plan.ConvChannels()
 	if module {
+		if len(halo) != NS*ConvHalo*C {
+			return fmt.Errorf("rank %d: conv halo has %d values, want %d segments x %d x %d", rk.rank, len(halo), NS, ConvHalo, C)
+		}
 		for _, t := range []struct {
 			dst **loader.Buffer
 			nm  string
@@ -494,21 +723,25 @@ func (rr *rankRun) begin(halo []bf16.BF16) (err error) {
 			return wrap(err)
 		}
 	}
+	if start != nil {
+		if len(start) != NS*summarySlot(HV) {
+			return fmt.Errorf("rank %d: saved start states have %d values, want %d segments x %d", rk.rank, len(start), NS, summarySlot(HV))
+		}
+		if err := loader.CopyToDeviceAsync(rk.start, start, s); err != nil {
+			return fmt.Errorf("rank %d: upload start states: %w", rk.rank, err)
+		}
+	}
 	if rk.o, err = m.alloc("o", 2*Tr*nv); err != nil {
 		return wrap(err)
 	}
 	// Poison o so that anything the output kernel leaves shows as NaN.
-	words := Tr * nv / 2
-	if err := rr.launch(entryPoison, [3]uint32{uint32(min(ceilDiv(words, gpuBlock), 4096)), 1, 1}, 0,
-		argsPoison(rk.o.Ptr(), uint64(words), PoisonBF16x2)); err != nil {
+	if err := poisonOn(rk.dev, s, rk.rank, rk.o, Tr*nv/2, PoisonBF16x2); err != nil {
 		return err
 	}
 	if err := rr.mark(); err != nil { // upload
 		return err
 	}
 	// conv (module stage): y = silu(conv(x)), then q, k, v are read out of y.
-	var qp, kp, vp uintptr
-	var qst, kst, vst int
 	if module {
 		lanes := C
 		if C%8 == 0 {
@@ -520,13 +753,8 @@ func (rr *rankRun) begin(halo []bf16.BF16) (err error) {
 				Tr, C, NS)); err != nil {
 			return err
 		}
-		base := rk.y.Ptr()
-		qp, kp, vp = base, base+uintptr(2*nq), base+uintptr(2*2*nq)
-		qst, kst, vst = C, C, C
-	} else {
-		qp, kp, vp = rk.q.Ptr(), rk.k.Ptr(), rk.v.Ptr()
-		qst, kst, vst = nq, nq, nv
 	}
+	qp, kp, vp, qst, kst, vst := rk.qkv(g.opts.Stage, cfg, C)
 	if err := rr.mark(); err != nil { // conv
 		return err
 	}
@@ -542,19 +770,25 @@ func (rr *rankRun) begin(halo []bf16.BF16) (err error) {
 			rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), HQK, HV)); err != nil {
 		return err
 	}
-	if err := rr.mark(); err != nil { // prep
-		return err
-	}
+	return rr.mark() // prep
+}
+
+// summaryWalk runs the summary walk over the rank's summary list (nothing
+// when it is empty) and marks its end.
+func (rr *rankRun) summaryWalk() (err error) {
+	rk, g := rr.rk, rr.g
+	tb, HV := rk.tb, g.plan.Config.HV
+	ks := rk.dev.ks
 	if nlist := len(tb.Summary); nlist > 0 {
 		vh, err := rr.vh(sched.Summary)
 		if err != nil {
 			return err
 		}
-		if rk.sumP, err = f32("summary P", nlist*summarySlot(HV)); err != nil {
-			return wrap(err)
+		if rk.sumP, err = rk.mem.alloc("summary P", 4*nlist*summarySlot(HV)); err != nil {
+			return fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
-		if rk.sumQ, err = f32("summary Q", nlist*summarySlot(HV)); err != nil {
-			return wrap(err)
+		if rk.sumQ, err = rk.mem.alloc("summary Q", 4*nlist*summarySlot(HV)); err != nil {
+			return fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
 		if err := rr.launch(ks.summary, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.walkSmem(vh),
 			argsSummary(rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
@@ -569,81 +803,97 @@ func (rr *rankRun) begin(halo []bf16.BF16) (err error) {
 // summary list of the plan, through host memory to every rank and uploads
 // the gathered all_p and all_q. Every rank takes part, also one holding no
 // tokens; a plan with no summaries exchanges nothing.
-func (rr *rankRun) exchangeSummaries(ctx context.Context) error {
+func (rr *rankRun) exchangeSummaries(ctx context.Context) (err error) {
 	rk := rr.rk
 	tb := rk.tb
-	hv := rr.g.plan.Config.HV
-	R := len(rr.g.plan.Ranks)
-	if tb.MaxSummary == 0 {
-		return nil
+	rk.allP, rk.allQ, err = exchangeAffine(ctx, rr.cm, rk, rk.mem, "summary", "P", "Q",
+		len(tb.Summary), tb.MaxSummary, rr.g.plan.Config.HV, rk.sumP, rk.sumQ)
+	return err
+}
+
+// exchangeAffine sends rk's per-segment affine maps, a pair of
+// [nlist, HV, 128, 128] fp32 device arrays a and b (the summaries' P and Q,
+// or the offsets' Pᵀ and R), padded to maxList slots, through host memory to
+// every rank over cm, and uploads the gathered pairs into two new
+// [R*maxList, HV, 128, 128] arrays allocated in m, in which entry
+// rr*maxList + li is list entry li of rank rr. Every rank takes part, also
+// one holding no tokens (it sends zeros and uploads nothing); with maxList 0
+// nothing is exchanged and the arrays are nil.
+func exchangeAffine(ctx context.Context, cm comm.Communicator, rk *gpuRank, m *devMem, what, aName, bName string,
+	nlist, maxList, hv int, a, b *loader.Buffer) (allA, allB *loader.Buffer, err error) {
+	if maxList == 0 {
+		return nil, nil, nil
 	}
-	qOff, size := summarySend(tb.MaxSummary, hv)
+	R := cm.Size()
+	bOff, size := summarySend(maxList, hv)
 	send := make([]float32, size)
-	if n := len(tb.Summary) * summarySlot(hv); n > 0 {
-		if err := download(rk.sumP, rk.stream, "summary P", send[:n], 4); err != nil {
-			return fmt.Errorf("rank %d: %w", rk.rank, err)
+	if n := nlist * summarySlot(hv); n > 0 {
+		if err := download(a, rk.stream, what+" "+aName, send[:n], 4); err != nil {
+			return nil, nil, fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
-		if err := download(rk.sumQ, rk.stream, "summary Q", send[qOff:qOff+n], 4); err != nil {
-			return fmt.Errorf("rank %d: %w", rk.rank, err)
+		if err := download(b, rk.stream, what+" "+bName, send[bOff:bOff+n], 4); err != nil {
+			return nil, nil, fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
 	}
-	all, err := comm.AllGatherFloat32(ctx, rr.cm, send)
+	all, err := comm.AllGatherFloat32(ctx, cm, send)
 	if err != nil {
-		return fmt.Errorf("rank %d: summary exchange: %w", rk.rank, err)
+		return nil, nil, fmt.Errorf("rank %d: %s exchange: %w", rk.rank, what, err)
 	}
-	if tb.Tokens == 0 {
-		return nil
+	if rk.tb.Tokens == 0 {
+		return nil, nil, nil
 	}
-	ps, qs, err := summaryBlocks(all, R, tb.MaxSummary, hv)
+	as, bs, err := summaryBlocks(all, R, maxList, hv)
 	if err != nil {
-		return fmt.Errorf("rank %d: %w", rk.rank, err)
+		return nil, nil, fmt.Errorf("rank %d: %s: %w", rk.rank, what, err)
 	}
-	block := 4 * qOff
-	if rk.allP, err = rk.mem.alloc("all_p", R*block); err != nil {
-		return fmt.Errorf("rank %d: %w", rk.rank, err)
+	block := 4 * bOff
+	if allA, err = m.alloc("gathered "+what+" "+aName, R*block); err != nil {
+		return nil, nil, fmt.Errorf("rank %d: %w", rk.rank, err)
 	}
-	if rk.allQ, err = rk.mem.alloc("all_q", R*block); err != nil {
-		return fmt.Errorf("rank %d: %w", rk.rank, err)
+	if allB, err = m.alloc("gathered "+what+" "+bName, R*block); err != nil {
+		return nil, nil, fmt.Errorf("rank %d: %w", rk.rank, err)
 	}
 	for r := 0; r < R; r++ {
 		for _, t := range []struct {
 			dst *loader.Buffer
 			src []float32
-		}{{rk.allP, ps[r]}, {rk.allQ, qs[r]}} {
+		}{{allA, as[r]}, {allB, bs[r]}} {
 			v, err := t.dst.View(r*block, block)
 			if err != nil {
-				return fmt.Errorf("rank %d: %w", rk.rank, err)
+				return nil, nil, fmt.Errorf("rank %d: %w", rk.rank, err)
 			}
 			if err := loader.CopyToDeviceAsync(v, t.src, rk.stream); err != nil {
-				return fmt.Errorf("rank %d: upload gathered summaries of rank %d: %w", rk.rank, r, err)
+				return nil, nil, fmt.Errorf("rank %d: upload gathered %s of rank %d: %w", rk.rank, what, r, err)
 			}
 		}
 	}
-	return nil
+	return allA, allB, nil
 }
 
-// finish runs compose, state walk and output, copies the results back and
-// checks the output.
-func (rr *rankRun) finish() error {
-	rk, g := rr.rk, rr.g
-	tb := rk.tb
-	ks := g.dev.ks
-	cfg := g.plan.Config
-	Tr, NS, NC, HQK, HV := tb.Tokens, tb.NS, tb.NC, cfg.HQK, cfg.HV
-	if err := rr.mark(); err != nil { // exchange summaries
-		return err
-	}
+// compose runs the compose into the segments' start states and marks its
+// end.
+func (rr *rankRun) compose() error {
+	rk := rr.rk
 	allP, allQ := rk.allP, rk.allQ
 	if allP == nil { // nothing gathered: every compose list is empty and the kernel writes zeros
 		allP, allQ = rk.compIdx, rk.compIdx
 	}
-	if err := rr.launch(entryCompose, [3]uint32{2, uint32(NS), uint32(HV)}, composeSmem,
-		argsCompose(allP.Ptr(), allQ.Ptr(), rk.compOff.Ptr(), rk.compIdx.Ptr(), rk.start.Ptr(), HV)); err != nil {
+	if err := rr.launch(entryCompose, [3]uint32{2, uint32(rk.tb.NS), uint32(rr.g.plan.Config.HV)}, composeSmem,
+		argsCompose(allP.Ptr(), allQ.Ptr(), rk.compOff.Ptr(), rk.compIdx.Ptr(), rk.start.Ptr(), rr.g.plan.Config.HV)); err != nil {
 		return err
 	}
-	if err := rr.mark(); err != nil { // compose
-		return err
-	}
+	return rr.mark() // compose
+}
+
+// finish runs the state walk from the start states and the output, copies
+// the results back and checks the output. The forward and the recompute
+// share it.
+func (rr *rankRun) finish() error {
+	rk, g := rr.rk, rr.g
+	tb := rk.tb
+	ks := rk.dev.ks
+	cfg := g.plan.Config
+	Tr, NS, NC, HQK, HV := tb.Tokens, tb.NS, tb.NC, cfg.HQK, cfg.HV
 	vh, err := rr.vh(sched.State)
 	if err != nil {
 		return err
@@ -656,13 +906,9 @@ func (rr *rankRun) finish() error {
 	if err := rr.mark(); err != nil { // state walk
 		return err
 	}
-	scale := g.opts.Scale
-	if scale == 0 {
-		scale = 1 / math.Sqrt(gpuD)
-	}
 	if err := rr.launch(ks.output, [3]uint32{uint32(NC), uint32(HV), 1}, ks.outputSmem,
 		argsOutput(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), rk.vnew.Ptr(), rk.h.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
-			rk.o.Ptr(), HQK, HV, float32(scale))); err != nil {
+			rk.o.Ptr(), HQK, HV, gpuScale(g.opts))); err != nil {
 		return err
 	}
 	if err := rr.mark(); err != nil { // output
@@ -685,35 +931,13 @@ func (rr *rankRun) finish() error {
 	if err := rk.stream.Synchronize(); err != nil {
 		return fmt.Errorf("rank %d: stream: %w", rk.rank, err)
 	}
-	if err := rr.timing(); err != nil {
+	if err := rr.clk.read(&rr.res.Timing[rk.rank]); err != nil {
 		return err
 	}
 	if err := rr.scatterOutput(o); err != nil {
 		return err
 	}
 	rr.res.States[rk.rank] = st
-	return nil
-}
-
-// timing reads the rank's events into its RankTiming.
-func (rr *rankRun) timing() error {
-	rk := rr.rk
-	tm := &rr.res.Timing[rk.rank]
-	if rr.ev != len(rk.events) {
-		return fmt.Errorf("rank %d: %d of %d timing events recorded", rk.rank, rr.ev, len(rk.events))
-	}
-	for i, name := range GPUForwardStages {
-		ms, err := loader.ElapsedMillis(rk.events[i], rk.events[i+1])
-		if err != nil {
-			return fmt.Errorf("rank %d: time %s: %w", rk.rank, name, err)
-		}
-		tm.Stages = append(tm.Stages, StageTime{name, float64(ms)})
-	}
-	ms, err := loader.ElapsedMillis(rk.events[0], rk.events[len(rk.events)-1])
-	if err != nil {
-		return fmt.Errorf("rank %d: time forward: %w", rk.rank, err)
-	}
-	tm.TotalMillis = float64(ms)
 	return nil
 }
 

@@ -70,7 +70,7 @@ func openTestGPUs(t *testing.T, plan *Plan, opts GPUOptions) []testGPU {
 		if err != nil {
 			if errors.Is(err, ErrMissingKernels) || errors.Is(err, loader.ErrNoDriver) {
 				if blob == "" {
-					t.Skipf("needs blobs with the GDN forward kernels: %v", err)
+					t.Skipf("needs blobs with the GDN forward and backward kernels (ptx/src rebuilt with tools/ptxgen): %v", err)
 				}
 				t.Logf("compute_80 not tested: %v", err)
 				continue

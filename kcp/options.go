@@ -25,6 +25,11 @@ type Options struct {
 	// Progress, when set, is called after each stage of each rank (from the
 	// rank's goroutine; it must be safe for concurrent use).
 	Progress func(rank int, stage string)
+
+	// convBF16 rounds the conv output to bf16 (through float32), as the GPU
+	// stores it, so that tests can tell the GPU's arithmetic error from the
+	// bf16 storage of the conv output (set by tests only).
+	convBF16 bool
 }
 
 // Stage names reported to Options.Progress, in the order a rank runs them.

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gdnkcp/gdnkcp/internal/bf16"
 )
@@ -180,17 +183,10 @@ func (in *Inputs) RoundBF16() {
 func RandomInputs(p *Plan, stage Stage, seed uint64) (*Inputs, []float32) {
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	sh := p.InputShapes(stage)
-	normal := func(n int, scale float64) []float32 {
-		out := make([]float32, n)
-		for i := range out {
-			out[i] = bf16.Round(float32(rng.NormFloat64() * scale))
-		}
-		return out
-	}
 	in := &Inputs{
-		Q: normal(sh[0].Size(), 1),
-		K: normal(sh[1].Size(), 1),
-		V: normal(sh[2].Size(), 1),
+		Q: randomNormalBF16(sh[0].Size(), seed, 0),
+		K: randomNormalBF16(sh[1].Size(), seed, 1),
+		V: randomNormalBF16(sh[2].Size(), seed, 2),
 	}
 	in.G = make([]float32, sh[3].Size())
 	in.Beta = make([]float32, sh[4].Size())
@@ -211,6 +207,35 @@ func RandomInputs(p *Plan, stage Stage, seed uint64) (*Inputs, []float32) {
 			}
 		}
 	}
-	dout := normal(p.OutputShape().Size(), 1)
+	dout := randomNormalBF16(p.OutputShape().Size(), seed, 3)
 	return in, dout
+}
+
+// randomBlock is the number of values randomNormalBF16 draws from one
+// generator.
+const randomBlock = 1 << 16
+
+// randomNormalBF16 returns n standard normal values rounded to bf16: block
+// b of randomBlock values comes from its own PCG stream (seed; tensor, b),
+// so the values do not depend on how many goroutines fill the blocks (all
+// cores do: a full-size pack holds billions of values).
+func randomNormalBF16(n int, seed uint64, tensor int) []float32 {
+	out := make([]float32, n)
+	blocks := (n + randomBlock - 1) / randomBlock
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), blocks) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := int(next.Add(1) - 1); b < blocks; b = int(next.Add(1) - 1) {
+				rng := rand.New(rand.NewPCG(seed, uint64(tensor)<<48|uint64(b)))
+				for i := b * randomBlock; i < min(n, (b+1)*randomBlock); i++ {
+					out[i] = bf16.Round(float32(rng.NormFloat64()))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }

@@ -1,0 +1,952 @@
+package kcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gdnkcp/gdnkcp/comm"
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
+	"github.com/gdnkcp/gdnkcp/loader"
+	"github.com/gdnkcp/gdnkcp/sched"
+)
+
+// GPUBackwardStages are the stages of a rank's GPU backward in stream order,
+// as RankTiming reports them (docs/gpu-backward.md): the upload of dO and
+// the backward tables (and the gradient poison), dV'_local, the offset walk,
+// the offset exchange through host memory, the reverse compose, the tape
+// walk, the chunk gradients, the qk reduction with the l2norm backward, the
+// conv backward with the per-rank dw reduction (module stage), the
+// exchanges of the halo gradients (with their addition into dx) and of the
+// conv weight gradient (module stage), and the conversions of the
+// gradients to bf16. In the core stage the two conv stages are empty.
+var GPUBackwardStages = []string{"upload", "dv local", "offset walk", "exchange offsets", "reverse compose",
+	"tape walk", "chunk grads", "qk backward", "conv backward", "exchange conv grads", "bf16"}
+
+// PoisonF32 is the 32-bit pattern the GPU backward fills its fp32 gradient
+// outputs with before the kernels run: a quiet NaN with a payload no kernel
+// computes (a NaN result is the canonical 0x7fffffff), so an element still
+// holding it was never written.
+const PoisonF32 = 0x7fc0dead
+
+// backwardEntries lists the kernels of ptx/src/gdn_bwd.cu the backward
+// launches, with the most dynamic shared memory each takes (walks at the
+// larger of the two widths). The backward also launches gdn_compose_fwd and
+// gdn_poison_u32 of the forward's set.
+func backwardEntries() []gpuEntry {
+	walk := max(bwdWalkSmem(64), bwdWalkSmem(128))
+	return []gpuEntry{
+		{entryDVLocal, dvlocalSmem},
+		{entryOffset, walk},
+		{entryTape, walk},
+		{entryChunkGrads, chunkGradSmem},
+		{entryQKBwd, 0},
+		{entryConvBwd, 0},
+		{entryDWReduce, 0},
+		{entryAddRows, 0},
+		{entryF32ToBF16, 0},
+	}
+}
+
+// allEntries lists every kernel the backend resolves when it loads: the
+// forward's set (entries) and the backward's (fp32 kernels only, whatever
+// the forward's choice).
+func (ks kernelSet) allEntries() []gpuEntry {
+	return append(ks.entries(), backwardEntries()...)
+}
+
+// GPUBackwardEntries returns the kernel entries the GPU backward needs on
+// top of GPUForwardEntries, in launch order of a module-stage backward.
+// NewGPU resolves them with the forward's, and ProbeGPU and NewGPU report a
+// blob lacking any of them with ErrMissingKernels.
+func GPUBackwardEntries() []string {
+	var out []string
+	for _, e := range backwardEntries() {
+		out = append(out, e.name)
+	}
+	return out
+}
+
+// GPUGrads is the result of GPUForward.Backward.
+type GPUGrads struct {
+	// Grads are the gradients in global order, float64 of the GPU's values:
+	// DQ, DK, DV the bf16 gradients (core stage: of q, k, v; module stage:
+	// of the pre-conv projections, the conv's dx), DG, DBeta and DConvW
+	// (module stage) the fp32 ones.
+	Grads *Grads
+	// VH is the width each offset and tape walk launched with,
+	// [rank][walk kind] (the plan's memoized decision or Options.ForceVH);
+	// 0 where nothing launched (an empty walk list, or a forward walk).
+	VH [][sched.NumWalkKinds]int
+	// Timing is every rank's backward timeline (GPUBackwardStages), indexed
+	// by rank.
+	Timing []RankTiming
+	// PeakBytes is every rank's peak device memory over the forward (or
+	// recompute) and this backward, in bytes, indexed by rank.
+	PeakBytes []int64
+	// Ranks are the ranks that ran in this process, ascending (the
+	// forward's): only their tokens of Grads (DConvW is whole) and their
+	// entries of the per-rank slices are filled.
+	Ranks []int
+}
+
+// newGrads allocates zero gradients of plan's shapes for stage.
+func newGrads(p *Plan, stage Stage) *Grads {
+	cfg := p.Config
+	T := p.Tokens
+	g := &Grads{
+		DQ: make([]float64, T*cfg.HQK*cfg.DK), DK: make([]float64, T*cfg.HQK*cfg.DK),
+		DV: make([]float64, T*cfg.HV*cfg.DV), DG: make([]float64, T*cfg.HV), DBeta: make([]float64, T*cfg.HV),
+	}
+	if stage == StageModule {
+		g.DConvW = make([]float64, p.ConvChannels()*ConvWidth)
+	}
+	return g
+}
+
+// Backward runs the backward for dout (the gradient of the output, [T, HV,
+// 128] in global order; bf16 values as float32, others are rounded to bf16)
+// on the device buffers a forward kept (GPUOptions.KeepDevice, upstream's
+// B1) or a Recompute made (B3). Every rank runs on its own goroutine and on
+// its forward stream, in the order of docs/gpu-backward.md: dO uploaded and
+// every gradient output poisoned, dV'_local, offset walk, offset exchange
+// (device -> host -> all-gather -> host -> device), reverse compose, tape
+// walk, chunk gradients, qk reduction and l2norm backward; then in the core
+// stage dq, dk, dv to bf16, in the module stage the conv backward, the halo
+// gradients all-gathered and added into dx in a fixed order, the conv
+// weight gradient summed per rank on the device and over the ranks in rank
+// order on the host, and dx to bf16. Walk widths come from the plan's memo
+// (or Options.ForceVH). A gradient element left unwritten (still poisoned)
+// or NaN is an error naming the rank, token and head or channel.
+//
+// Backward allocates its own buffers and frees them before it returns, on
+// every path; the forward's stay until GPUForward.Close, so Backward may run
+// again (the same dout gives the same bits). Calls on one GPUForward are
+// serialized.
+func (f *GPUForward) Backward(ctx context.Context, dout []float32) (*GPUGrads, error) {
+	if f == nil || f.plan == nil {
+		return nil, errors.New("kcp: gpu backward: empty forward result")
+	}
+	p := f.plan
+	if err := p.CheckDOut(dout, false); err != nil {
+		return nil, fmt.Errorf("kcp: gpu backward: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.keptLocked(); err != nil {
+		return nil, fmt.Errorf("kcp: gpu backward: %w", err)
+	}
+	R := len(p.Ranks)
+	res := &GPUGrads{Grads: newGrads(p, f.stage), VH: make([][sched.NumWalkKinds]int, R),
+		Timing: make([]RankTiming, R), PeakBytes: make([]int64, R), Ranks: slices.Clone(f.Ranks)}
+	err := f.be.runRanks(ctx, "backward", GPUBackwardStages, true, func(ctx context.Context, w *rankWork) error {
+		return f.backwardRank(ctx, w, dout, res)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// keptLocked reports a result without device buffers for every rank. f.mu
+// is held.
+func (f *GPUForward) keptLocked() error {
+	if f.fleet == nil || f.be == nil || len(f.ranks) != len(f.plan.Ranks) {
+		return errors.New("the forward kept no device buffers (run it with GPUOptions.KeepDevice, or recompute from GPU.ForwardCheckpoint), or it was closed")
+	}
+	for _, r := range f.be.layout.local {
+		if rk := f.ranks[r]; rk == nil {
+			return fmt.Errorf("rank %d kept no device buffers (run the forward with GPUOptions.KeepDevice, or recompute from GPU.ForwardCheckpoint)", r)
+		}
+	}
+	return nil
+}
+
+// bwdRun is one rank's backward in progress. Its buffers live in mem, freed
+// when the rank's backward ends; the forward's stay in rk.
+type bwdRun struct {
+	f   *GPUForward
+	rk  *gpuRank
+	cm  comm.Communicator
+	tb  *gpuBwdTables
+	mem *devMem
+	res *GPUGrads
+	clk *stageClock
+	st  *stageTracker
+
+	dout, offList, rcompOff, rcompIdx, addDst, addOff, addSrc  *loader.Buffer
+	dvl, outPT, outR, allPT, allR, dend, dchunk, dvnew, dstart *loader.Buffer
+	dqv, dkv, dg, dbeta                                        *loader.Buffer
+	dq, dk, dv, dq16, dk16, dv16                               *loader.Buffer // core stage
+	dy, dx, dhalo, dwPart, dw, dx16, haloIn                    *loader.Buffer // module stage
+}
+
+// backwardRank runs one rank's backward and fills its slots of res. A rank
+// holding no tokens launches nothing but takes part in every exchange.
+func (f *GPUForward) backwardRank(ctx context.Context, w *rankWork, dout []float32, res *GPUGrads) (err error) {
+	t0 := time.Now()
+	r := w.rank
+	rk := f.ranks[r]
+	res.Timing[r] = RankTiming{Rank: r}
+	tb, err := buildGPUBwdTables(f.plan, r)
+	if err != nil {
+		return err
+	}
+	if rk == nil || rk.dev == nil {
+		return fmt.Errorf("rank %d kept no device buffers", r)
+	}
+	cm := w.cm
+	b := &bwdRun{f: f, rk: rk, cm: cm, tb: tb, mem: newDevMem(rk.dev.ctx), res: res, st: w.st}
+	defer func() {
+		if err != nil && rk.stream != nil {
+			// Let launched work finish before its memory goes; its error,
+			// if any, is the one already reported.
+			_ = rk.stream.Synchronize()
+		}
+		fwdNow, fwdPeak := rk.mem.held()
+		_, bwdPeak := b.mem.held()
+		res.PeakBytes[r] = max(fwdPeak, fwdNow+bwdPeak)
+		if ferr := b.mem.free(); ferr != nil {
+			err = errors.Join(err, fmt.Errorf("rank %d: %w", r, ferr))
+		}
+	}()
+	o := f.opts
+	empty := rk.tb.Tokens == 0
+	module := f.stage == StageModule
+	if !empty {
+		if err := b.begin(dout); err != nil {
+			return err
+		}
+		if err := b.offsetWalk(); err != nil {
+			return err
+		}
+	}
+	o.progress(r, "dv local")
+	o.progress(r, "offset walk")
+	if err := b.st.upTo("exchange offsets"); err != nil {
+		return err
+	}
+	if b.allPT, b.allR, err = exchangeAffine(ctx, cm, rk, b.mem, "offset", "Pᵀ", "R",
+		len(tb.Offset), tb.MaxOffset, f.plan.Config.HV, b.outPT, b.outR); err != nil {
+		return err
+	}
+	o.progress(r, "exchange offsets")
+	if !empty {
+		if err := b.mark(); err != nil { // exchange offsets
+			return err
+		}
+		if err := b.tapeAndGrads(); err != nil {
+			return err
+		}
+	}
+	o.progress(r, "reverse compose")
+	o.progress(r, "tape walk")
+	o.progress(r, "chunk grads")
+	if !empty && module {
+		if err := b.convBackward(); err != nil {
+			return err
+		}
+	}
+	if !empty {
+		if err := b.mark(); err != nil { // conv backward
+			return err
+		}
+	}
+	if err := b.st.upTo("exchange conv grads"); err != nil {
+		return err
+	}
+	if module {
+		if err := b.exchangeConvGrads(ctx); err != nil {
+			return err
+		}
+	}
+	if !empty {
+		if err := b.mark(); err != nil { // exchange conv grads
+			return err
+		}
+		if err := b.toBF16(); err != nil {
+			return err
+		}
+		if err := b.collect(); err != nil {
+			return err
+		}
+	}
+	o.progress(r, "conv backward")
+	if err := b.st.finish(); err != nil {
+		return err
+	}
+	res.Timing[r].HostSeconds = time.Since(t0).Seconds()
+	return ctx.Err()
+}
+
+// mark records the event that ends the next stage.
+func (b *bwdRun) mark() error { return b.clk.mark() }
+
+// launch runs entry on the rank's stream with 256-thread blocks.
+func (b *bwdRun) launch(entry string, grid [3]uint32, smem int, args *loader.Args) error {
+	return launchOn(b.rk.dev, b.rk.stream, b.rk.rank, entry, grid, smem, args)
+}
+
+// vh is the width walk k of this rank launches with; it is recorded in the
+// result's VH.
+func (b *bwdRun) vh(k sched.WalkKind) (int, error) {
+	vh, err := walkWidth(b.f.plan, b.f.opts, b.rk.rank, k)
+	if err != nil {
+		return 0, err
+	}
+	b.res.VH[b.rk.rank][k] = vh
+	return vh, nil
+}
+
+// poison fills words 32-bit words of buf with v.
+func (b *bwdRun) poison(buf *loader.Buffer, words int, v uint32) error {
+	return poisonOn(b.rk.dev, b.rk.stream, b.rk.rank, buf, words, v)
+}
+
+// walkArgs are the offset and tape walks' shared arguments at width vh.
+func (b *bwdRun) walkArgs(vh int) bwdWalkArgs {
+	rk, cfg := b.rk, b.f.plan.Config
+	return bwdWalkArgs{
+		w: rk.w.Ptr(), kt: rk.kt.Ptr(), qn: rk.qn.Ptr(), gcum: rk.gcum.Ptr(), dvl: b.dvl.Ptr(), dout: b.dout.Ptr(),
+		chunkTok0: rk.chunkTok0.Ptr(), chunkLen: rk.chunkLen.Ptr(), segChunk0: rk.segChunk0.Ptr(), segNChunk: rk.segNChunk.Ptr(),
+		HQK: cfg.HQK, HV: cfg.HV, vh: vh, scale: gpuScale(b.f.opts),
+	}
+}
+
+// begin makes the events, uploads dO and the backward tables, allocates and
+// poisons the gradient buffers, and runs dV'_local.
+func (b *bwdRun) begin(dout []float32) (err error) {
+	rk, m, p := b.rk, b.mem, b.f.plan
+	cfg := p.Config
+	tb := rk.tb
+	Tr, NS, NC, HQK, HV := tb.Tokens, tb.NS, tb.NC, cfg.HQK, cfg.HV
+	nq, nv, C := HQK*gpuD, HV*gpuD, p.ConvChannels()
+	module := b.f.stage == StageModule
+	wrap := func(err error) error {
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("rank %d: %w", rk.rank, err)
+	}
+	if b.clk, err = newStageClock(m, rk.rank, rk.stream, GPUBackwardStages, b.st); err != nil {
+		return err
+	}
+	if err := b.mark(); err != nil {
+		return err
+	}
+	s := rk.stream
+	if b.dout, err = upload(m, s, "dout", gatherDOut(p, rk.rank, dout), 2); err != nil {
+		return wrap(err)
+	}
+	tables := []struct {
+		dst **loader.Buffer
+		nm  string
+		src []int32
+	}{{&b.offList, "offset list", b.tb.Offset}, {&b.rcompOff, "rcomp_off", b.tb.RCompOff}, {&b.rcompIdx, "rcomp_idx", b.tb.RCompIdx}}
+	if module {
+		tables = append(tables, []struct {
+			dst **loader.Buffer
+			nm  string
+			src []int32
+		}{{&b.addDst, "add_rows dst_row", b.tb.AddDst}, {&b.addOff, "add_rows off", b.tb.AddOff}, {&b.addSrc, "add_rows src_row", b.tb.AddSrc}}...)
+	}
+	for _, t := range tables {
+		if *t.dst, err = upload(m, s, t.nm, t.src, 4); err != nil {
+			return wrap(err)
+		}
+	}
+	f32 := []struct {
+		dst **loader.Buffer
+		nm  string
+		n   int
+	}{
+		{&b.dvl, "dvl", Tr * nv}, {&b.dend, "terminal adjoints", NS * summarySlot(HV)},
+		{&b.dchunk, "chunk adjoints", NC * summarySlot(HV)}, {&b.dvnew, "dvnew", Tr * nv},
+		{&b.dstart, "start adjoints", NS * summarySlot(HV)}, {&b.dqv, "dqv", Tr * nv}, {&b.dkv, "dkv", Tr * nv},
+		{&b.dg, "dg", Tr * HV}, {&b.dbeta, "dbeta", Tr * HV},
+	}
+	if module {
+		f32 = append(f32, []struct {
+			dst **loader.Buffer
+			nm  string
+			n   int
+		}{{&b.dy, "dy", Tr * C}, {&b.dx, "dx", Tr * C}, {&b.dhalo, "dhalo", NS * ConvHalo * C},
+			{&b.dwPart, "dw_part", NC * C * ConvWidth}, {&b.dw, "dw", C * ConvWidth}}...)
+	} else {
+		f32 = append(f32, []struct {
+			dst **loader.Buffer
+			nm  string
+			n   int
+		}{{&b.dq, "dq fp32", Tr * nq}, {&b.dk, "dk fp32", Tr * nq}, {&b.dv, "dv fp32", Tr * nv}}...)
+	}
+	for _, t := range f32 {
+		if *t.dst, err = m.alloc(t.nm, 4*t.n); err != nil {
+			return wrap(err)
+		}
+	}
+	bf := []struct {
+		dst **loader.Buffer
+		nm  string
+		n   int
+	}{{&b.dq16, "dq", Tr * nq}, {&b.dk16, "dk", Tr * nq}, {&b.dv16, "dv", Tr * nv}}
+	if module {
+		bf = bf[:0]
+		bf = append(bf, struct {
+			dst **loader.Buffer
+			nm  string
+			n   int
+		}{&b.dx16, "dx", Tr * C})
+	}
+	// Poison every gradient output (and the halo gradients other ranks
+	// read): a kernel that leaves an element shows as never written.
+	for _, t := range bf {
+		if *t.dst, err = m.alloc(t.nm, 2*t.n); err != nil {
+			return wrap(err)
+		}
+		if err := b.poison(*t.dst, t.n/2, PoisonBF16x2); err != nil {
+			return err
+		}
+	}
+	for _, t := range []struct {
+		buf *loader.Buffer
+		n   int
+	}{{b.dg, Tr * HV}, {b.dbeta, Tr * HV}, {b.dhalo, NS * ConvHalo * C}, {b.dw, C * ConvWidth}} {
+		if t.buf != nil {
+			if err := b.poison(t.buf, t.n, PoisonF32); err != nil {
+				return err
+			}
+		}
+	}
+	if err := b.mark(); err != nil { // upload
+		return err
+	}
+	if err := b.launch(entryDVLocal, [3]uint32{uint32(NC), uint32(HV), 1}, dvlocalSmem,
+		argsDVLocal(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), b.dout.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+			b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))); err != nil {
+		return err
+	}
+	return b.mark() // dv local
+}
+
+// offsetWalk runs the offset walk over the rank's offset list (nothing when
+// it is empty): each listed segment's (Pᵀ, R).
+func (b *bwdRun) offsetWalk() (err error) {
+	HV := b.f.plan.Config.HV
+	if nlist := len(b.tb.Offset); nlist > 0 {
+		vh, err := b.vh(sched.Offset)
+		if err != nil {
+			return err
+		}
+		if b.outPT, err = b.mem.alloc("offset Pᵀ", 4*nlist*summarySlot(HV)); err != nil {
+			return fmt.Errorf("rank %d: %w", b.rk.rank, err)
+		}
+		if b.outR, err = b.mem.alloc("offset R", 4*nlist*summarySlot(HV)); err != nil {
+			return fmt.Errorf("rank %d: %w", b.rk.rank, err)
+		}
+		if err := b.launch(entryOffset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, bwdWalkSmem(vh),
+			argsOffset(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr())); err != nil {
+			return err
+		}
+	}
+	return b.mark() // offset walk
+}
+
+// tapeAndGrads runs the reverse compose, the tape walk, the chunk gradients
+// and the qk reduction with the l2norm backward.
+func (b *bwdRun) tapeAndGrads() error {
+	rk, p := b.rk, b.f.plan
+	cfg := p.Config
+	tb := rk.tb
+	Tr, NS, NC, HQK, HV := tb.Tokens, tb.NS, tb.NC, cfg.HQK, cfg.HV
+	nq, nv, C := HQK*gpuD, HV*gpuD, p.ConvChannels()
+	module := b.f.stage == StageModule
+	allPT, allR := b.allPT, b.allR
+	if allPT == nil { // nothing gathered: every reverse compose list is empty and the kernel writes zeros
+		allPT, allR = b.rcompIdx, b.rcompIdx
+	}
+	if err := b.launch(entryCompose, [3]uint32{2, uint32(NS), uint32(HV)}, composeSmem,
+		argsCompose(allPT.Ptr(), allR.Ptr(), b.rcompOff.Ptr(), b.rcompIdx.Ptr(), b.dend.Ptr(), HV)); err != nil {
+		return err
+	}
+	if err := b.mark(); err != nil { // reverse compose
+		return err
+	}
+	vh, err := b.vh(sched.Tape)
+	if err != nil {
+		return err
+	}
+	if err := b.launch(entryTape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, bwdWalkSmem(vh),
+		argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())); err != nil {
+		return err
+	}
+	if err := b.mark(); err != nil { // tape walk
+		return err
+	}
+	_, _, vp, _, _, vst := rk.qkv(b.f.stage, cfg, C)
+	// dv: core: its own fp32 array; module: the v columns of the conv's dy.
+	dvp, dvst := uintptr(0), nv
+	if module {
+		dvp, dvst = b.dy.Ptr()+uintptr(4*2*nq), C
+	} else {
+		dvp = b.dv.Ptr()
+	}
+	if err := b.launch(entryChunkGrads, [3]uint32{uint32(NC), uint32(HV), 1}, chunkGradSmem, argsChunkGrads(chunkGradArgs{
+		qn: rk.qn.Ptr(), kn: rk.kn.Ptr(), v: vp, vStride: vst, gcum: rk.gcum.Ptr(), beta: rk.beta.Ptr(), h: rk.h.Ptr(),
+		vnew: rk.vnew.Ptr(), dChunk: b.dchunk.Ptr(), dvnew: b.dvnew.Ptr(), dout: b.dout.Ptr(),
+		chunkTok0: rk.chunkTok0.Ptr(), chunkLen: rk.chunkLen.Ptr(), dqv: b.dqv.Ptr(), dkv: b.dkv.Ptr(),
+		dv: dvp, dvStride: dvst, dg: b.dg.Ptr(), dbeta: b.dbeta.Ptr(), HQK: HQK, HV: HV, scale: gpuScale(b.f.opts),
+	})); err != nil {
+		return err
+	}
+	if err := b.mark(); err != nil { // chunk grads
+		return err
+	}
+	// dq, dk: core: fp32 [Tr, HQK*128]; module: the q and k columns of dy.
+	dqp, dkp, dqst := uintptr(0), uintptr(0), nq
+	if module {
+		dqp, dkp, dqst = b.dy.Ptr(), b.dy.Ptr()+uintptr(4*nq), C
+	} else {
+		dqp, dkp = b.dq.Ptr(), b.dk.Ptr()
+	}
+	if err := b.launch(entryQKBwd, [3]uint32{uint32(ceilDiv(Tr*HQK*2, gpuBlock/32)), 1, 1}, 0,
+		argsQKBwd(b.dqv.Ptr(), b.dkv.Ptr(), rk.qn.Ptr(), rk.kn.Ptr(), rk.qRstd.Ptr(), rk.kRstd.Ptr(), dqp, dkp, dqst,
+			Tr, HQK, HV, !b.f.opts.NoL2Norm)); err != nil {
+		return err
+	}
+	return b.mark() // qk backward
+}
+
+// convBackward runs the conv backward (dx, the halo gradients, the
+// per-chunk dw parts) and reduces dw over the rank's chunks (module stage).
+func (b *bwdRun) convBackward() error {
+	rk, p := b.rk, b.f.plan
+	tb := rk.tb
+	C := p.ConvChannels()
+	if err := b.launch(entryConvBwd, [3]uint32{uint32(tb.NC), uint32(ceilDiv(C, gpuBlock)), 1}, 0,
+		argsConvBwd(rk.x.Ptr(), rk.convW.Ptr(), rk.halo.Ptr(), rk.segStart.Ptr(), rk.segLen.Ptr(), rk.tokSeg.Ptr(),
+			rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), b.dy.Ptr(), b.dx.Ptr(), b.dhalo.Ptr(), b.dwPart.Ptr(),
+			tb.Tokens, C, tb.NS, tb.NC)); err != nil {
+		return err
+	}
+	n := C * ConvWidth
+	return b.launch(entryDWReduce, [3]uint32{uint32(ceilDiv(n, gpuBlock)), 1, 1}, 0,
+		argsDWReduce(b.dwPart.Ptr(), tb.NC, n, b.dw.Ptr()))
+}
+
+// exchangeConvGrads all-gathers the halo gradients and adds the rows this
+// rank owns into its dx (gdn_add_rows, in the fixed order of the table),
+// then all-gathers the ranks' conv weight gradients and sums them in rank
+// order in float32 (module stage). Every rank takes part; one holding no
+// tokens sends zeros.
+func (b *bwdRun) exchangeConvGrads(ctx context.Context) (err error) {
+	rk, p := b.rk, b.f.plan
+	r := rk.rank
+	C := p.ConvChannels()
+	empty := rk.tb.Tokens == 0
+	dhalo := make([]float32, rk.tb.NS*ConvHalo*C)
+	if !empty {
+		if err := download(b.dhalo, rk.stream, "dhalo", dhalo, 4); err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+		if err := checkHaloGrads(p, r, dhalo); err != nil {
+			return err
+		}
+	}
+	all, err := comm.AllGatherFloat32(ctx, b.cm, haloGradSend(b.tb, dhalo, C))
+	if err != nil {
+		return fmt.Errorf("rank %d: halo gradient exchange: %w", r, err)
+	}
+	if !empty && len(b.tb.AddDst) > 0 {
+		rows, err := haloGradRows(b.tb, all, len(p.Ranks), C)
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+		if b.haloIn, err = upload(b.mem, rk.stream, "received halo gradients", rows, 4); err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+		if err := b.launch(entryAddRows, [3]uint32{uint32(len(b.tb.AddDst)), uint32(ceilDiv(C, gpuBlock)), 1}, 0,
+			argsAddRows(b.dx.Ptr(), C, b.haloIn.Ptr(), C, b.addDst.Ptr(), b.addOff.Ptr(), b.addSrc.Ptr(), len(b.tb.AddDst), C)); err != nil {
+			return err
+		}
+	}
+	n := C * ConvWidth
+	dw := make([]float32, n)
+	if !empty {
+		if err := download(b.dw, rk.stream, "dw", dw, 4); err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+		if err := checkF32(r, "conv weight gradient (the rank's sum)", dw, func(i int) string {
+			return fmt.Sprintf("channel %d tap %d", i/ConvWidth, i%ConvWidth)
+		}); err != nil {
+			return err
+		}
+	}
+	allDW, err := comm.AllGatherFloat32(ctx, b.cm, dw)
+	if err != nil {
+		return fmt.Errorf("rank %d: conv weight gradient exchange: %w", r, err)
+	}
+	sum, err := sumRanks(allDW, len(p.Ranks), n)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", r, err)
+	}
+	if r == b.f.be.layout.local[0] { // every rank holds the same sum; the first local one writes it
+		for i, v := range sum {
+			b.res.Grads.DConvW[i] = float64(v)
+		}
+	}
+	return nil
+}
+
+// sumRanks adds the ranks' n-value parts of all in rank order, in float32:
+// the same bits on every rank.
+func sumRanks(all []float32, ranks, n int) ([]float32, error) {
+	if len(all) != ranks*n {
+		return nil, fmt.Errorf("kcp: conv weight gradient exchange: got %d values, want %d ranks x %d", len(all), ranks, n)
+	}
+	sum := make([]float32, n)
+	for rr := 0; rr < ranks; rr++ {
+		for i, v := range all[rr*n : (rr+1)*n] {
+			sum[i] += v
+		}
+	}
+	return sum, nil
+}
+
+// checkHaloGrads reports a halo gradient element of rank's segments (dhalo,
+// [NS, 3, C]) that the conv backward never wrote or that is NaN.
+func checkHaloGrads(p *Plan, rank int, dhalo []float32) error {
+	per := ConvHalo * p.ConvChannels()
+	return checkF32(rank, "halo gradient", dhalo, func(i int) string {
+		return fmt.Sprintf("segment %d row %d channel %d", i/per, i%per/p.ConvChannels(), i%p.ConvChannels())
+	})
+}
+
+// checkF32 reports the fp32 elements of v still holding PoisonF32 (never
+// written) or NaN, naming the first through where.
+func checkF32(rank int, name string, v []float32, where func(i int) string) error {
+	c := gradCheck{rank: rank, name: name}
+	for i, x := range v {
+		if math.IsNaN(float64(x)) {
+			c.bad(math.Float32bits(x) == PoisonF32, func() string { return where(i) })
+		}
+	}
+	return c.err()
+}
+
+// gradCheck counts one gradient's elements that were never written (still
+// poisoned) or NaN, and remembers where the first was.
+type gradCheck struct {
+	rank           int
+	name           string
+	unwritten, nan int
+	first          string
+}
+
+// bad counts an element: poisoned, or another NaN.
+func (c *gradCheck) bad(poisoned bool, where func() string) {
+	what := "NaN"
+	if poisoned {
+		what = "never written (still poisoned)"
+		c.unwritten++
+	} else {
+		c.nan++
+	}
+	if c.first == "" {
+		c.first = where() + ": " + what
+	}
+}
+
+// err is nil when nothing was counted.
+func (c *gradCheck) err() error {
+	if c.unwritten+c.nan == 0 {
+		return nil
+	}
+	return fmt.Errorf("rank %d: %s: %d elements never written, %d NaN; first at %s", c.rank, c.name, c.unwritten, c.nan, c.first)
+}
+
+// toBF16 converts the fp32 gradients of q, k, v (core) or dx (module) to
+// their bf16 outputs.
+func (b *bwdRun) toBF16() error {
+	p := b.f.plan
+	cfg := p.Config
+	Tr := b.rk.tb.Tokens
+	nq, nv := cfg.HQK*gpuD, cfg.HV*gpuD
+	pairs := []struct {
+		src, dst *loader.Buffer
+		n        int
+	}{{b.dq, b.dq16, Tr * nq}, {b.dk, b.dk16, Tr * nq}, {b.dv, b.dv16, Tr * nv}}
+	if b.f.stage == StageModule {
+		pairs = pairs[:1]
+		pairs[0].src, pairs[0].dst, pairs[0].n = b.dx, b.dx16, Tr*p.ConvChannels()
+	}
+	for _, t := range pairs {
+		if err := b.launch(entryF32ToBF16, [3]uint32{uint32(min(ceilDiv(t.n, gpuBlock), 4096)), 1, 1}, 0,
+			argsF32ToBF16(t.src.Ptr(), t.dst.Ptr(), uint64(t.n))); err != nil {
+			return err
+		}
+	}
+	return b.mark() // bf16
+}
+
+// collect copies the rank's gradients back, reads the timing, and checks and
+// scatters the gradients into the global result.
+func (b *bwdRun) collect() error {
+	rk, p := b.rk, b.f.plan
+	r := rk.rank
+	cfg := p.Config
+	Tr := rk.tb.Tokens
+	nq, nv, C, HV := cfg.HQK*gpuD, cfg.HV*gpuD, p.ConvChannels(), cfg.HV
+	module := b.f.stage == StageModule
+	dg, dbeta := make([]float32, Tr*HV), make([]float32, Tr*HV)
+	var dq, dk, dv, dx []bf16.BF16
+	downloads := []error{
+		download(b.dg, rk.stream, "dg", dg, 4),
+		download(b.dbeta, rk.stream, "dbeta", dbeta, 4),
+	}
+	if module {
+		dx = make([]bf16.BF16, Tr*C)
+		downloads = append(downloads, download(b.dx16, rk.stream, "dx", dx, 2))
+	} else {
+		dq, dk, dv = make([]bf16.BF16, Tr*nq), make([]bf16.BF16, Tr*nq), make([]bf16.BF16, Tr*nv)
+		downloads = append(downloads, download(b.dq16, rk.stream, "dq", dq, 2), download(b.dk16, rk.stream, "dk", dk, 2),
+			download(b.dv16, rk.stream, "dv", dv, 2))
+	}
+	if err := errors.Join(downloads...); err != nil {
+		return fmt.Errorf("rank %d: %w", r, err)
+	}
+	if err := rk.stream.Synchronize(); err != nil {
+		return fmt.Errorf("rank %d: stream: %w", r, err)
+	}
+	if err := b.clk.read(&b.res.Timing[r]); err != nil {
+		return err
+	}
+	return scatterGrads(p, r, b.res.Grads, gradRows{DQ: dq, DK: dk, DV: dv, DX: dx, DG: dg, DBeta: dbeta})
+}
+
+// gradRows are one rank's downloaded gradients in buffer order: DQ, DK
+// [Tr, HQK*128], DV [Tr, HV*128] bf16 (core stage) or DX [Tr, C] bf16
+// (module stage), and DG, DBeta fp32 [Tr, HV].
+type gradRows struct {
+	DQ, DK, DV, DX []bf16.BF16
+	DG, DBeta      []float32
+}
+
+// scatterGrads checks rank's gradients (an element still holding its poison
+// was never written; any other NaN was computed) and writes them, as
+// float64, to their global rows in g. An error names the gradient, the
+// rank, and the token, head and column (or conv channel) of the first bad
+// element.
+func scatterGrads(p *Plan, rank int, g *Grads, rows gradRows) error {
+	cfg := p.Config
+	nq, nv, C, HV := cfg.HQK*gpuD, cfg.HV*gpuD, p.ConvChannels(), cfg.HV
+	segs := p.Ranks[rank].Segments
+	// bf16 scatters rows of width w of src; put places element j of global
+	// token t; col names column j.
+	bf := func(name string, src []bf16.BF16, w int, put func(t, j int, v float64), col func(j int) string) error {
+		c := gradCheck{rank: rank, name: name}
+		for _, seg := range segs {
+			for i := 0; i < seg.Len; i++ {
+				lt, t := seg.LocalStart+i, seg.Start+i
+				for j, x := range src[lt*w : (lt+1)*w] {
+					if x.IsNaN() {
+						c.bad(x == poisonBF16, func() string {
+							return fmt.Sprintf("token %d (local %d, document %d) %s", t, lt, seg.Doc, col(j))
+						})
+					}
+					put(t, j, float64(x.Float32()))
+				}
+			}
+		}
+		return c.err()
+	}
+	f32 := func(name string, src []float32, dst []float64) error {
+		c := gradCheck{rank: rank, name: name}
+		for _, seg := range segs {
+			for i := 0; i < seg.Len; i++ {
+				lt, t := seg.LocalStart+i, seg.Start+i
+				for h, x := range src[lt*HV : (lt+1)*HV] {
+					if math.IsNaN(float64(x)) {
+						c.bad(math.Float32bits(x) == PoisonF32, func() string {
+							return fmt.Sprintf("token %d (local %d, document %d) value head %d", t, lt, seg.Doc, h)
+						})
+					}
+					dst[t*HV+h] = float64(x)
+				}
+			}
+		}
+		return c.err()
+	}
+	headCol := func(kind string) func(j int) string {
+		return func(j int) string { return fmt.Sprintf("%s head %d column %d", kind, j/gpuD, j%gpuD) }
+	}
+	var errs []error
+	if rows.DX != nil {
+		errs = append(errs, bf("dx", rows.DX, C, func(t, j int, v float64) {
+			switch {
+			case j < nq:
+				g.DQ[t*nq+j] = v
+			case j < 2*nq:
+				g.DK[t*nq+j-nq] = v
+			default:
+				g.DV[t*nv+j-2*nq] = v
+			}
+		}, func(j int) string { return fmt.Sprintf("channel %d (%s)", j, convChannel(cfg, j)) }))
+	} else {
+		errs = append(errs,
+			bf("dq", rows.DQ, nq, func(t, j int, v float64) { g.DQ[t*nq+j] = v }, headCol("QK")),
+			bf("dk", rows.DK, nq, func(t, j int, v float64) { g.DK[t*nq+j] = v }, headCol("QK")),
+			bf("dv", rows.DV, nv, func(t, j int, v float64) { g.DV[t*nv+j] = v }, headCol("value")))
+	}
+	errs = append(errs, f32("dg", rows.DG, g.DG), f32("dbeta", rows.DBeta, g.DBeta))
+	return errors.Join(errs...)
+}
+
+// convChannel names conv channel c of the q|k|v concatenation: "q head 1
+// column 3".
+func convChannel(cfg PlanConfig, c int) string {
+	nq := cfg.HQK * gpuD
+	switch {
+	case c < nq:
+		return fmt.Sprintf("q head %d column %d", c/gpuD, c%gpuD)
+	case c < 2*nq:
+		return fmt.Sprintf("k head %d column %d", (c-nq)/gpuD, (c-nq)%gpuD)
+	}
+	return fmt.Sprintf("v head %d column %d", (c-2*nq)/gpuD, (c-2*nq)%gpuD)
+}
+
+// GPUCheckpoint is the handle of a GPU forward in checkpoint mode
+// (GPU.ForwardCheckpoint, upstream's B3): the output, the width decisions,
+// and on the host each rank's boundary start states (as the compose made
+// them) and conv halos (module stage), with a reference to the inputs. It
+// holds no device memory. Recompute rebuilds the forward's device state from
+// it with no communication.
+type GPUCheckpoint struct {
+	// Out is the forward's output in global order.
+	Out *Output
+	// Decisions are the width decisions of every walk of every rank,
+	// [rank][walk kind], read from the plan's memo.
+	Decisions [][sched.NumWalkKinds]sched.Decision
+	// VH is the width each forward walk launched with, [rank][walk kind].
+	VH [][sched.NumWalkKinds]int
+	// Timing is every rank's forward timeline (GPUForwardStages).
+	Timing []RankTiming
+	// PeakBytes is every rank's peak device memory during the forward.
+	PeakBytes []int64
+	// Blob is the blob slot the kernels came from.
+	Blob string
+	// Ranks are the ranks that ran in this process, ascending; Recompute
+	// rebuilds only theirs.
+	Ranks []int
+
+	g      *GPU
+	in     *Inputs
+	starts [][]float32   // [rank] start states, [NS, HV, 128, 128]
+	halos  [][]bf16.BF16 // [rank] conv halos, [NS, 3, C] (module stage)
+}
+
+// ForwardCheckpoint runs the forward in checkpoint mode: the same stages,
+// kernels and exchanges as Forward, after which every device buffer is
+// freed; it returns the output, the decisions and a handle that keeps the
+// boundary start states and conv halos on the host (and references in,
+// which must not change until the backward is done). GPUCheckpoint.Recompute
+// rebuilds the device state for GPUForward.Backward.
+func (g *GPU) ForwardCheckpoint(ctx context.Context, in *Inputs) (*GPUCheckpoint, error) {
+	if err := g.alive(); err != nil {
+		return nil, err
+	}
+	R := len(g.plan.Ranks)
+	halos := make([][]bf16.BF16, R)
+	f, err := g.forward(ctx, in, false, halos)
+	if err != nil {
+		return nil, err
+	}
+	ck := &GPUCheckpoint{Out: f.Out, Decisions: f.Decisions, VH: f.VH, Timing: f.Timing, PeakBytes: f.PeakBytes,
+		Blob: f.Blob, Ranks: f.Ranks, g: g, in: in, starts: make([][]float32, R), halos: halos}
+	for _, r := range f.Ranks {
+		ck.starts[r] = f.States[r].Start
+	}
+	return ck, nil
+}
+
+// Recompute rebuilds the forward's device state from the checkpoint, every
+// local rank (Ranks) on its own goroutine and stream on its device, with no
+// communication (with GPUOptions.Communicator a failure still aborts the
+// communicator, so that the peers stop waiting): inputs and
+// tables uploaded with the saved conv halo and start states, conv (module
+// stage), l2norm, prep, state walk from the saved start states, output.
+// It runs the forward's own code and kernels on the same inputs at the
+// widths of the plan's memo, so it reproduces the forward's intermediates
+// bit for bit. The result keeps its device buffers (Timing holds
+// GPURecomputeStages) for Backward; the caller frees them with Close. The
+// backend that made the checkpoint must still be open.
+func (ck *GPUCheckpoint) Recompute(ctx context.Context) (*GPUForward, error) {
+	if ck == nil || ck.g == nil {
+		return nil, errors.New("kcp: gpu recompute: the checkpoint is empty")
+	}
+	g := ck.g
+	if err := g.alive(); err != nil {
+		return nil, fmt.Errorf("kcp: gpu recompute: %w", err)
+	}
+	p := g.plan
+	R := len(p.Ranks)
+	if len(ck.starts) != R || len(ck.halos) != R {
+		return nil, fmt.Errorf("kcp: gpu recompute: the checkpoint holds %d ranks' states and %d halos, the plan %d ranks",
+			len(ck.starts), len(ck.halos), R)
+	}
+	if err := ck.in.Validate(p, g.opts.Stage, false); err != nil {
+		return nil, fmt.Errorf("kcp: gpu recompute: %w", err)
+	}
+	dec, err := p.Decisions(g.opts.Profile, g.opts.Rule)
+	if err != nil {
+		return nil, err
+	}
+	res, err := g.newResult(dec)
+	if err != nil {
+		return nil, err
+	}
+	err = g.runRanks(ctx, "recompute", GPURecomputeStages, false, func(ctx context.Context, w *rankWork) error {
+		return g.recomputeRank(ctx, w, ck, res)
+	})
+	if err != nil {
+		if cerr := res.Close(); cerr != nil {
+			return nil, errors.Join(err, fmt.Errorf("kcp: gpu recompute: %w", cerr))
+		}
+		return nil, err
+	}
+	return res, nil
+}
+
+// deviceBytes downloads the intermediates rank kept on the device (the
+// output, the start and final states, the per-chunk states, V', the
+// normalised q and k with their inverse norms, gamma, W, U, Kt and, in the
+// module stage, the conv output) as raw bytes by name, for bitwise
+// comparisons between a forward and a recompute.
+func (f *GPUForward) deviceBytes(rank int) (map[string][]byte, error) {
+	if f == nil || f.plan == nil {
+		return nil, errors.New("kcp: device bytes: empty result")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if rank < 0 || rank >= len(f.ranks) || f.ranks[rank] == nil {
+		return nil, fmt.Errorf("kcp: device bytes: rank %d kept no device buffers", rank)
+	}
+	rk := f.ranks[rank]
+	out := map[string][]byte{}
+	for name, b := range map[string]*loader.Buffer{
+		"o": rk.o, "start": rk.start, "final": rk.final, "h": rk.h, "vnew": rk.vnew, "qn": rk.qn, "kn": rk.kn,
+		"q_rstd": rk.qRstd, "k_rstd": rk.kRstd, "gcum": rk.gcum, "w": rk.w, "u": rk.u, "kt": rk.kt, "y": rk.y,
+	} {
+		if b == nil {
+			continue
+		}
+		buf := make([]byte, b.Size())
+		if err := loader.CopyFromDevice(b, buf); err != nil {
+			return nil, fmt.Errorf("kcp: device bytes: rank %d %s: %w", rank, name, err)
+		}
+		out[name] = buf
+	}
+	return out, nil
+}

@@ -1,0 +1,123 @@
+package kcp
+
+import "github.com/gdnkcp/gdnkcp/loader"
+
+// The argument lists of the kernels the GPU backward launches, in the order
+// of their extern "C" signatures in ptx/src/gdn_bwd.cu (docs/gpu-backward.md
+// is the contract). Pointers are device addresses; int parameters are int32;
+// loader.Launch checks every list against the blob manifest's layout. The
+// reverse compose is gdn_compose_fwd (argsCompose) on the offsets, and the
+// poison is gdn_poison_u32 (argsPoison).
+
+// argsDVLocal: gdn_dvlocal_bwd(qn, kn, gcum, dout, chunk_tok0, chunk_len, dvl, HQK, HV, scale).
+func argsDVLocal(qn, kn, gcum, dout, chunkTok0, chunkLen, dvl uintptr, HQK, HV int, scale float32) *loader.Args {
+	return loader.NewArgs().DevicePtr(qn).DevicePtr(kn).DevicePtr(gcum).DevicePtr(dout).DevicePtr(chunkTok0).
+		DevicePtr(chunkLen).DevicePtr(dvl).I32(int32(HQK)).I32(int32(HV)).F32(scale)
+}
+
+// bwdWalkArgs are the tensors and tables the offset and tape walks share.
+type bwdWalkArgs struct {
+	w, kt, qn, gcum, dvl, dout                uintptr
+	chunkTok0, chunkLen, segChunk0, segNChunk uintptr
+	HQK, HV, vh                               int
+	scale                                     float32
+}
+
+// head appends the shared leading arguments: w, kt, qn, gcum, dvl, dout,
+// chunk_tok0, chunk_len, seg_chunk0, seg_nchunk.
+func (a bwdWalkArgs) head() *loader.Args {
+	return loader.NewArgs().DevicePtr(a.w).DevicePtr(a.kt).DevicePtr(a.qn).DevicePtr(a.gcum).DevicePtr(a.dvl).
+		DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).DevicePtr(a.segChunk0).DevicePtr(a.segNChunk)
+}
+
+// tail appends the shared trailing arguments: HQK, HV, vh, scale.
+func (a bwdWalkArgs) tail(l *loader.Args) *loader.Args {
+	return l.I32(int32(a.HQK)).I32(int32(a.HV)).I32(int32(a.vh)).F32(a.scale)
+}
+
+// argsOffset: gdn_offset_walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0,
+// seg_nchunk, list, out_pt, out_r, HQK, HV, vh, scale).
+func argsOffset(a bwdWalkArgs, list, outPT, outR uintptr) *loader.Args {
+	return a.tail(a.head().DevicePtr(list).DevicePtr(outPT).DevicePtr(outR))
+}
+
+// argsTape: gdn_tape_walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk,
+// dend, d_chunk, dvnew, dstart, HQK, HV, vh, scale).
+func argsTape(a bwdWalkArgs, dend, dChunk, dvnew, dstart uintptr) *loader.Args {
+	return a.tail(a.head().DevicePtr(dend).DevicePtr(dChunk).DevicePtr(dvnew).DevicePtr(dstart))
+}
+
+// chunkGradArgs are the arguments of gdn_chunk_grads.
+type chunkGradArgs struct {
+	qn, kn, v                           uintptr
+	vStride                             int
+	gcum, beta, h, vnew, dChunk, dvnew  uintptr
+	dout, chunkTok0, chunkLen, dqv, dkv uintptr
+	dv                                  uintptr
+	dvStride                            int
+	dg, dbeta                           uintptr
+	HQK, HV                             int
+	scale                               float32
+}
+
+// argsChunkGrads: gdn_chunk_grads(qn, kn, v, v_stride, gcum, beta, h, vnew, d_chunk, dvnew, dout,
+// chunk_tok0, chunk_len, dqv, dkv, dv, dv_stride, dg, dbeta, HQK, HV, scale).
+func argsChunkGrads(a chunkGradArgs) *loader.Args {
+	return loader.NewArgs().DevicePtr(a.qn).DevicePtr(a.kn).DevicePtr(a.v).I32(int32(a.vStride)).
+		DevicePtr(a.gcum).DevicePtr(a.beta).DevicePtr(a.h).DevicePtr(a.vnew).DevicePtr(a.dChunk).DevicePtr(a.dvnew).
+		DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).DevicePtr(a.dqv).DevicePtr(a.dkv).
+		DevicePtr(a.dv).I32(int32(a.dvStride)).DevicePtr(a.dg).DevicePtr(a.dbeta).
+		I32(int32(a.HQK)).I32(int32(a.HV)).F32(a.scale)
+}
+
+// argsQKBwd: gdn_qk_bwd(dqv, dkv, qn, kn, q_rstd, k_rstd, dq, dk, dq_stride, T, HQK, HV, l2norm).
+func argsQKBwd(dqv, dkv, qn, kn, qRstd, kRstd, dq, dk uintptr, dqStride, T, HQK, HV int, l2norm bool) *loader.Args {
+	l2 := int32(0)
+	if l2norm {
+		l2 = 1
+	}
+	return loader.NewArgs().DevicePtr(dqv).DevicePtr(dkv).DevicePtr(qn).DevicePtr(kn).DevicePtr(qRstd).
+		DevicePtr(kRstd).DevicePtr(dq).DevicePtr(dk).I32(int32(dqStride)).I32(int32(T)).I32(int32(HQK)).
+		I32(int32(HV)).I32(l2)
+}
+
+// argsConvBwd: gdn_conv1d_silu_bwd(x, conv_w, halo, seg_start, seg_len, tok_seg, chunk_tok0, chunk_len,
+// dy, dx, dhalo, dw_part, T, C, NS, NC).
+func argsConvBwd(x, w, halo, segStart, segLen, tokSeg, chunkTok0, chunkLen, dy, dx, dhalo, dwPart uintptr, T, C, NS, NC int) *loader.Args {
+	return loader.NewArgs().DevicePtr(x).DevicePtr(w).DevicePtr(halo).DevicePtr(segStart).DevicePtr(segLen).
+		DevicePtr(tokSeg).DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(dy).DevicePtr(dx).DevicePtr(dhalo).
+		DevicePtr(dwPart).I32(int32(T)).I32(int32(C)).I32(int32(NS)).I32(int32(NC))
+}
+
+// argsDWReduce: gdn_dw_reduce(dw_part, NC, n, dw).
+func argsDWReduce(dwPart uintptr, NC, n int, dw uintptr) *loader.Args {
+	return loader.NewArgs().DevicePtr(dwPart).I32(int32(NC)).I32(int32(n)).DevicePtr(dw)
+}
+
+// argsAddRows: gdn_add_rows(dst, dst_stride, src, src_stride, dst_row, off, src_row, ndst, C).
+func argsAddRows(dst uintptr, dstStride int, src uintptr, srcStride int, dstRow, off, srcRow uintptr, ndst, C int) *loader.Args {
+	return loader.NewArgs().DevicePtr(dst).I32(int32(dstStride)).DevicePtr(src).I32(int32(srcStride)).
+		DevicePtr(dstRow).DevicePtr(off).DevicePtr(srcRow).I32(int32(ndst)).I32(int32(C))
+}
+
+// argsF32ToBF16: gdn_f32_to_bf16(src, dst, n), n unsigned long long.
+func argsF32ToBF16(src, dst uintptr, n uint64) *loader.Args {
+	return loader.NewArgs().DevicePtr(src).DevicePtr(dst).U64(n)
+}
+
+// gpuBwdArgSamples returns every backward entry's argument list built with
+// zero values, for checking the layouts against the sources and the
+// manifest.
+func gpuBwdArgSamples() map[string]*loader.Args {
+	return map[string]*loader.Args{
+		entryDVLocal:    argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOffset:     argsOffset(bwdWalkArgs{}, 0, 0, 0),
+		entryTape:       argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
+		entryChunkGrads: argsChunkGrads(chunkGradArgs{}),
+		entryQKBwd:      argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
+		entryConvBwd:    argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDWReduce:   argsDWReduce(0, 0, 0, 0),
+		entryAddRows:    argsAddRows(0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryF32ToBF16:  argsF32ToBF16(0, 0, 0),
+	}
+}
