@@ -1,19 +1,42 @@
 #!/usr/bin/env bash
 # One device call for kernel work: build the blobs from ptx/src, point the run at them with
-# GDNKCP_BLOB_DIR (no re-embedding), run the GPU tests matching $1 and the bench, and bring the
-# blobs back as $OUT/blobs.tar (install here with scripts/blobs-local.sh install).
+# GDNKCP_BLOB_DIR (no re-embedding), run the kcp GPU tests matching $1 and, with BENCH=1, the bench,
+# and bring the blobs back as $OUT/blobs.tar (install here with scripts/blobs-local.sh install).
 # Here first: scripts/gpu.sh build (or at least .gpu/kcp.test, .gpu/kcp, .gpu/ptxgen, .gpu/ptxcheck).
 # There: run(command="bash scripts/dev-cycle.sh 'TensorCore'", carry=[".gpu"])
+# Env: BENCH=1 runs `kcp bench` (KERNELS=tc|fp32); COMM=1 also runs .gpu/comm.test's GPU tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
-export PATH=/usr/local/cuda/bin:$PATH
+export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
 blobs=/tmp/gdnkcp-blobs
 rm -rf "$blobs" && mkdir -p "$blobs"
+t0=$(date +%s)
 .gpu/ptxgen -src ptx/src -out "$blobs" >"$out/ptxgen.log" 2>&1 || { tail -30 "$out/ptxgen.log"; exit 1; }
-grep -E "entry|sm_90a " "$out/ptxgen.log" | paste - - | awk "{print \$3, \$6, \$7, \$9, \$10}"
+echo "ptxgen: $(( $(date +%s) - t0 )) s"
+# Registers, spills and shared memory per entry (sm_90a), and any spill on any target.
+python3 - "$blobs/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for b in m["blobs"]:
+    for e in b["entries"]:
+        r = e.get("resources") or {}
+        if b["target"] == "sm_90a":
+            print(f'  {e["name"]:24s} regs {r.get("registers")} spills {r.get("spill_stores")}/{r.get("spill_loads")} stack {r.get("stack_frame")}')
+        elif r.get("spill_stores") or r.get("spill_loads"):
+            print(f'  SPILL {b["target"]} {e["name"]}: {r.get("spill_stores")}/{r.get("spill_loads")}')
+PY
 tar -C "$blobs" -cf "$out/blobs.tar" .
 export GDNKCP_BLOB_DIR=$blobs
-(cd kcp && ../.gpu/kcp.test -test.run "${1:-GPU}" -test.v -test.timeout 400s >"$out/kcp-gpu.log" 2>&1)
-echo "tests rc=$?"; grep -E "^(--- |FAIL|ok)" "$out/kcp-gpu.log"; grep -E "gpu_test.go:[0-9]+: .*(out|states)" "$out/kcp-gpu.log" | head -4
-.gpu/kcp bench --kernels ${KERNELS:-tc} --reps 10 --warmup 2 2>/dev/null
+t0=$(date +%s)
+(cd kcp && ../.gpu/kcp.test -test.run "${1:-GPU}" -test.v -test.timeout ${TEST_TIMEOUT:-400}s >"$out/kcp-gpu.log" 2>&1)
+echo "kcp tests rc=$? ($(( $(date +%s) - t0 )) s)"; grep -E "^(--- |FAIL|ok|panic)" "$out/kcp-gpu.log" | grep -v "^    ---" | head -40
+grep -E "^\s+--- FAIL" "$out/kcp-gpu.log" | head -20
+grep -E "gpu_(backward_)?test.go:[0-9]+: " "$out/kcp-gpu.log" | head -${LOGLINES:-30}
+if [ "${COMM:-0}" = 1 ] && [ -x .gpu/comm.test ]; then
+	(cd comm && ../.gpu/comm.test -test.run GPU -test.v -test.timeout 200s >"$out/comm-gpu.log" 2>&1)
+	echo "comm tests rc=$?"; grep -E "^(--- |FAIL|ok)" "$out/comm-gpu.log"
+fi
+if [ "${BENCH:-0}" = 1 ]; then
+	.gpu/kcp bench --kernels ${KERNELS:-tc} --reps 10 --warmup 2 2>/dev/null
+fi

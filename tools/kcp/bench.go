@@ -18,33 +18,61 @@ import (
 func init() { register(newBenchCmd) }
 
 type benchOptions struct {
-	docs, kernels, blob string
-	reps, warmup        int
-	copyTBs, mmaTFLOPs  float64
-	json                bool
+	docs, kernels, blob, modes string
+	reps, warmup               int
+	copyTBs, mmaTFLOPs         float64
+	json                       bool
 }
 
-// The core stages a bench times: l2norm to O on one rank (conv and uploads excluded).
+// The core forward stages a bench times: l2norm to O on one rank (conv and
+// uploads excluded).
 var benchStages = []string{"l2norm", "prep", "summary walk", "compose", "state walk", "output"}
+
+// The bench modes: the core forward (l2norm to O), the core forward and
+// backward (l2norm to O, then dO to dq, dk, dv, dg, dbeta in bf16/fp32;
+// uploads and the conv excluded), and the module (conv included) in B1 and
+// B3 with every copy and exchange of the run (the ranks' CUDA-event totals).
+const (
+	benchCore      = "core"
+	benchCoreBwd   = "core+bwd"
+	benchModuleB1  = "module-b1"
+	benchModuleB3  = "module-b3"
+	benchModesHelp = "core (forward), core+bwd (forward and backward), module-b1, module-b3 (conv included, copies and exchanges included)"
+)
+
+// FLOPs per chunk of 64 tokens and value head of the chunked algorithm
+// (matrix products only; docs/perf-notes.md): the forward's 11.6 M, and
+// the backward's 28.3 M (dV'_local 2.1, tape walk 6.3, chunk gradients 19.9).
+const (
+	fwdChunkFlops = 11.6e6
+	bwdChunkFlops = 28.3e6
+)
 
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
 		Use:   "bench [flags]",
-		Short: "Time the GPU forward of the GDN core on one rank (CUDA-event medians after warm-up)",
-		Long: `bench runs the GPU forward of the GDN core (l2norm of q and k to the output O; the conv is
-not included) on one rank, heads 16/48, dims 128, random inputs, and reports the median over --reps runs
-after --warmup runs of each stage's CUDA-event time and of their sum, next to the memory and compute
-floors (bytes moved and FLOPs of the chunked algorithm over the measured copy bandwidth and bf16
-matrix rate, docs/perf-notes.md).`,
+		Short: "Time the GPU forward and backward of the GDN core and module on one rank (CUDA-event medians after warm-up)",
+		Long: `bench runs the GPU backend on one rank, heads 16/48, dims 128, random inputs, and reports the
+median over --reps runs after --warmup runs of each stage's CUDA-event time and of their sum, next to the
+memory and compute floors (bytes moved and FLOPs of the chunked algorithm over the measured copy bandwidth
+and bf16 matrix rate, docs/perf-notes.md).
+
+Modes (--modes): core times the forward from the l2norm of q and k to the output O; core+bwd adds the
+backward from dO to the gradients (l2norm backward included; uploads and the conv excluded in both);
+module-b1 and module-b3 time the whole module layer (conv included) as a training step runs it: B1 the
+forward keeping activations then the backward, B3 the forward in checkpoint mode, the recompute and the
+backward, every upload, exchange and copy included. The backward kernels are fp32 on the CUDA cores
+whatever --kernels says (--kernels picks the forward's).`,
 		Example: `  kcp bench
-  kcp bench --docs 40000,45000,35908 --kernels tc`,
+  kcp bench --docs 40000,45000,35908 --kernels tc --modes core,core+bwd,module-b1,module-b3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.docs, "docs", "32768", "document lengths, comma-separated (one rank holds them all)")
-	f.StringVar(&o.kernels, "kernels", "fp32,tc", "kernel sets to time, comma-separated: fp32 (CUDA cores), tc (tensor cores)")
+	f.StringVar(&o.kernels, "kernels", "fp32,tc", "forward kernel sets to time, comma-separated: fp32 (CUDA cores), tc (tensor cores)")
+	f.StringVar(&o.modes, "modes", benchCore, "what to time, comma-separated: "+benchModesHelp)
 	f.StringVar(&o.blob, "blob", "", "force a blob slot (e.g. compute_80)")
 	f.IntVar(&o.reps, "reps", 20, "timed runs")
 	f.IntVar(&o.warmup, "warmup", 3, "untimed runs first")
@@ -56,6 +84,7 @@ matrix rate, docs/perf-notes.md).`,
 
 type benchRow struct {
 	Kernels      string             `json:"kernels"`
+	Mode         string             `json:"mode"`
 	Tokens       int                `json:"tokens"`
 	Docs         []int              `json:"docs"`
 	Blob         string             `json:"blob"`
@@ -63,6 +92,8 @@ type benchRow struct {
 	MedianMillis float64            `json:"median_ms"`
 	MinMillis    float64            `json:"min_ms"`
 	Stages       map[string]float64 `json:"stage_median_ms"`
+	StageOrder   []string           `json:"stages"`
+	PeakBytes    int64              `json:"peak_bytes,omitempty"`
 	MemFloor     float64            `json:"memory_floor_ms"`
 	FlopFloor    float64            `json:"compute_floor_ms"`
 }
@@ -87,22 +118,33 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 	if o.reps < 1 || o.warmup < 0 {
 		return fmt.Errorf("--reps %d, --warmup %d: need at least one timed run", o.reps, o.warmup)
 	}
+	var modes []string
+	for _, m := range strings.Split(o.modes, ",") {
+		m = strings.TrimSpace(m)
+		switch m {
+		case benchCore, benchCoreBwd, benchModuleB1, benchModuleB3:
+			modes = append(modes, m)
+		default:
+			return fmt.Errorf("--modes: %q is not one of %s", m, benchModesHelp)
+		}
+	}
 	plan, err := kcp.NewPlan(kcp.PlanConfig{Docs: docs, Ranks: 1, Layout: kcp.LayoutC})
 	if err != nil {
 		return err
 	}
-	in, _ := kcp.RandomInputs(plan, kcp.StageCore, 1)
 	var rows []benchRow
 	for _, k := range strings.Split(o.kernels, ",") {
 		k = strings.TrimSpace(k)
 		if k != "fp32" && k != "tc" {
 			return fmt.Errorf("--kernels: %q is not fp32 or tc", k)
 		}
-		row, err := o.benchOne(cmd, plan, in, k)
-		if err != nil {
-			return err
+		for _, m := range modes {
+			row, err := o.benchOne(cmd, plan, k, m)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, row)
 		}
-		rows = append(rows, row)
 	}
 	if o.json {
 		enc := json.NewEncoder(cmd.OutOrStdout())
@@ -112,8 +154,90 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 	return writeBench(cmd.OutOrStdout(), rows)
 }
 
-func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, in *kcp.Inputs, kernels string) (benchRow, error) {
-	g, err := kcp.NewGPU(plan, kcp.GPUOptions{Blob: o.blob, TensorCoreWalks: kernels == "tc", TensorCoreChunk: kernels == "tc"})
+// benchSample is one timed run: its stage times (in order) and peak memory.
+type benchSample struct {
+	stages []kcp.StageTime
+	total  float64
+	peak   int64
+}
+
+// sampleOnce runs mode once on g and returns what bench times of it.
+func sampleOnce(g *kcp.GPU, mode string, in *kcp.Inputs, dout []float32) (benchSample, string, error) {
+	ctx := context.Background()
+	var s benchSample
+	add := func(prefix string, tm kcp.RankTiming, keep func(string) bool) {
+		for _, st := range tm.Stages {
+			if keep(st.Stage) {
+				s.stages = append(s.stages, kcp.StageTime{Stage: prefix + st.Stage, Millis: st.Millis})
+				s.total += st.Millis
+			}
+		}
+	}
+	coreFwd := func(st string) bool { return slices.Contains(benchStages, st) }
+	coreBwd := func(st string) bool { return st != "upload" }
+	all := func(string) bool { return true }
+	switch mode {
+	case benchCore, benchCoreBwd, benchModuleB1:
+		fw, err := g.Forward(ctx, in)
+		if err != nil {
+			return s, "", err
+		}
+		defer fw.Close()
+		fwdKeep, prefix := coreFwd, ""
+		if mode == benchModuleB1 {
+			fwdKeep, prefix = all, "fwd "
+		}
+		if mode != benchCore {
+			prefix = "fwd "
+		}
+		add(prefix, fw.Timing[0], fwdKeep)
+		s.peak = fw.PeakBytes[0]
+		if mode == benchCore {
+			return s, fw.Blob, fw.Close()
+		}
+		gr, err := fw.Backward(ctx, dout)
+		if err != nil {
+			return s, "", err
+		}
+		bwdKeep := coreBwd
+		if mode == benchModuleB1 {
+			bwdKeep = all
+		}
+		add("bwd ", gr.Timing[0], bwdKeep)
+		s.peak = gr.PeakBytes[0]
+		return s, fw.Blob, fw.Close()
+	case benchModuleB3:
+		ck, err := g.ForwardCheckpoint(ctx, in)
+		if err != nil {
+			return s, "", err
+		}
+		add("ckpt ", ck.Timing[0], all)
+		fw, err := ck.Recompute(ctx)
+		if err != nil {
+			return s, "", err
+		}
+		defer fw.Close()
+		add("recompute ", fw.Timing[0], all)
+		gr, err := fw.Backward(ctx, dout)
+		if err != nil {
+			return s, "", err
+		}
+		add("bwd ", gr.Timing[0], all)
+		s.peak = max(ck.PeakBytes[0], gr.PeakBytes[0])
+		return s, ck.Blob, fw.Close()
+	}
+	return s, "", fmt.Errorf("bench: unknown mode %q", mode)
+}
+
+func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mode string) (benchRow, error) {
+	stage := kcp.StageCore
+	if mode == benchModuleB1 || mode == benchModuleB3 {
+		stage = kcp.StageModule
+	}
+	in, dout := kcp.RandomInputs(plan, stage, 1)
+	tc := kernels == "tc"
+	g, err := kcp.NewGPU(plan, kcp.GPUOptions{Options: kcp.Options{Stage: stage}, Blob: o.blob, KeepDevice: mode != benchCore,
+		TensorCoreWalks: tc, TensorCoreChunk: tc})
 	if err != nil {
 		if errors.Is(err, loader.ErrNoDriver) {
 			return benchRow{}, fmt.Errorf("bench needs a CUDA GPU: %w", err)
@@ -121,29 +245,26 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, in *kcp.Inpu
 		return benchRow{}, err
 	}
 	defer g.Close()
-	row := benchRow{Kernels: kernels, Tokens: plan.Tokens, Docs: plan.Config.Docs, Reps: o.reps, Stages: map[string]float64{}}
+	row := benchRow{Kernels: kernels, Mode: mode, Tokens: plan.Tokens, Docs: plan.Config.Docs, Reps: o.reps, Stages: map[string]float64{}}
 	stageTimes := map[string][]float64{}
 	var totals []float64
 	for i := 0; i < o.warmup+o.reps; i++ {
-		fw, err := g.Forward(context.Background(), in)
+		smp, blob, err := sampleOnce(g, mode, in, dout)
 		if err != nil {
-			return row, err
+			return row, fmt.Errorf("bench %s %s: %w", kernels, mode, err)
 		}
-		row.Blob = fw.Blob
+		row.Blob = blob
+		row.PeakBytes = max(row.PeakBytes, smp.peak)
 		if i >= o.warmup {
-			total := 0.0
-			for _, st := range fw.Timing[0].Stages {
-				if slices.Contains(benchStages, st.Stage) {
-					stageTimes[st.Stage] = append(stageTimes[st.Stage], st.Millis)
-					total += st.Millis
+			for _, st := range smp.stages {
+				if !slices.Contains(row.StageOrder, st.Stage) {
+					row.StageOrder = append(row.StageOrder, st.Stage)
 				}
+				stageTimes[st.Stage] = append(stageTimes[st.Stage], st.Millis)
 			}
-			totals = append(totals, total)
+			totals = append(totals, smp.total)
 		}
-		if err := fw.Close(); err != nil {
-			return row, err
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "\rbench %s: run %d of %d", kernels, i+1, o.warmup+o.reps)
+		fmt.Fprintf(cmd.ErrOrStderr(), "\rbench %s %s: run %d of %d", kernels, mode, i+1, o.warmup+o.reps)
 	}
 	fmt.Fprintln(cmd.ErrOrStderr())
 	row.MedianMillis = median(totals)
@@ -152,12 +273,20 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, in *kcp.Inpu
 		row.Stages[s] = median(ts)
 	}
 	T := float64(plan.Tokens)
+	// Bytes that must move: q, k (bf16, 16 heads), v (bf16, 48 heads), g and
+	// beta (fp32) in, o (bf16) out; the backward adds dO in and dq, dk, dv,
+	// dg, dbeta out.
 	bytes := T * (2*16*128*2 + 48*128*2 + 2*48*4 + 48*128*2)
+	flopsPerChunk := fwdChunkFlops
+	if mode != benchCore {
+		bytes += T * (48*128*2 + 2*16*128*2 + 48*128*2 + 2*48*4)
+		flopsPerChunk += bwdChunkFlops
+	}
 	chunks := 0
 	for _, seg := range plan.Ranks[0].Segments {
 		chunks += seg.Chunks
 	}
-	flops := float64(chunks) * 48 * 11.6e6
+	flops := float64(chunks) * 48 * flopsPerChunk
 	row.MemFloor = bytes / (o.copyTBs * 1e12) * 1e3
 	row.FlopFloor = flops / (o.mmaTFLOPs * 1e12) * 1e3
 	return row, nil
@@ -166,12 +295,14 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, in *kcp.Inpu
 func writeBench(w io.Writer, rows []benchRow) error {
 	var b strings.Builder
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%s kernels, %d tokens in %d documents, blob %s, median of %d: %.3f ms (min %.3f); floors: memory %.3f ms, compute %.3f ms\n",
-			r.Kernels, r.Tokens, len(r.Docs), r.Blob, r.Reps, r.MedianMillis, r.MinMillis, r.MemFloor, r.FlopFloor)
-		for _, s := range benchStages {
-			if v, ok := r.Stages[s]; ok {
-				fmt.Fprintf(&b, "  %-14s %8.3f ms\n", s, v)
-			}
+		fmt.Fprintf(&b, "%s, %s kernels, %d tokens in %d documents, blob %s, median of %d: %.3f ms (min %.3f); floors: memory %.3f ms, compute %.3f ms",
+			r.Mode, r.Kernels, r.Tokens, len(r.Docs), r.Blob, r.Reps, r.MedianMillis, r.MinMillis, r.MemFloor, r.FlopFloor)
+		if r.PeakBytes > 0 {
+			fmt.Fprintf(&b, "; peak device memory %.2f GiB", float64(r.PeakBytes)/(1<<30))
+		}
+		b.WriteString("\n")
+		for _, s := range r.StageOrder {
+			fmt.Fprintf(&b, "  %-28s %8.3f ms\n", s, r.Stages[s])
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -56,8 +56,10 @@ exits with a non-zero status or is killed, launch stops the others (SIGTERM, the
 --grace) and fails with an error naming that rank and its exit status. --timeout stops every rank
 after the given time and says so; SIGINT or SIGTERM to launch stops them too.
 
-The ranks find their place with comm.EnvFromOS. kcp run does not read it yet: until the multi-GPU
-wiring lands, each rank runs its command on its own.`,
+kcp run reads this environment (comm.EnvFromOS): each process runs rank RANK of the plan on GPU
+LOCAL_RANK, the plan has WORLD_SIZE ranks, and the ranks exchange through NCCL. Each prints its own
+rank's times and digest (a sha256 of its rows of the output and gradients), which equal those of
+the same plan run in one process.`,
 		Example: `  kcp launch --nproc 2 -- run --backend gpu --pack P1 --cp 2
   kcp launch --nproc 8 --timeout 30m -- bench`,
 		RunE:                  func(cmd *cobra.Command, args []string) error { return o.run(cmd, args) },

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,9 @@ type runOptions struct {
 	pack, docs, layout, stage, mode, backend, arch, rule string
 	dump, inputs, blob, kernels                          string
 	cp, sms, hqk, hv, dk, dv, forceVH, device            int
+	reps, warmup, ranksPerGPU                            int
+	devices, comm, faultKill, faultError                 string
+	timeout                                              time.Duration
 	seed                                                 uint64
 	json, checkFinite, noProgress, check                 bool
 }
@@ -48,17 +52,18 @@ With no flags it runs the default pack: P1's six documents scaled to 2,048 token
 
 Backends: cpu is the float64 reference backend (forward and backward). gpu runs every rank
 of the plan on one GPU (ranks on their own streams, exchanging through host memory) with
-the embedded kernels; only the forward exists there yet, so it reports the output and
-its error against the naive reference, and no gradients. auto (the default) takes gpu
-when a GPU with kernels in the embedded blobs is present and the run is one it can do
-(dims 128, mode b1), else cpu. --blob forces a blob slot (e.g. compute_80).
+the embedded kernels, forward and backward, and reports per-rank CUDA-event times (the
+slowest rank's median over --reps repetitions after --warmup), the widths every walk
+launched with and each rank's peak device memory. auto (the default) takes gpu when a GPU
+with kernels in the embedded blobs is present and the run is one it can do (dims 128),
+else cpu. --blob forces a blob slot (e.g. compute_80).
 
 Modes: b1 = forward keeping what backward needs, then backward; b3 = forward in
 checkpoint mode, recompute from the handle (no communication), then backward.
 
 --dump DIR writes the inputs, the output and the gradients as .npy files (bf16 inputs as
 float32 holding the exact bf16 values; float64 results from the CPU backend, the GPU's
-bf16 output as float32) and a meta.json. --inputs DIR reads q, k, v, g, beta (conv_w for --stage module) and dout from
+bf16 output as float32 and its bf16/fp32 gradients as float64) and a meta.json. --inputs DIR reads q, k, v, g, beta (conv_w for --stage module) and dout from
 .npy files instead of drawing random ones; head counts and dims follow from the shapes,
 and the documents from DIR/meta.json unless --pack or --docs is given.`,
 		Example: `  kcp run
@@ -72,15 +77,21 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	f := cmd.Flags()
 	f.StringVar(&o.pack, "pack", "", "pack: P1..P5, or NAME@TOKENS to scale one (default P1@2048)")
 	f.StringVar(&o.docs, "docs", "", "document lengths in tokens, comma-separated (instead of --pack)")
-	f.IntVar(&o.cp, "cp", 2, "CP ranks R, 1..64")
+	f.IntVar(&o.cp, "cp", 2, "CP ranks R, 1..64 (GPU backend: default WORLD_SIZE under a launcher, else --ranks-per-gpu x the GPUs used)")
 	f.StringVar(&o.layout, "layout", "D", "layout: C, Z or D")
 	f.StringVar(&o.stage, "stage", "module", "core (GDN only) or module (conv1d + SiLU, then GDN)")
 	f.StringVar(&o.mode, "mode", "b1", "b1 (forward keeping activations, backward) or b3 (checkpoint, recompute, backward)")
-	f.StringVar(&o.backend, "backend", "auto", "auto (gpu when usable, else cpu), cpu (float64 reference) or gpu (forward only for now)")
-	f.IntVar(&o.device, "device", 0, "CUDA device ordinal of the GPU backend")
+	f.StringVar(&o.backend, "backend", "auto", "auto (gpu when usable, else cpu), cpu (float64 reference) or gpu")
+	f.IntVar(&o.device, "device", 0, "GPU backend: run every rank on this one CUDA device")
+	f.StringVar(&o.devices, "devices", "", "GPU backend: CUDA devices the ranks run on, comma-separated, rank blocks in order (default: every visible GPU)")
+	f.IntVar(&o.ranksPerGPU, "ranks-per-gpu", 1, "GPU backend: ranks per GPU when --cp is not given (more than 1 exchanges through host memory)")
+	f.StringVar(&o.comm, "comm", "auto", "GPU backend: how ranks exchange: auto (NCCL when every rank has its own GPU, else host memory), loopback or nccl")
+	f.DurationVar(&o.timeout, "timeout", 0, "GPU backend: bound on every exchange wait, e.g. 2m (0: host memory unbounded, NCCL 5m); a rank that waits longer fails and stops the others")
+	f.StringVar(&o.faultKill, "fault-kill", "", "fault test: RANK:STAGE, the process running RANK kills itself (SIGKILL) when the rank reaches STAGE (e.g. 1:tape walk)")
+	f.StringVar(&o.faultError, "fault-error", "", "fault test: RANK:STAGE, the rank fails with an error at STAGE")
 	f.StringVar(&o.kernels, "kernels", "fp32", "GPU backend: fp32 (CUDA-core kernels, the default) or tc (tensor-core kernels, ~4x faster, output error ~3.7e-3)")
 	f.StringVar(&o.blob, "blob", "", "GPU backend: force a blob slot, e.g. compute_80 (default: "+"$GDNKCP_BLOB, else the automatic choice)")
-	f.BoolVar(&o.check, "check", true, "compare with the naive float64 reference (forward and backward on cpu, forward on gpu)")
+	f.BoolVar(&o.check, "check", true, "compare the output and every gradient with the naive float64 reference")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
 	f.IntVar(&o.hqk, "hqk", kcp.DefaultHQK, "query/key heads")
 	f.IntVar(&o.hv, "hv", kcp.DefaultHV, "value heads (a multiple of --hqk)")
@@ -93,6 +104,8 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	f.StringVar(&o.dump, "dump", "", "write inputs, outputs and gradients as .npy files and meta.json into this folder")
 	f.StringVar(&o.inputs, "inputs", "", "read the inputs from .npy files in this folder")
 	f.BoolVar(&o.checkFinite, "check-finite", true, "reject inputs holding NaN or Inf")
+	f.IntVar(&o.reps, "reps", 1, "GPU backend: timed repetitions of the whole run (times are the slowest rank's median over them)")
+	f.IntVar(&o.warmup, "warmup", 0, "GPU backend: untimed repetitions before the timed ones")
 	f.BoolVar(&o.json, "json", false, "write one JSON object to stdout, nothing else")
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar on stderr")
 	return cmd
@@ -156,14 +169,57 @@ func (r runReport) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// runGPU is the GPU backend's part of the report.
+// runGPU is the GPU backend's part of the report. Times are CUDA-event
+// milliseconds on each rank's stream (uploads, kernels, exchanges and
+// copies included), medians over the timed repetitions.
 type runGPU struct {
-	Device string `json:"device"` // archdetect's line: name, CC, SMs, blob and why
-	Blob   string `json:"blob"`   // the blob slot loaded
-	// ForwardMs is each rank's forward time from CUDA events on its stream
-	// (uploads, kernels and the exchange); SlowestMs is the largest.
-	ForwardMs []float64 `json:"forward_ms"`
-	SlowestMs float64   `json:"slowest_ms"`
+	Device  string `json:"device"`  // archdetect's line: name, CC, SMs, blob and why
+	Blob    string `json:"blob"`    // the blob slot loaded
+	Kernels string `json:"kernels"` // the forward's kernel set: fp32 or tc
+	Reps    int    `json:"reps"`
+	Warmup  int    `json:"warmup"`
+	// Devices are this process's GPUs, RankDevices each rank's (-1: a rank
+	// another process runs), Comm how the ranks exchanged (loopback, nccl,
+	// or communicator: one rank a process under a launcher).
+	Devices     []int  `json:"devices"`
+	RankDevices []int  `json:"rank_devices"`
+	Comm        string `json:"comm"`
+	// Digests are, per rank run here, a sha256 of its rows of the output
+	// and of every gradient (kcp.RankDigest): equal digests mean bitwise
+	// equal results, across processes, devices and exchanges.
+	Digests map[string]string `json:"digests"`
+	// Ranks are the per-rank times, stages and peak memory of the ranks run
+	// here.
+	Ranks []runGPURank `json:"ranks"`
+	// SlowestMs is the median over repetitions of the slowest rank's total;
+	// SlowestRank is the rank that was slowest most often.
+	SlowestMs   float64 `json:"slowest_ms"`
+	SlowestRank int     `json:"slowest_rank"`
+	// ExchangeShare is the slowest rank's exchange time (every stage named
+	// "exchange ...") over its total.
+	ExchangeShare float64 `json:"exchange_share"`
+}
+
+// runGPURank is one rank's GPU timeline.
+type runGPURank struct {
+	Rank int `json:"rank"`
+	// ForwardMs, RecomputeMs (B3 only) and BackwardMs are medians of the
+	// phases' totals; TotalMs the median of their sum.
+	ForwardMs   float64 `json:"forward_ms"`
+	RecomputeMs float64 `json:"recompute_ms,omitempty"`
+	BackwardMs  float64 `json:"backward_ms"`
+	TotalMs     float64 `json:"total_ms"`
+	ExchangeMs  float64 `json:"exchange_ms"`
+	// Stages are the per-stage medians in stream order, named "forward: X",
+	// "recompute: X" or "backward: X".
+	Stages    []runStage `json:"stages"`
+	PeakBytes int64      `json:"peak_bytes"`
+}
+
+// runStage is one stage's median time.
+type runStage struct {
+	Stage  string  `json:"stage"`
+	Millis float64 `json:"ms"`
 }
 
 type runRank struct {
@@ -195,8 +251,8 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if o.mode != "b1" && o.mode != "b3" {
 		return fmt.Errorf("--mode %q: want b1 or b3", o.mode)
 	}
-	if o.backend == "gpu" && o.mode == "b3" {
-		return errors.New("--mode b3 --backend gpu: the GPU backward (and the checkpoint recompute it replays) is not built yet; use --backend cpu for b3")
+	if o.reps < 1 || o.warmup < 0 {
+		return fmt.Errorf("--reps %d, --warmup %d: need at least one timed repetition", o.reps, o.warmup)
 	}
 	layout, err := kcp.ParseLayout(o.layout)
 	if err != nil {
@@ -215,7 +271,13 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		dout []float32
 		plan *kcp.Plan
 		name string
+		pl   gpuPlacement
 	)
+	// Under a launcher, or when the GPU backend may run (dims 128, or
+	// dims still to be read from --inputs), place the ranks on GPUs.
+	if pl, o.cp, err = o.placeGPU(changed, o.cp, o.backend != "cpu" && (o.inputs != "" || (o.dk == 128 && o.dv == 128))); err != nil {
+		return err
+	}
 	if o.inputs != "" {
 		plan, name, in, dout, err = o.loadInputs(changed, layout, stage)
 		if err != nil {
@@ -240,12 +302,15 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	backend, choice := o.chooseBackend(plan)
+	if pl.env != nil {
+		backend, choice = "gpu", fmt.Sprintf("launched: rank %d of %d on GPU %d (NCCL_COMM_ID %s)", pl.env.Rank, pl.env.WorldSize, pl.env.LocalRank, pl.env.NCCLCommID)
+	}
 	opts := kcp.Options{Stage: stage, Profile: prof, Rule: rule, ForceVH: o.forceVH}
 	bar := o.newBar(cmd.ErrOrStderr(), plan, backend)
 	opts.Progress = bar.step
 	var rep *runReport
 	if backend == "gpu" {
-		rep, err = o.runGPU(plan, name, stage, prof, rule, opts, in, dout, bar)
+		rep, err = o.runGPU(cmd.ErrOrStderr(), pl, plan, name, stage, prof, rule, opts, in, dout, bar)
 	} else {
 		rep, err = o.runCPU(plan, name, stage, prof, rule, opts, in, dout, bar)
 	}
@@ -261,16 +326,13 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 }
 
 // chooseBackend resolves --backend auto: gpu when a GPU with the kernels is
-// present and the run is one the GPU backend does (dims 128, mode b1), else
-// cpu. It returns the backend and, for auto, why.
+// present and the run is one the GPU backend does (dims 128), else cpu. It returns the backend and, for auto, why.
 func (o *runOptions) chooseBackend(plan *kcp.Plan) (string, string) {
 	if o.backend != "auto" {
 		return o.backend, ""
 	}
 	cfg := plan.Config
 	switch {
-	case o.mode != "b1":
-		return "cpu", "auto: cpu (mode " + o.mode + " needs the GPU backward, which is not built yet)"
 	case cfg.DK != 128 || cfg.DV != 128:
 		return "cpu", fmt.Sprintf("auto: cpu (the GPU kernels need dims 128, these are %d/%d)", cfg.DK, cfg.DV)
 	}
@@ -338,67 +400,223 @@ func (o *runOptions) runCPU(plan *kcp.Plan, name string, stage kcp.Stage, prof s
 	return rep, nil
 }
 
-// runGPU runs the GPU backend's forward (the GPU backward is not built yet)
-// and, with --check, the naive reference's forward.
-func (o *runOptions) runGPU(plan *kcp.Plan, name string, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
-	opts kcp.Options, in *kcp.Inputs, dout []float32, bar *runBar) (*runReport, error) {
-	if o.mode != "b1" {
-		return nil, errors.New("--mode b3 --backend gpu: the GPU backward (and the checkpoint recompute it replays) is not built yet; use --backend cpu for b3")
+// gpuStep is one GPU run of the mode: the output, the gradients, the
+// widths launched and every rank's timelines.
+type gpuStep struct {
+	out       *kcp.Output
+	grads     *kcp.GPUGrads
+	decisions [][sched.NumWalkKinds]sched.Decision
+	vh        [][sched.NumWalkKinds]int
+	phases    [][]kcp.RankTiming // forward, (recompute,) backward; each indexed by rank
+	names     []string
+	peak      []int64
+	blob      string
+}
+
+// runGPUStep runs b1 (forward kept on the device, backward) or b3 (forward
+// in checkpoint mode, recompute, backward) once.
+func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, dout []float32) (*gpuStep, error) {
+	st := &gpuStep{}
+	var fw *kcp.GPUForward
+	if mode == "b1" {
+		var err error
+		if fw, err = g.Forward(ctx, in); err != nil {
+			return nil, err
+		}
+		st.phases, st.names = append(st.phases, fw.Timing), append(st.names, "forward")
+		st.out, st.decisions, st.blob = fw.Out, fw.Decisions, fw.Blob
+		st.vh = slices.Clone(fw.VH)
+	} else {
+		ck, err := g.ForwardCheckpoint(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		if fw, err = ck.Recompute(ctx); err != nil {
+			return nil, err
+		}
+		st.phases = append(st.phases, ck.Timing, fw.Timing)
+		st.names = append(st.names, "forward", "recompute")
+		st.out, st.decisions, st.blob = ck.Out, ck.Decisions, ck.Blob
+		st.vh = slices.Clone(ck.VH)
 	}
+	gr, err := fw.Backward(ctx, dout)
+	if err != nil {
+		return nil, errors.Join(err, fw.Close())
+	}
+	if err := fw.Close(); err != nil {
+		return nil, err
+	}
+	st.grads, st.peak = gr, gr.PeakBytes
+	st.phases, st.names = append(st.phases, gr.Timing), append(st.names, "backward")
+	for r := range st.vh {
+		for _, k := range []sched.WalkKind{sched.Offset, sched.Tape} {
+			st.vh[r][k] = gr.VH[r][k]
+		}
+	}
+	return st, nil
+}
+
+// runGPU runs the GPU backend (b1 or b3, --warmup untimed and --reps timed
+// repetitions; the results of the last are reported) and, with --check, the
+// naive reference.
+func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, name string, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
+	opts kcp.Options, in *kcp.Inputs, dout []float32, bar *runBar) (rep *runReport, err error) {
 	if o.kernels != "fp32" && o.kernels != "tc" {
 		return nil, fmt.Errorf("--kernels %q: want fp32 or tc", o.kernels)
 	}
 	tc := o.kernels == "tc"
-	g, err := kcp.NewGPU(plan, kcp.GPUOptions{Options: opts, Device: o.device, Blob: o.blob, TensorCoreWalks: tc, TensorCoreChunk: tc})
+	hook, err := o.stageHook(stderr)
+	if err != nil {
+		return nil, err
+	}
+	gopts, closeComm, err := o.gpuOptions(pl, kcp.GPUOptions{Options: opts, Device: o.device, Blob: o.blob, KeepDevice: true,
+		TensorCoreWalks: tc, TensorCoreChunk: tc, StageHook: hook})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, closeComm()) }()
+	g, err := kcp.NewGPU(plan, gopts)
 	if err != nil {
 		if errors.Is(err, loader.ErrNoDriver) {
 			return nil, fmt.Errorf("--backend gpu: no CUDA driver on this machine: %w; use --backend cpu", err)
 		}
 		return nil, fmt.Errorf("--backend gpu: %w", err)
 	}
-	defer func() { _ = g.Close() }() // the forward's own errors matter more
+	defer func() { _ = g.Close() }() // the run's own errors matter more
 	ctx := context.Background()
 	t0 := time.Now()
-	fwd, err := g.Forward(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	tBackend := time.Since(t0)
-	var (
-		refOut *kcp.Output
-		tRef   time.Duration
-	)
-	if o.check {
-		bar.describe("naive reference (forward)")
-		t1 := time.Now()
-		if refOut, _, err = kcp.Reference(ctx, plan, in, nil, kcp.Options{Stage: stage}); err != nil {
+	var steps []*gpuStep
+	for i := range o.warmup + o.reps {
+		if i > 0 {
+			bar.describe(fmt.Sprintf("repetition %d of %d", i+1, o.warmup+o.reps))
+		}
+		st, err := runGPUStep(ctx, g, o.mode, in, dout)
+		if err != nil {
 			return nil, err
 		}
+		if i >= o.warmup {
+			steps = append(steps, st)
+		}
+	}
+	tBackend := time.Since(t0)
+	last := steps[len(steps)-1]
+	var (
+		refOut   *kcp.Output
+		refGrads *kcp.Grads
+		tRef     time.Duration
+	)
+	local := g.LocalRanks()
+	if o.check {
+		bar.describe("naive reference")
+		t1 := time.Now()
+		if refOut, refGrads, err = kcp.Reference(ctx, plan, in, dout, kcp.Options{Stage: stage}); err != nil {
+			return nil, err
+		}
+		refOut, refGrads = maskRanks(plan, local, refOut, refGrads)
 		tRef = time.Since(t1)
 	}
 	bar.finish()
-	rep, err := o.report("gpu", name, plan, stage, prof, rule, fwd.Decisions, fwd.VH, fwd.Out, nil, refOut, nil)
+	rep, err = o.report("gpu", name, plan, stage, prof, rule, last.decisions, last.vh, last.out, last.grads.Grads, refOut, refGrads)
 	if err != nil {
 		return nil, err
 	}
 	rep.SecondsBackend, rep.SecondsRef = tBackend.Seconds(), tRef.Seconds()
-	gi := &runGPU{Device: g.Profile().String(), Blob: fwd.Blob}
-	for _, tm := range fwd.Timing {
-		gi.ForwardMs = append(gi.ForwardMs, tm.TotalMillis)
-		gi.SlowestMs = max(gi.SlowestMs, tm.TotalMillis)
+	rep.GPU = gpuReport(g.Profile().String(), o.kernels, o.warmup, local, steps)
+	rep.GPU.Devices, rep.GPU.Comm, rep.GPU.RankDevices = g.Devices(), string(g.Comm()), g.RankDevices()
+	rep.GPU.Digests = map[string]string{}
+	for _, r := range local {
+		d, err := kcp.RankDigest(plan, r, last.out, last.grads.Grads)
+		if err != nil {
+			return nil, err
+		}
+		rep.GPU.Digests[fmt.Sprint(r)] = d
 	}
-	rep.GPU = gi
-	rep.Note = "the GPU backward is not built yet: forward only, no gradients"
 	if o.dump != "" {
-		o32 := make([]float32, len(fwd.Out.O))
-		for i, v := range fwd.Out.O {
+		o32 := make([]float32, len(last.out.O))
+		for i, v := range last.out.O {
 			o32[i] = float32(v) // exact: the values are bf16
 		}
-		if err := dumpRun(o.dump, rep, plan, stage, in, dout, o32, "float32 holding bf16 values", nil); err != nil {
+		if err := dumpRun(o.dump, rep, plan, stage, in, dout, o32, "float32 holding bf16 values", last.grads.Grads); err != nil {
 			return nil, err
 		}
 	}
 	return rep, nil
+}
+
+// gpuReport summarises the timed repetitions: per-rank medians of each
+// phase, stage and total, the slowest rank's median total and its
+// exchange share.
+func gpuReport(device, kernels string, warmup int, local []int, steps []*gpuStep) *runGPU {
+	last := steps[len(steps)-1]
+	R := len(last.phases[0])
+	gi := &runGPU{Device: device, Blob: last.blob, Kernels: kernels, Reps: len(steps), Warmup: warmup}
+	slowest := make([]float64, len(steps))
+	slowCount := make([]int, R)
+	totals := make([][]float64, R) // [rank][rep]
+	for i, st := range steps {
+		best := -1
+		for _, r := range local {
+			t := 0.0
+			for _, ph := range st.phases {
+				t += ph[r].TotalMillis
+			}
+			totals[r] = append(totals[r], t)
+			if best < 0 || t > slowest[i] {
+				best, slowest[i] = r, t
+			}
+		}
+		slowCount[best]++
+	}
+	gi.SlowestMs = median(slowest)
+	gi.SlowestRank = local[0]
+	for _, r := range local {
+		if slowCount[r] > slowCount[gi.SlowestRank] {
+			gi.SlowestRank = r
+		}
+	}
+	slowIdx := 0
+	for i, r := range local {
+		if r == gi.SlowestRank {
+			slowIdx = i
+		}
+		rk := runGPURank{Rank: r, TotalMs: median(totals[r]), PeakBytes: last.peak[r]}
+		for pi, name := range last.names {
+			var phase []float64
+			stages := map[string][]float64{}
+			var order []string
+			for _, st := range steps {
+				tm := st.phases[pi][r]
+				phase = append(phase, tm.TotalMillis)
+				for _, s := range tm.Stages {
+					key := name + ": " + s.Stage
+					if _, ok := stages[key]; !ok {
+						order = append(order, key)
+					}
+					stages[key] = append(stages[key], s.Millis)
+				}
+			}
+			switch name {
+			case "forward":
+				rk.ForwardMs = median(phase)
+			case "recompute":
+				rk.RecomputeMs = median(phase)
+			case "backward":
+				rk.BackwardMs = median(phase)
+			}
+			for _, key := range order {
+				m := median(stages[key])
+				rk.Stages = append(rk.Stages, runStage{key, m})
+				if _, stage, _ := strings.Cut(key, ": "); strings.HasPrefix(stage, "exchange") {
+					rk.ExchangeMs += m
+				}
+			}
+		}
+		gi.Ranks = append(gi.Ranks, rk)
+	}
+	if s := gi.Ranks[slowIdx]; s.TotalMs > 0 {
+		gi.ExchangeShare = s.ExchangeMs / s.TotalMs
+	}
+	return gi
 }
 
 // widthProfile is --arch/--sms, else the GPU present, else DefaultProfile.
@@ -582,8 +800,20 @@ func writeRunText(w io.Writer, r *runReport) error {
 	if r.Note != "" {
 		fmt.Fprintf(&b, "gradients: %s\n", r.Note)
 	}
-	if r.GPU != nil {
-		fmt.Fprintf(&b, "gpu forward: slowest rank %.3f ms (CUDA events: uploads, kernels, exchange), blob %s\n", r.GPU.SlowestMs, r.GPU.Blob)
+	if gi := r.GPU; gi != nil {
+		fmt.Fprintf(&b, "gpu ranks on devices %v, exchanging through %s\n", gi.RankDevices, gi.Comm)
+		for _, rk := range gi.Ranks {
+			fmt.Fprintf(&b, "  rank %d digest %s\n", rk.Rank, gi.Digests[fmt.Sprint(rk.Rank)])
+		}
+		fmt.Fprintf(&b, "gpu %s (%s forward kernels, blob %s): slowest rank %d, %.3f ms (median of %d after %d warm-up; CUDA events: uploads, kernels, exchanges, copies); exchanges %.1f%%\n",
+			strings.ToUpper(r.Mode), gi.Kernels, gi.Blob, gi.SlowestRank, gi.SlowestMs, gi.Reps, gi.Warmup, 100*gi.ExchangeShare)
+		for _, rk := range gi.Ranks {
+			fmt.Fprintf(&b, "  rank %d: total %.3f ms = forward %.3f", rk.Rank, rk.TotalMs, rk.ForwardMs)
+			if rk.RecomputeMs > 0 {
+				fmt.Fprintf(&b, " + recompute %.3f", rk.RecomputeMs)
+			}
+			fmt.Fprintf(&b, " + backward %.3f ms; exchanges %.3f ms; peak device memory %.3f GiB\n", rk.BackwardMs, rk.ExchangeMs, float64(rk.PeakBytes)/(1<<30))
+		}
 	}
 	fmt.Fprintf(&b, "time: %.2f s (backend %.2f s, naive reference %.2f s)\n", r.Seconds, r.SecondsBackend, r.SecondsRef)
 	_, err := io.WriteString(w, b.String())
@@ -614,7 +844,7 @@ func (o *runOptions) newBar(w io.Writer, plan *kcp.Plan, backend string) *runBar
 		steps += len(kcp.RecomputeStages)
 	}
 	if backend == "gpu" {
-		steps = len(kcp.ForwardStages)
+		steps *= o.warmup + o.reps
 	}
 	total := steps*len(plan.Ranks) + 1
 	return &runBar{bar: progressbar.NewOptions(total,

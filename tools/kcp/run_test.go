@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -127,7 +128,7 @@ func TestRunBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--backend", "gpu", "--mode", "b3"}, "GPU backward"},
+		{[]string{"--reps", "0"}, "need at least one timed repetition"},
 		{[]string{"--backend", "tpu"}, "want auto, cpu or gpu"},
 		{[]string{"--mode", "b2"}, "want b1 or b3"},
 		{[]string{"--stage", "attn"}, "unknown stage"},
@@ -173,7 +174,7 @@ func TestRunGPUNoDriver(t *testing.T) {
 }
 
 // auto picks gpu only when a usable GPU is present and the run is one the
-// GPU backend does (dims 128, mode b1).
+// GPU backend does (dims 128), in either mode.
 func TestRunChooseBackend(t *testing.T) {
 	saved := probeGPU
 	t.Cleanup(func() { probeGPU = saved })
@@ -194,7 +195,7 @@ func TestRunChooseBackend(t *testing.T) {
 		{"gpu present", "auto", "b1", plan128, gpu, "gpu", "auto: gpu (GPU 0: Test GPU"},
 		{"no gpu", "auto", "b1", plan128, none, "cpu", "auto: cpu (no usable GPU: no GPU here)"},
 		{"small dims", "auto", "b1", plan16, gpu, "cpu", "dims 128"},
-		{"b3", "auto", "b3", plan128, gpu, "cpu", "GPU backward"},
+		{"b3", "auto", "b3", plan128, gpu, "gpu", "auto: gpu (GPU 0: Test GPU"},
 		{"explicit cpu", "cpu", "b1", plan128, gpu, "cpu", ""},
 		{"explicit gpu", "gpu", "b1", plan16, none, "gpu", ""},
 	} {
@@ -232,14 +233,13 @@ func TestRunNoCheck(t *testing.T) {
 	require.Contains(t, text, "not checked (--check=false)")
 }
 
-// A forward-only (GPU) report: gradient fields are null in the JSON and
-// the text says the GPU backward is not built yet.
+// A forward-only report (no gradients): gradient fields are null in the
+// JSON and the text has no gradient line.
 func TestRunForwardOnlyReport(t *testing.T) {
 	rep := &runReport{
-		Backend: "gpu", Pack: "custom", Docs: []int{10}, Tokens: 10, CP: 1, Layout: "C", Stage: "core", Mode: "b1",
+		Backend: "cpu", Pack: "custom", Docs: []int{10}, Tokens: 10, CP: 1, Layout: "C", Stage: "core", Mode: "b1",
 		MaxRelErrOut: 1.5e-3, ChecksumOut: 4.25, RelErr: map[string]float64{"o": 1.5e-3}, Checksums: map[string]float64{"o": 4.25},
-		GPU:  &runGPU{Device: "GPU 0: Test GPU", Blob: "sm_90a", ForwardMs: []float64{0.5}, SlowestMs: 0.5},
-		Note: "the GPU backward is not built yet: forward only, no gradients", noGrads: true,
+		Note: "forward only", noGrads: true,
 	}
 	raw, err := json.Marshal(rep)
 	require.NoError(t, err)
@@ -248,13 +248,57 @@ func TestRunForwardOnlyReport(t *testing.T) {
 	require.Nil(t, m["max_rel_err_grad"])
 	require.Nil(t, m["checksum_grad"])
 	require.Equal(t, 1.5e-3, m["max_rel_err_out"])
-	require.Equal(t, "sm_90a", m["gpu"].(map[string]any)["blob"])
 	var b strings.Builder
 	require.NoError(t, writeRunText(&b, rep))
-	for _, want := range []string{"backend gpu", "checksums: o 4.25\n", "out 0.0015\n", "gradients: the GPU backward is not built yet", "gpu forward: slowest rank 0.500 ms"} {
+	for _, want := range []string{"backend cpu", "checksums: o 4.25\n", "out 0.0015\n", "gradients: forward only"} {
 		require.Contains(t, b.String(), want)
 	}
 	require.NotContains(t, b.String(), "grads")
+}
+
+// gpuReport takes per-rank medians over the repetitions, the slowest
+// rank's median total and its exchange share; the text lists every rank.
+func TestRunGPUReport(t *testing.T) {
+	timing := func(rank int, stages ...float64) kcp.RankTiming {
+		tm := kcp.RankTiming{Rank: rank}
+		for i, ms := range stages {
+			name := fmt.Sprintf("stage %d", i)
+			if i == 1 {
+				name = "exchange summaries"
+			}
+			tm.Stages = append(tm.Stages, kcp.StageTime{Stage: name, Millis: ms})
+			tm.TotalMillis += ms
+		}
+		return tm
+	}
+	step := func(scale float64) *gpuStep {
+		return &gpuStep{
+			phases: [][]kcp.RankTiming{
+				{timing(0, 1*scale, 1), timing(1, 2*scale, 1)}, // forward
+				{timing(0, 3*scale), timing(1, 1*scale)},       // backward
+			},
+			names: []string{"forward", "backward"}, peak: []int64{1 << 30, 2 << 30}, blob: "sm_90a",
+		}
+	}
+	// Rank 0 totals 4s+1, rank 1 3s+1: rank 0 is the slowest in every repetition.
+	gi := gpuReport("GPU 0: Test", "fp32", 1, []int{0, 1}, []*gpuStep{step(1), step(3), step(2)})
+	require.Equal(t, 3, gi.Reps)
+	require.Equal(t, 0, gi.SlowestRank)
+	require.InDelta(t, 9.0, gi.SlowestMs, 1e-12) // median of 5, 13, 9
+	require.Len(t, gi.Ranks, 2)
+	require.InDelta(t, 3.0, gi.Ranks[0].ForwardMs, 1e-12)  // median of 2, 4, 3
+	require.InDelta(t, 6.0, gi.Ranks[0].BackwardMs, 1e-12) // median of 3, 9, 6
+	require.InDelta(t, 1.0, gi.Ranks[0].ExchangeMs, 1e-12)
+	require.InDelta(t, 1.0/9, gi.ExchangeShare, 1e-12)
+	require.Equal(t, int64(2<<30), gi.Ranks[1].PeakBytes)
+	require.Equal(t, "forward: exchange summaries", gi.Ranks[1].Stages[1].Stage)
+	rep := &runReport{Backend: "gpu", Mode: "b1", GPU: gi, RelErr: map[string]float64{}, Checksums: map[string]float64{}}
+	var b strings.Builder
+	require.NoError(t, writeRunText(&b, rep))
+	for _, want := range []string{"gpu B1 (fp32 forward kernels, blob sm_90a): slowest rank 0, 9.000 ms (median of 3 after 1 warm-up",
+		"exchanges 11.1%", "rank 1: total 7.000 ms = forward 5.000 + backward 2.000 ms; exchanges 1.000 ms; peak device memory 2.000 GiB"} {
+		require.Contains(t, b.String(), want)
+	}
 }
 
 // dumpForward writes what a GPU run dumps (inputs, dout, o as float32, no
