@@ -150,7 +150,8 @@ func checkGradsTol(t *testing.T, what string, got, want *Grads, qkvTol, gateTol 
 // compute_80 PTX forced: dq, dk, dv within 1e-2 and dg, dbeta, dconv_w
 // within 5e-3 of the CPU backend's float64 gradients, no NaN, every
 // gradient element written (poisoned first, checked by the backend), and
-// the gradients at vh 64 and vh 128 forced bitwise identical.
+// the gradients at vh 64 and vh 128 forced bitwise identical, with the same
+// peak device memory per rank.
 func TestGPUBackward(t *testing.T) {
 	seed := gpuTestSeed(t)
 	gpus := openTestGPUs(t, bwdPlan(t, bwdPacks[0].docs, 1, LayoutC, 1, 2), GPUOptions{})
@@ -194,6 +195,7 @@ func TestGPUBackward(t *testing.T) {
 									}
 								}
 								requireSameGradBits(t, tg.name+": vh 64 vs vh 128", runs[0], runs[1])
+								require.Equal(t, runs[0].PeakBytes, runs[1].PeakBytes, "%s: peak device memory per rank at vh 64 vs 128", tg.name)
 								if refBF16 != nil {
 									checkGradsTol(t, tg.name+" vs conv output in bf16", runs[0].Grads, refBF16, gpuGradQKVTol, gpuGradStoredTol)
 								}
