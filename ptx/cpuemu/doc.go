@@ -13,7 +13,10 @@
 // per-warp slot array) for the warp. A barrier that can never complete (some
 // threads exited or wait elsewhere) is reported as divergence. Threads run in
 // ascending order in even blocks and descending order in odd ones, so a
-// missing barrier shows whichever way the hazard points. threadIdx, blockIdx,
+// missing barrier shows whichever way the hazard points; a warp's barriers
+// release as soon as its lanes reach them, so each warp runs ahead to its
+// next __syncthreads before the next warp starts (a stage refilled while
+// another warp still reads it shows). threadIdx, blockIdx,
 // blockDim and gridDim are set before a fiber resumes. The dynamic shared
 // memory (`extern __shared__ float smem[]`) is filled with a NaN pattern
 // before each block, so reading what was never written shows up as NaN, and
@@ -21,6 +24,24 @@
 // 227 KB) is an error. Block-scope __shared__ arrays are shared by the
 // block's fibers but not refilled between blocks. Math is the host's libm
 // (expf, fmaf, sqrtf), which may differ from the GPU's in the last ulp.
+//
+// The tensor-core path: ptx/src/mma.cuh wraps mma.sync m16n8k16 bf16 (fp32
+// accumulate), ldmatrix.x4 (.trans) and cp.async (16 bytes, commit/wait
+// groups); under the macro GDNKCP_CPU_EMULATOR, which the stand-in
+// cuda_runtime.h defines, the wrappers call the emulator. mma and ldmatrix are
+// warp collectives: each lane deposits its fragment registers (or its row
+// address) in the warp's exchange, the warp meets, each lane computes its own
+// result from the whole A and B (or reads its elements of the four 8x8
+// matrices), and the warp meets again before the exchange is reused. A
+// partial warp, lanes at different collectives, or a misaligned address is
+// an error. The products of bf16 values are exact in fp32 and are added to C
+// in fp32 in k order; the tensor core adds in its own order and precision, so
+// GPU and emulator agree to a tolerance, not bit for bit. cp.async copies at
+// once by default, so a missing cp_async_wait cannot show; the runner's
+// environment variable EMU_CP_ASYNC=deferred makes each copy fill its
+// destination with NaN at issue and land when a wait retires its group (or
+// its thread exits), so a read before the wait computes NaN. What only the
+// GPU shows: timing, bank conflicts, and the tensor core's own rounding.
 //
 // testdata/runner.cpp executes a job that the Go test writes: buffers
 // (loaded from files, each between two NaN-filled guard zones checked after
@@ -35,6 +56,19 @@
 //
 //   - TestEmulator: the emulator itself (barriers, shuffles, shared memory,
 //     and the errors it must report) on the kernels of testdata/selftest.cpp.
+//   - TestTensorCoreOnCPU: the wrappers of ptx/src/mma.cuh on the test
+//     kernels of testdata/mma_kernels.cpp (not kernels of the runtime): every
+//     lane's registers from ldmatrix (both ways), from fragments built by the
+//     PTX ISA's m16n8k16 layout, and from mma results, against that layout
+//     written out independently in the test; a 64x64x128 bf16 GEMM by 8 warps
+//     (ldmatrix fragments, cp.async double-buffered stages) against float64,
+//     with cp.async immediate and deferred; fp32 A times bf16 B as hi + lo
+//     (two mma) against float64, and far more accurate than plain bf16; a
+//     read before its cp.async wait caught by the deferred mode (and, as
+//     documented, not by the immediate one); a stage refilled without the
+//     __syncthreads after its compute caught in both modes; lanes at
+//     different collectives, a partial warp and a misaligned cp.async
+//     reported.
 //   - TestConvKernelOnCPU: gdn_conv1d_silu_fwd and gdn_poison_u32
 //     (testdata/harness.cpp) against internal/convref.
 //   - TestForwardKernelsOnCPU: the forward of gdn_fwd.cu (l2norm, prep,

@@ -33,11 +33,12 @@ var cxxFlags = []string{"-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-mat
 	"-Wno-unknown-pragmas", "-Werror", "-Itestdata"}
 
 // The binaries and their objects. runner_all exists only when
-// ptx/src/gdn_bwd.cu does.
+// ptx/src/gdn_bwd.cu does; runner_mma holds the tensor-core test kernels.
 var binaries = map[string][]string{
 	"harness":    {"emu", "harness"},
 	"runner_fwd": {"emu", "runner", "selftest", "kernels_fwd"},
 	"runner_all": {"emu", "runner", "selftest", "kernels_all"},
+	"runner_mma": {"emu", "runner", "mma_kernels"},
 }
 
 func TestMain(m *testing.M) {
@@ -166,6 +167,7 @@ type job struct {
 	lines []string
 	size  map[string]int
 	outs  []string
+	env   []string // added to the runner's environment (e.g. EMU_CP_ASYNC=deferred)
 }
 
 func newJob(t *testing.T) *job {
@@ -244,7 +246,11 @@ func (j *job) exec(bin string) ([]byte, error) {
 	}
 	file := filepath.Join(j.dir, "job.txt")
 	require.NoError(j.t, os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
-	return exec.Command(bin, file).CombinedOutput()
+	cmd := exec.Command(bin, file)
+	if len(j.env) > 0 {
+		cmd.Env = append(os.Environ(), j.env...)
+	}
+	return cmd.CombinedOutput()
 }
 
 // runFail runs a job that must fail and returns the runner's output.

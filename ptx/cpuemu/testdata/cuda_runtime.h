@@ -15,10 +15,17 @@
 //                                          defines in the kernel's namespace
 //                                          (EMU_DYNAMIC_SMEM) and that the emulator
 //                                          fills with a NaN pattern before each block
+//   emu::mma_bf16_16816, emu::ldmatrix_x4,  the warp-collective tensor-core instructions and
+//   emu::cp_async16 / _commit / _wait       cp.async that ptx/src/mma.cuh calls when
+//                                          GDNKCP_CPU_EMULATOR is defined (this header defines it)
 // Math comes from <math.h> (expf, fmaf, sqrtf: the host's libm, which may
 // differ from the GPU's in the last ulp); the test builds with
 // -ffp-contract=off so that the compiler fuses nothing on its own.
 #pragma once
+// Kernel sources test this to take the emulator's path where they would use inline PTX (mma.cuh).
+#ifndef GDNKCP_CPU_EMULATOR
+#define GDNKCP_CPU_EMULATOR 1
+#endif
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -58,6 +65,15 @@ void block_barrier();
 void warp_barrier(unsigned mask);
 unsigned* warp_slots();  // this fiber's warp's 32 exchange slots
 unsigned lane_id();      // this fiber's lane (linear thread index % 32)
+
+// The tensor-core path of ptx/src/mma.cuh (emu.cpp; see emu.h for the semantics). Warp-collective:
+// every lane of a full warp must call the same one together.
+void mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]);
+void ldmatrix_x4(unsigned r[4], const void* smem_row_ptr, bool trans);
+// cp.async of 16 bytes and its groups (per thread).
+void cp_async16(void* smem, const void* gmem);
+void cp_async_commit();
+void cp_async_wait(int n);
 
 template <typename T>
 inline unsigned to_bits(T v) {

@@ -1,13 +1,16 @@
 // emu.cpp: the fiber scheduler of emu.h.
 #include "emu.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 #include <vector>
 
@@ -18,11 +21,29 @@ namespace {
 
 enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
 
+// A cp.async in flight (EMU_CP_ASYNC=deferred): its source bytes, read at issue.
+struct Copy {
+  unsigned char* dst;
+  unsigned char data[16];
+};
+
 struct Fiber {
   ucontext_t ctx;
   State state;
   dim3 tid;
-  unsigned lin;  // linear thread index: x + y*bx + z*bx*by
+  unsigned lin;                             // linear thread index: x + y*bx + z*bx*by
+  std::vector<Copy> uncommitted;            // cp.async since the last commit
+  std::deque<std::vector<Copy>> groups;     // committed, oldest first
+};
+
+// The warp-collective tensor-core instructions' exchange: each lane's
+// fragment registers or row address, and which instruction it is at.
+enum Op { kNoOp = 0, kMma, kLdmatrix, kLdmatrixTrans };
+struct Exchange {
+  unsigned a[32][4];
+  unsigned b[32][2];
+  const void* addr[32];
+  int op[32];
 };
 
 constexpr size_t kStack = 256 << 10;  // per fiber, with a guard page below
@@ -40,12 +61,24 @@ ucontext_t scheduler;
 int current = -1;  // the running fiber, -1 in the scheduler
 const std::function<void()>* body = nullptr;
 unsigned slots[kMaxThreads / 32][32];
+Exchange exchange[kMaxThreads / 32];
 std::string cur_label;
 bool in_block = false;
+bool cp_async_deferred = false;  // EMU_CP_ASYNC=deferred
+Stats* cur_stats = nullptr;
+
+void land(const std::vector<Copy>& g) {
+  for (const Copy& c : g) memcpy(c.dst, c.data, 16);
+}
 
 void entry(int i) {
   (*body)();
-  fibers[i].state = kDone;  // uc_link returns to the scheduler
+  Fiber& f = fibers[i];  // copies still in flight land when the thread exits
+  for (const auto& g : f.groups) land(g);
+  land(f.uncommitted);
+  f.groups.clear();
+  f.uncommitted.clear();
+  f.state = kDone;  // uc_link returns to the scheduler
 }
 
 void yield(State s) {
@@ -65,13 +98,17 @@ void alloc_stacks() {
     if (mprotect(stacks + i * kStack, page, PROT_NONE) != 0) fail("cannot protect a stack guard page");
 }
 
-// run_block runs every fiber of the current block to its end, in ascending
-// thread order between barriers, or descending when reverse is set.
+// run_block runs every fiber of the current block to its end, warp by warp
+// and in ascending thread order between barriers, or descending when reverse
+// is set; each warp runs ahead to its next __syncthreads before the next one
+// starts.
 void run_block(unsigned n, bool reverse, Stats& st) {
   for (unsigned i = 0; i < n; ++i) {
     Fiber& f = fibers[i];
     f.state = kReady;
     f.lin = i;
+    f.uncommitted.clear();
+    f.groups.clear();
     f.tid = {i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
     if (getcontext(&f.ctx) != 0) fail("getcontext failed");
     f.ctx.uc_stack.ss_sp = stacks + i * kStack + page;
@@ -79,13 +116,29 @@ void run_block(unsigned n, bool reverse, Stats& st) {
     f.ctx.uc_link = &scheduler;
     makecontext(&f.ctx, reinterpret_cast<void (*)()>(entry), 1, static_cast<int>(i));
   }
+  const unsigned nw = (n + 31) / 32;
   for (;;) {
-    for (unsigned x = 0; x < n; ++x) {
-      const unsigned i = reverse ? n - 1 - x : x;
-      if (fibers[i].state != kReady) continue;
-      current = static_cast<int>(i);
-      threadIdx = fibers[i].tid;
-      if (swapcontext(&scheduler, &fibers[i].ctx) != 0) fail("swapcontext failed");
+    for (unsigned xw = 0; xw < nw; ++xw) {
+      const unsigned w = reverse ? nw - 1 - xw : xw;
+      const unsigned l0 = w * 32, l1 = std::min(n, l0 + 32);
+      // A warp runs ahead to its next __syncthreads (or its end): its warp
+      // barriers are released as soon as all its lanes reach them. Warps are
+      // then as far apart as a __syncthreads lets them be, so a hazard between
+      // warps (a stage refilled while another warp still reads it) shows.
+      for (;;) {
+        for (unsigned x = l0; x < l1; ++x) {
+          const unsigned i = reverse ? l1 - 1 - (x - l0) : x;
+          if (fibers[i].state != kReady) continue;
+          current = static_cast<int>(i);
+          threadIdx = fibers[i].tid;
+          if (swapcontext(&scheduler, &fibers[i].ctx) != 0) fail("swapcontext failed");
+        }
+        bool all = true;
+        for (unsigned i = l0; i < l1; ++i) all = all && fibers[i].state == kAtWarpBarrier;
+        if (!all) break;
+        for (unsigned i = l0; i < l1; ++i) fibers[i].state = kReady;
+        ++st.warp_syncs;
+      }
     }
     current = -1;
     unsigned done = 0, at_block = 0, at_warp = 0;
@@ -160,6 +213,12 @@ Stats launch(const std::string& label, dim3 grid, dim3 block, size_t smem, const
     fail("asks for " + std::to_string(smem) + " bytes of dynamic shared memory, more than the device's " +
          std::to_string(kMaxDynamicSmem));
   alloc_stacks();
+  const char* mode = getenv("EMU_CP_ASYNC");
+  if (mode && strcmp(mode, "deferred") != 0 && strcmp(mode, "immediate") != 0 && mode[0] != 0)
+    fail(std::string("EMU_CP_ASYNC=") + mode + ": use deferred or immediate");
+  cp_async_deferred = mode && strcmp(mode, "deferred") == 0;
+  for (auto& x : exchange) std::fill_n(x.op, 32, static_cast<int>(kNoOp));
+  cur_stats = &st;
   gridDim = grid;
   blockDim = block;
   body = &kernel;
@@ -179,7 +238,160 @@ Stats launch(const std::string& label, dim3 grid, dim3 block, size_t smem, const
         ++st.blocks;
       }
   body = nullptr;
+  cur_stats = nullptr;
   return st;
+}
+
+// ---- the tensor-core path (ptx/src/mma.cuh) -----------------------------------------------------
+
+namespace {
+
+const char* op_name(int op) {
+  switch (op) {
+    case kMma:
+      return "mma.sync.m16n8k16";
+    case kLdmatrix:
+      return "ldmatrix.x4";
+    case kLdmatrixTrans:
+      return "ldmatrix.x4.trans";
+    default:
+      return "no tensor-core instruction (a shuffle, __syncwarp or another barrier)";
+  }
+}
+
+// enter posts this lane at instruction op of its warp's exchange; the warp
+// must be complete (32 lanes).
+Exchange& enter(int op) {
+  if (current < 0) fail(std::string(op_name(op)) + " outside a launch");
+  const unsigned lin = fibers[current].lin, n = blockDim.x * blockDim.y * blockDim.z;
+  if (lin / 32 * 32 + 32 > n)
+    fail(std::string(op_name(op)) + " in a warp of fewer than 32 threads (block of " + std::to_string(n) + ")");
+  Exchange& x = exchange[lin / 32];
+  x.op[lin % 32] = op;
+  return x;
+}
+
+// meet waits for the warp and checks that every lane is at the same instruction.
+void meet(Exchange& x, int op) {
+  warp_barrier(0xffffffffu);
+  for (unsigned l = 0; l < 32; ++l)
+    if (x.op[l] != op)
+      fail(std::string(op_name(op)) + ": lane " + std::to_string(l) + " of the warp is at " + op_name(x.op[l]) +
+           " (all lanes must execute the same warp-collective instruction)");
+}
+
+// leave waits until every lane has read the exchange, then frees this lane's slot.
+void leave(Exchange& x) {
+  warp_barrier(0xffffffffu);
+  x.op[lane_id()] = kNoOp;
+}
+
+float bf16_at(unsigned reg, unsigned half) {
+  const unsigned u = half ? (reg & 0xffff0000u) : (reg << 16);
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+unsigned short u16_at(const void* row, unsigned i) {
+  unsigned short v;
+  memcpy(&v, static_cast<const unsigned char*>(row) + 2 * i, 2);
+  return v;
+}
+
+}  // namespace
+
+void mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+  Exchange& x = enter(kMma);
+  const unsigned lane = lane_id();
+  for (int i = 0; i < 4; ++i) x.a[lane][i] = a[i];
+  for (int i = 0; i < 2; ++i) x.b[lane][i] = b[i];
+  meet(x, kMma);
+  // A (row-major 16x16) and B (16x8) from every lane's fragments (layout: mma.cuh).
+  float A[16][16], B[16][8];
+  for (unsigned l = 0; l < 32; ++l) {
+    const unsigned g = l / 4, t = l % 4;
+    for (unsigned r = 0; r < 4; ++r) {
+      const unsigned row = g + 8 * (r % 2), col = 2 * t + 8 * (r / 2);
+      A[row][col] = bf16_at(x.a[l][r], 0);
+      A[row][col + 1] = bf16_at(x.a[l][r], 1);
+    }
+    for (unsigned r = 0; r < 2; ++r) {
+      const unsigned k = 2 * t + 8 * r;
+      B[k][g] = bf16_at(x.b[l][r], 0);
+      B[k + 1][g] = bf16_at(x.b[l][r], 1);
+    }
+  }
+  const unsigned g = lane / 4, t = lane % 4;
+  float out[4];
+  for (unsigned i = 0; i < 4; ++i) {
+    const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float acc = c[i];
+    for (unsigned k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];  // the product is exact
+    out[i] = acc;
+  }
+  if (lane == 0 && cur_stats) ++cur_stats->mmas;
+  leave(x);
+  for (int i = 0; i < 4; ++i) d[i] = out[i];  // d may be c
+}
+
+void ldmatrix_x4(unsigned r[4], const void* p, bool trans) {
+  const int op = trans ? kLdmatrixTrans : kLdmatrix;
+  Exchange& x = enter(op);
+  if (reinterpret_cast<uintptr_t>(p) & 15) fail(std::string(op_name(op)) + ": a row address is not 16-byte aligned");
+  const unsigned lane = lane_id();
+  x.addr[lane] = p;
+  meet(x, op);
+  const unsigned g = lane / 4, t = lane % 4;
+  unsigned out[4];
+  for (unsigned m = 0; m < 4; ++m) {
+    unsigned lo, hi;
+    if (!trans) {  // row g of matrix m, columns 2t, 2t+1
+      lo = u16_at(x.addr[8 * m + g], 2 * t);
+      hi = u16_at(x.addr[8 * m + g], 2 * t + 1);
+    } else {  // rows 2t, 2t+1 of matrix m, column g
+      lo = u16_at(x.addr[8 * m + 2 * t], g);
+      hi = u16_at(x.addr[8 * m + 2 * t + 1], g);
+    }
+    out[m] = lo | (hi << 16);
+  }
+  if (lane == 0 && cur_stats) ++cur_stats->ldmatrix;
+  leave(x);
+  for (int i = 0; i < 4; ++i) r[i] = out[i];
+}
+
+void cp_async16(void* smem, const void* gmem) {
+  if (current < 0) fail("cp.async outside a launch");
+  if ((reinterpret_cast<uintptr_t>(smem) | reinterpret_cast<uintptr_t>(gmem)) & 15)
+    fail("cp.async: the shared and global addresses must be 16-byte aligned");
+  if (cur_stats) ++cur_stats->cp_async;
+  if (!cp_async_deferred) {
+    memcpy(smem, gmem, 16);
+    return;
+  }
+  Copy c;
+  c.dst = static_cast<unsigned char*>(smem);
+  memcpy(c.data, gmem, 16);
+  for (int i = 0; i < 4; ++i) memcpy(c.dst + 4 * i, &kSmemFill, 4);  // in flight: undefined
+  fibers[current].uncommitted.push_back(c);
+}
+
+void cp_async_commit() {
+  if (current < 0) fail("cp.async.commit_group outside a launch");
+  Fiber& f = fibers[current];
+  if (!cp_async_deferred) return;
+  f.groups.push_back(std::move(f.uncommitted));
+  f.uncommitted.clear();
+}
+
+void cp_async_wait(int n) {
+  if (current < 0) fail("cp.async.wait_group outside a launch");
+  if (n < 0) fail("cp.async.wait_group with a negative count");
+  Fiber& f = fibers[current];
+  while (f.groups.size() > static_cast<size_t>(n)) {
+    land(f.groups.front());
+    f.groups.pop_front();
+  }
 }
 
 }  // namespace emu

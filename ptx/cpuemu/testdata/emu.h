@@ -8,11 +8,14 @@
 // (ascending thread order in even blocks, descending in odd ones, so that a
 // missing barrier shows whichever way the hazard points), then the barrier is
 // released and the round repeats. __syncthreads() waits
-// for every thread of the block, __syncwarp() and the shuffles for every lane
-// of the warp; a barrier that can never be released (some threads at
-// __syncthreads while others have exited or wait elsewhere) is reported as
-// divergence and ends the process. The schedule is fixed, so a run is
-// deterministic.
+// for every thread of the block, __syncwarp() and the shuffles (and the
+// tensor-core instructions below) for every lane of the warp. A warp's
+// barrier is released as soon as all its lanes reach it, so each warp runs
+// ahead to its next __syncthreads (or its end) before the next warp starts:
+// the warps are as far apart as the block's barriers let them be. A barrier
+// that can never be released (some threads at __syncthreads while others
+// have exited or wait elsewhere) is reported as divergence and ends the
+// process. The schedule is fixed, so a run is deterministic.
 //
 // Dynamic shared memory: every `extern __shared__ float smem[]` of a kernel
 // namespace is one static array (EMU_DYNAMIC_SMEM) of the device's largest
@@ -20,6 +23,36 @@
 // kSmemFill, so a kernel that reads shared memory it never wrote computes
 // NaN, and after each block the part beyond the launch's dynamic size must
 // still hold the pattern (a write past it is reported).
+//
+// The tensor-core path of ptx/src/mma.cuh (declared in the stand-in
+// cuda_runtime.h, which defines GDNKCP_CPU_EMULATOR):
+//   mma_bf16_16816  every lane deposits its A and B fragment registers in its
+//                   warp's exchange slots and meets the others; each lane then
+//                   rebuilds A (16x16) and B (16x8) by the fragment layout of
+//                   the PTX ISA (written out in mma.cuh) and computes its own
+//                   four D elements: products of bf16 values (exact in fp32)
+//                   added in fp32 to C in k order 0..15; a second meeting
+//                   before the slots are reused. The tensor core adds in
+//                   another order and precision: GPU and emulator agree to a
+//                   tolerance, not bit for bit.
+//   ldmatrix_x4     every lane deposits its row address (16-byte aligned, or
+//                   an error); after the meeting each lane reads its elements
+//                   of the four 8x8 matrices (transposed with .trans).
+//                   Both are checked to be executed by a full warp of 32 lanes,
+//                   all at the same instruction (a lane at another warp
+//                   collective, a shuffle or __syncwarp, is an error).
+//   cp_async16      16 bytes, both addresses 16-byte aligned (or an error).
+//                   By default the copy happens at once and commit/wait do
+//                   nothing, which cannot show a missing wait. With the
+//                   environment variable EMU_CP_ASYNC=deferred a copy reads its
+//                   source at issue but fills its destination with kSmemFill
+//                   (NaN); commit closes the thread's group and
+//                   cp_async_wait(n) lands the groups older than the newest n,
+//                   as cp.async.wait_group does. A read before the wait, or a
+//                   stage overwritten while another thread still reads it,
+//                   computes NaN. Copies still pending when a thread exits
+//                   land then. __syncthreads() does not wait for them (nor
+//                   does it on the GPU).
 #pragma once
 #include <functional>
 #include <string>
@@ -43,6 +76,7 @@ struct SmemRegistrar {
 // Counters of one launch.
 struct Stats {
   unsigned long long blocks = 0, syncthreads = 0, warp_syncs = 0;
+  unsigned long long mmas = 0, ldmatrix = 0, cp_async = 0;  // per warp, per warp, per thread
 };
 
 // fail reports an error of the emulated launch (with the current launch's
