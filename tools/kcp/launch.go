@@ -59,8 +59,10 @@ after the given time and says so; SIGINT or SIGTERM to launch stops them too.
 kcp run reads this environment (comm.EnvFromOS): each process runs rank RANK of the plan on GPU
 LOCAL_RANK, the plan has WORLD_SIZE ranks, and the ranks exchange through NCCL. Each prints its own
 rank's times and digest (a sha256 of its rows of the output and gradients), which equal those of
-the same plan run in one process.`,
+the same plan run in one process. kcp sweep does the same over its whole matrix, gathers every
+rank's results into every process, and rank 0 prints the table.`,
 		Example: `  kcp launch --nproc 2 -- run --backend gpu --pack P1 --cp 2
+  kcp launch --nproc 4 -- sweep --packs P1@8192,P4@8192 --reps 1 --warmup 0 --compare ref.json
   kcp launch --nproc 8 --timeout 30m -- bench`,
 		RunE:                  func(cmd *cobra.Command, args []string) error { return o.run(cmd, args) },
 		DisableFlagsInUseLine: true,

@@ -83,14 +83,10 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	f.StringVar(&o.mode, "mode", "b1", "b1 (forward keeping activations, backward) or b3 (checkpoint, recompute, backward)")
 	f.StringVar(&o.backend, "backend", "auto", "auto (gpu when usable, else cpu), cpu (float64 reference) or gpu")
 	f.IntVar(&o.device, "device", 0, "GPU backend: run every rank on this one CUDA device")
-	f.StringVar(&o.devices, "devices", "", "GPU backend: CUDA devices the ranks run on, comma-separated, rank blocks in order (default: every visible GPU)")
-	f.IntVar(&o.ranksPerGPU, "ranks-per-gpu", 1, "GPU backend: ranks per GPU when --cp is not given (more than 1 exchanges through host memory)")
-	f.StringVar(&o.comm, "comm", "auto", "GPU backend: how ranks exchange: auto (NCCL when every rank has its own GPU, else host memory), loopback or nccl")
-	f.DurationVar(&o.timeout, "timeout", 0, "GPU backend: bound on every exchange wait, e.g. 2m (0: host memory unbounded, NCCL 5m); a rank that waits longer fails and stops the others")
+	addPlacementFlags(cmd, &o)
 	f.StringVar(&o.faultKill, "fault-kill", "", "fault test: RANK:STAGE, the process running RANK kills itself (SIGKILL) when the rank reaches STAGE (e.g. 1:tape walk)")
 	f.StringVar(&o.faultError, "fault-error", "", "fault test: RANK:STAGE, the rank fails with an error at STAGE")
 	f.StringVar(&o.kernels, "kernels", "fp32", "GPU backend: fp32 (CUDA-core kernels, the default) or tc (tensor-core kernels, ~4x faster, output error ~3.7e-3)")
-	f.StringVar(&o.blob, "blob", "", "GPU backend: force a blob slot, e.g. compute_80 (default: "+"$GDNKCP_BLOB, else the automatic choice)")
 	f.BoolVar(&o.check, "check", true, "compare the output and every gradient with the naive float64 reference")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
 	f.IntVar(&o.hqk, "hqk", kcp.DefaultHQK, "query/key heads")
@@ -109,6 +105,18 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	f.BoolVar(&o.json, "json", false, "write one JSON object to stdout, nothing else")
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar on stderr")
 	return cmd
+}
+
+// addPlacementFlags defines the flags that place a GPU run's ranks and pick
+// what they load: --devices, --ranks-per-gpu, --comm, --timeout and --blob,
+// read by placeGPU and gpuOptions. kcp run and kcp sweep share them.
+func addPlacementFlags(cmd *cobra.Command, o *runOptions) {
+	f := cmd.Flags()
+	f.StringVar(&o.devices, "devices", "", "GPU backend: CUDA devices the ranks run on, comma-separated, rank blocks in order (default: every visible GPU)")
+	f.IntVar(&o.ranksPerGPU, "ranks-per-gpu", 1, "GPU backend: ranks per GPU when --cp is not given (more than 1 exchanges through host memory)")
+	f.StringVar(&o.comm, "comm", "auto", "GPU backend: how ranks exchange: auto (NCCL when every rank has its own GPU, else host memory), loopback or nccl")
+	f.DurationVar(&o.timeout, "timeout", 0, "GPU backend: bound on every exchange wait, e.g. 2m (0: host memory unbounded, NCCL 5m); a rank that waits longer fails and stops the others")
+	f.StringVar(&o.blob, "blob", "", "GPU backend: force a blob slot, e.g. compute_80 (default: "+"$GDNKCP_BLOB, else the automatic choice)")
 }
 
 // runReport is what run prints; its JSON names are part of the CLI's interface.
@@ -413,6 +421,30 @@ type gpuStep struct {
 	blob      string
 }
 
+// rankTotal is rank r's time in the step: the sum of its phases' CUDA-event
+// totals (forward, recompute, backward), in milliseconds.
+func (st *gpuStep) rankTotal(r int) float64 {
+	t := 0.0
+	for _, ph := range st.phases {
+		t += ph[r].TotalMillis
+	}
+	return t
+}
+
+// rankExchange is rank r's exchange time in the step: its stages named
+// "exchange ..." over every phase, in milliseconds.
+func (st *gpuStep) rankExchange(r int) float64 {
+	t := 0.0
+	for _, ph := range st.phases {
+		for _, s := range ph[r].Stages {
+			if strings.HasPrefix(s.Stage, "exchange") {
+				t += s.Millis
+			}
+		}
+	}
+	return t
+}
+
 // runGPUStep runs b1 (forward kept on the device, backward) or b3 (forward
 // in checkpoint mode, recompute, backward) once.
 func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, dout []float32) (*gpuStep, error) {
@@ -550,30 +582,13 @@ func gpuReport(device, kernels string, warmup int, local []int, steps []*gpuStep
 	last := steps[len(steps)-1]
 	R := len(last.phases[0])
 	gi := &runGPU{Device: device, Blob: last.blob, Kernels: kernels, Reps: len(steps), Warmup: warmup}
-	slowest := make([]float64, len(steps))
-	slowCount := make([]int, R)
 	totals := make([][]float64, R) // [rank][rep]
-	for i, st := range steps {
-		best := -1
+	for _, st := range steps {
 		for _, r := range local {
-			t := 0.0
-			for _, ph := range st.phases {
-				t += ph[r].TotalMillis
-			}
-			totals[r] = append(totals[r], t)
-			if best < 0 || t > slowest[i] {
-				best, slowest[i] = r, t
-			}
-		}
-		slowCount[best]++
-	}
-	gi.SlowestMs = median(slowest)
-	gi.SlowestRank = local[0]
-	for _, r := range local {
-		if slowCount[r] > slowCount[gi.SlowestRank] {
-			gi.SlowestRank = r
+			totals[r] = append(totals[r], st.rankTotal(r))
 		}
 	}
+	gi.SlowestMs, gi.SlowestRank = slowestOf(local, totals)
 	slowIdx := 0
 	for i, r := range local {
 		if r == gi.SlowestRank {
@@ -619,6 +634,36 @@ func gpuReport(device, kernels string, warmup int, local []int, steps []*gpuStep
 	return gi
 }
 
+// slowestOf returns, of the ranks listed (totals[r][i] is rank r's total in
+// repetition i, every listed rank with the same number of repetitions), the
+// median over the repetitions of the slowest rank's total, and the rank that
+// was the slowest most often (the lowest rank on ties, in a repetition and in
+// the count).
+func slowestOf(ranks []int, totals [][]float64) (float64, int) {
+	if len(ranks) == 0 {
+		return 0, 0
+	}
+	reps := len(totals[ranks[0]])
+	slowest := make([]float64, reps)
+	count := map[int]int{}
+	for i := range reps {
+		best := -1
+		for _, r := range ranks {
+			if t := totals[r][i]; best < 0 || t > slowest[i] {
+				best, slowest[i] = r, t
+			}
+		}
+		count[best]++
+	}
+	slow := ranks[0]
+	for _, r := range ranks {
+		if count[r] > count[slow] {
+			slow = r
+		}
+	}
+	return median(slowest), slow
+}
+
 // widthProfile is --arch/--sms, else the GPU present, else DefaultProfile.
 func (o *runOptions) widthProfile(changed func(string) bool) (sched.Profile, error) {
 	if changed("arch") {
@@ -654,21 +699,35 @@ func (o *runOptions) runDocs(changed func(string) bool) (string, []int, error) {
 	return pk.Name, pk.Docs, nil
 }
 
-// parsePackSpec reads "P3" or "P3@4096" (P3 scaled to 4096 tokens).
+// parsePackSpec reads --pack: "P3" or "P3@4096" (P3 scaled to 4096 tokens).
 func parsePackSpec(s string) (kcp.Pack, error) {
+	pk, err := parsePack(s)
+	if err != nil {
+		return kcp.Pack{}, fmt.Errorf("--pack %w", err)
+	}
+	return pk, nil
+}
+
+// parsePack reads "P3" or "P3@4096" (P3 scaled to 4096 tokens); its errors
+// start with s.
+func parsePack(s string) (kcp.Pack, error) {
 	name, size, scaled := strings.Cut(strings.TrimSpace(s), "@")
 	pk, err := kcp.PackByName(name)
 	if err != nil {
-		return kcp.Pack{}, fmt.Errorf("--pack: %w", err)
+		return kcp.Pack{}, fmt.Errorf("%s: %w", s, err)
 	}
 	if !scaled {
 		return pk, nil
 	}
 	var n int
 	if _, err := fmt.Sscanf(size, "%d", &n); err != nil || fmt.Sprint(n) != size {
-		return kcp.Pack{}, fmt.Errorf("--pack %s: %q after @ is not a token count", s, size)
+		return kcp.Pack{}, fmt.Errorf("%s: %q after @ is not a token count", s, size)
 	}
-	return kcp.ScalePack(pk, n)
+	pk, err = kcp.ScalePack(pk, n)
+	if err != nil {
+		return kcp.Pack{}, fmt.Errorf("%s: %w", s, err)
+	}
+	return pk, nil
 }
 
 func (o *runOptions) report(backend, name string, plan *kcp.Plan, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
@@ -846,7 +905,12 @@ func (o *runOptions) newBar(w io.Writer, plan *kcp.Plan, backend string) *runBar
 	if backend == "gpu" {
 		steps *= o.warmup + o.reps
 	}
-	total := steps*len(plan.Ranks) + 1
+	return newRunBar(w, steps*len(plan.Ranks)+1)
+}
+
+// newRunBar returns a progress bar on w of total steps (the last one taken
+// by finish).
+func newRunBar(w io.Writer, total int) *runBar {
 	return &runBar{bar: progressbar.NewOptions(total,
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetDescription("forward"),
