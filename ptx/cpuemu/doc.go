@@ -81,6 +81,10 @@
 //     docs/gpu-backward.md in the same way, plus the end-to-end gradients
 //     against gdnref's token-by-token backward. They skip while
 //     ptx/src/gdn_bwd.cu does not exist.
+//   - TestMMAWalksOnCPU: the staged tensor-core walks of
+//     ptx/staging/gdn_walk_mma.cu (mma.sync with hi/lo splits, cp.async
+//     double buffering) against gdnref, at vh 64 and 128 (bitwise equal), in
+//     both cp.async modes; it skips when nothing is staged.
 //
 // Every test skips when no C++ compiler is installed. The environment variable
 // CPUEMU_SRC points the build at another kernel directory than ptx/src (to

@@ -33,12 +33,29 @@ var cxxFlags = []string{"-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-mat
 	"-Wno-unknown-pragmas", "-Werror", "-Itestdata"}
 
 // The binaries and their objects. runner_all exists only when
-// ptx/src/gdn_bwd.cu does; runner_mma holds the tensor-core test kernels.
+// ptx/src/gdn_bwd.cu does; runner_mma holds the tensor-core test kernels;
+// runner_walk_mma the staged walks of ptx/staging (only while
+// ptx/staging/gdn_walk_mma.cu exists).
 var binaries = map[string][]string{
-	"harness":    {"emu", "harness"},
-	"runner_fwd": {"emu", "runner", "selftest", "kernels_fwd"},
-	"runner_all": {"emu", "runner", "selftest", "kernels_all"},
-	"runner_mma": {"emu", "runner", "mma_kernels"},
+	"harness":         {"emu", "harness"},
+	"runner_fwd":      {"emu", "runner", "selftest", "kernels_fwd"},
+	"runner_all":      {"emu", "runner", "selftest", "kernels_all"},
+	"runner_mma":      {"emu", "runner", "mma_kernels"},
+	"runner_walk_mma": {"emu", "runner", "kernels_walk_mma"},
+}
+
+// stagedWalkMMA is the staged tensor-core walk source (ptx/staging).
+const stagedWalkMMA = "../staging/gdn_walk_mma.cu"
+
+// haveStagedWalks reports whether the staged walks are there to build.
+func haveStagedWalks() bool {
+	_, err := os.Stat(stagedWalkMMA)
+	return err == nil
+}
+
+// skipBinary reports binaries whose sources are absent.
+func skipBinary(b string) bool {
+	return (b == "runner_all" && !haveBackward()) || (b == "runner_walk_mma" && !haveStagedWalks())
 }
 
 func TestMain(m *testing.M) {
@@ -102,7 +119,7 @@ func buildAll(cxx string) {
 	src, _ := filepath.Abs(srcDir())
 	objs := map[string]bool{}
 	for b, objList := range binaries {
-		if b == "runner_all" && !haveBackward() {
+		if skipBinary(b) {
 			continue
 		}
 		for _, o := range objList {
@@ -128,7 +145,7 @@ func buildAll(cxx string) {
 	}
 	wg.Wait()
 	for b, objList := range binaries {
-		if b == "runner_all" && !haveBackward() {
+		if skipBinary(b) {
 			continue
 		}
 		var args []string

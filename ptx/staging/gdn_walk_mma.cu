@@ -1,0 +1,377 @@
+// gdn_walk_mma.cu (staged: proven on the CPU emulator, not yet built by nvcc nor run on a GPU): the
+// summary and state walks on mma.sync m16n8k16 (bf16 in, fp32 accumulate), v4 of the walk. Same
+// arguments, grids and outputs as gdn_summary_walk / gdn_state_walk of gdn_fwd.cu (block 256):
+//   gdn_summary_walk_mma   grid (2*128/vh, nlist, HV)   walk_mma_smem(vh)
+//   gdn_state_walk_mma     grid (128/vh, NS, HV)        walk_mma_smem(vh)
+// walk_mma_smem(vh) = 196608 + 256*(vh+4) bytes (214016 at vh 64, 230400 at vh 128).
+//
+// ---- The data flow: the state never leaves the registers -------------------------------------------
+// A warp owns 16 state columns and all 128 keys of them; it keeps the TRANSPOSED state S^T (16 x 128,
+// m = column, n = key) as 16 accumulator tiles of m16n8 (64 fp32 registers a lane) for the whole walk.
+// Per chunk (W, Kt: 64 x 128 fp32 rows; U: 64 x vh; rows past a short chunk's end are zero):
+//   (1) V'^T = U^T + S^T (-W)^T    A = S^T (m = column, k = key): the accumulator tiles of S^T ARE the
+//                                  A fragments (tile 2kk gives a[0], a[1], tile 2kk+1 a[2], a[3]; the
+//                                  m16n8 C layout of two adjacent n-tiles is the m16k16 A layout), split
+//                                  to bf16 hi/lo in registers; B = (-W)^T (k = key, n = token), i.e. the
+//                                  rows of -W: ldmatrix.x4 (not transposed) of the bf16 copies in shared
+//                                  memory. C starts as U^T, read as fp32 from the U stage (exact).
+//   (2) S^T = e^gl S^T + V'^T Kt   A = V'^T (m = column, k = token): again the accumulator tiles of (1)
+//                                  as A fragments, split in registers; B = Kt (k = token, n = key): rows
+//                                  of Kt, ldmatrix.x4.trans of the bf16 copies.
+// No warp ever needs another warp's columns, so the chunk needs no barrier between (1) and (2), and
+// V' never goes to shared memory. Every product of two fp32 quantities runs as three bf16 products of
+// hi/lo splits, x = hi + lo (hi = rn(x), lo = rn(x - hi)): a b ~ ah bh + ah bl + al bh, in that order,
+// per 16-wide k step, k steps ascending.
+// vh 128: warps 0-7 own columns 16w..16w+15 of the tile. vh 64: warps 0-3 own them and warps 4-7
+// only copy and convert (they hold no state): every 16-column tile runs the same instructions on the
+// same operands in both forms, so vh 64 and vh 128 give the same bits (the tensor core computes each
+// D element from its own A row, B column and C element). No atomics; no value crosses columns.
+//
+// ---- The stages: one __syncthreads per chunk ---------------------------------------------------------
+//   R     fp32 W and Kt of the NEXT chunk as cp.async copied them ([2][64][128], 64 KB). Each 16-byte
+//         unit is copied and later read by the same thread, so it needs no barrier: the thread's
+//         cp.async.wait_group makes its own copies visible to itself.
+//   X[2]  bf16 hi/lo of -W and Kt ([4][64][128] each, 64 KB a stage; 16-byte units XOR-swizzled by
+//         row % 8 so the 8 rows of an ldmatrix 8x8 fall in different banks without padding).
+//   UR    fp32 U of the next chunk, [64][vh+4]: each warp copies and reads only its own 16 columns
+//         (cp.async, wait, then __syncwarp so that every lane sees the others' copies).
+// Chunk ci of the segment,     __syncthreads                  X[x] complete; everyone done with X[1-x],
+// stage x = ci % 2:                                           with R and with UR
+//                              issue chunk ci+1's cp.async into R and UR
+//                              [state walk: store H(ci) from the registers]
+//                              (1), [state walk: store V'], (2) from X[x] and the registers
+//                              wait for chunk ci+1's copies, convert own R units -> X[1-x] (zero rows
+//                              past n, -W), __syncwarp, U(ci+1) -> the V' accumulators, gamma_last(ci+1)
+// So the copies of chunk ci+1 have the compute of chunk ci to land, the conversion of chunk ci+1
+// overlaps the other warps' compute of chunk ci, and a chunk costs one block barrier and one warp
+// barrier. Shared memory: 2 x 64 KB (X) + 64 KB (R) + 256 (vh+4) (UR).
+//
+// ---- Precision --------------------------------------------------------------------------------------
+// bf16 keeps 8 significant bits (unit roundoff 2^-8); hi + lo keeps about 16 (|x - hi - lo| <= 2^-16
+// |x|). Dropping al bl and the two residuals leaves at most ~3 * 2^-16 |a||b| per product term, random
+// in sign. U enters as the fp32 accumulator (exact, no split); e^gamma_last multiplies in fp32. W and Kt
+// are split by the same function as the state: doing it once per chunk into shared memory (X) instead
+// of in each warp's registers gives the same bits and an eighth of the split work. Measured on the
+// emulator (TestMMAWalksOnCPU, segments of 1..200 tokens, non-zero start states; normwise relative error
+// against internal/gdnref in float64 fed the same fp32 W, U, Kt, gamma): final states 2.1e-6, chunk
+// states 8.4e-7, V' 6.0e-7, P 2.8e-7, Q 4.6e-6 (the test allows 3e-5). Without the lo parts of W and Kt
+// (bf16 hi alone, one product fewer per term) it is 7.7e-4 final, 1.7e-3 Q; without those of S and V',
+// 7.6e-4 / 1.7e-3: both far beyond the 1e-4 that issue 5 allows, so all three products stay.
+//
+// ---- Cost per chunk and CTA, predicted for an H200 (132 SMs, ~1 PFLOP/s dense bf16, ~4 TB/s) --------
+// Tensor FLOPs: (1) 2*64*128*vh and (2) 2*128*64*vh, each three times (hi/lo): 98304 vh = 12.6 MFLOP at
+// vh 128 (3072 mma.sync), 6.3 MFLOP at vh 64 (1536); a third of that is the math itself.
+// Global bytes: W, Kt 64 KB, U 256 vh (32 / 16 KB); the state walk also writes H (512 vh: 64 / 32 KB)
+// and V' (256 vh). Shared-memory traffic: every state warp reads all of -W and Kt as hi + lo (64 KB a
+// warp: 128 ldmatrix.x4), 512 KB at vh 128, 256 KB at vh 64, plus the copy/convert passes (cp.async
+// writes 64 KB + 256 vh, R reads 64 KB, X writes 64 KB, U reads 256 vh): ~770 KB / ~480 KB.
+// Barriers: 1 __syncthreads + 1 __syncwarp (v3: 8 __syncthreads).
+// At 128 B/clk of shared-memory bandwidth an SM needs ~6100 clk (vh 128) / ~3800 clk (vh 64) per chunk
+// for that traffic; the tensor cores need 3072 / 1536 m16n8k16 at ~1 per clock per SM at the dense
+// peak, ~1.6x that at mma.sync's rate on Hopper (~60% of peak): ~5000 / ~2500 clk. So the walk is bound
+// by shared memory (m = 16 per warp: each B fragment serves only 16 state columns), with the tensor
+// cores close behind at vh 128. Predicted at ~1.8 GHz: ~3.3 us a chunk at vh 128, ~2.1 us at vh 64, for
+// one CTA on its SM (v3: 16 us). At 32K tokens (96 CTAs of vh 64, 512 chunks each) the state walk also
+// moves ~192 KB of unique HBM traffic per chunk and head (W, Kt, U read once from DRAM, the sibling
+// CTA's copy from L2; H 64 KB and V' 32 KB written): 48 heads x 192 KB / ~4 TB/s = 2.3 us per chunk
+// step, so there it is bound by HBM at ~2.3-2.5 us a chunk: state walk ~1.2-1.3 ms (v3 8.4 ms), a third
+// of the bytes being the fp32 H stores that the ABI keeps (bf16 H for the output would save it).
+// Registers (estimate): S^T 64 + V'^T 32 + A hi/lo 8 + B hi/lo 8 + ~25 addresses and indices: ~140 a
+// thread (~170 if ptxas hoists the splits of a whole k loop), below the 255 of __launch_bounds__(256) at
+// one CTA per SM (the shared memory allows only one anyway): no spills expected. Every register array is
+// indexed by constants after unrolling, and every Walker method is forced inline.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "../src/gdn_fwd.cu"
+#include "../src/mma.cuh"
+
+namespace gdnkcp {
+namespace walkmma {
+
+using tc::bf16;
+constexpr int kD = fwd::kD, kC = fwd::kC, kThreads = fwd::kThreads;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = kC * kD;  // elements of one [64][128] array
+static_assert(kThreads == 256 && kD == 128 && kC == 64, "the fragment bookkeeping below assumes these");
+
+__host__ __device__ constexpr int walk_mma_smem(int vh) {
+	return 2 * 4 * kTile * 2 + 2 * kTile * 4 + kC * (vh + 4) * 4;
+}
+
+// swz: the element offset of (row, col) in a swizzled [64][128] bf16 array: the 16-byte unit col / 8
+// of a row is stored at unit (col / 8) ^ (row % 8).
+__device__ __forceinline__ int swz(int row, int col) { return row * kD + (((col >> 3) ^ (row & 7)) << 3) + (col & 7); }
+
+struct alignas(8) U32x2 {
+	unsigned x, y;
+};
+
+template <int VH>
+struct Walker {
+	static constexpr int kCW = VH / 16;  // warps that hold state columns
+	static constexpr int kLU = VH + 4;   // padded fp32 row of the U stage (conflict-free C loads)
+	bf16* X;                             // [2][4][kTile]: -W hi, -W lo, Kt hi, Kt lo (swizzled)
+	float* R;                            // [2][kTile]: W, Kt of the next chunk as copied
+	float* UR;                           // [64][kLU]: U columns [c0, c0 + VH) of the next chunk
+	int lane, warp, g, t;
+	float s[16][4];  // S^T: columns 16 warp + (g, g+8) x keys 8 nt + (2t, 2t+1)
+	float v[8][4];   // V'^T (U^T before (1)): the same columns x tokens 8 nt + (2t, 2t+1)
+	float gl;        // gamma_last of the chunk whose U is in v
+
+	__device__ __forceinline__ explicit Walker(float* smem) {
+		X = reinterpret_cast<bf16*>(smem);
+		R = smem + 2 * 4 * kTile / 2;
+		UR = R + 2 * kTile;
+		lane = threadIdx.x % 32;
+		warp = threadIdx.x / 32;
+		g = lane / 4;
+		t = lane % 4;
+	}
+
+	__device__ __forceinline__ bool holds() const { return warp < kCW; }
+
+	// init_state sets S^T from global fp32 rows of 128 (src, columns c0..), or to the identity's
+	// columns c0.. (identity), or to zero.
+	__device__ __forceinline__ void init_state(const float* src, bool identity, int c0) {
+#pragma unroll
+		for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r) {
+				const int key = 8 * nt + 2 * t + (r & 1), col = c0 + 16 * warp + g + 8 * (r >> 1);
+				if (src != nullptr)
+					s[nt][r] = holds() ? src[key * kD + col] : 0.f;
+				else
+					s[nt][r] = (identity && key == col) ? 1.f : 0.f;
+			}
+		}
+	}
+
+	// store_state writes S (fp32 rows of 128, columns c0..) from the registers.
+	__device__ __forceinline__ void store_state(float* dst, int c0) const {
+		if (!holds()) return;
+#pragma unroll
+		for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r)
+				dst[(8 * nt + 2 * t + (r & 1)) * kD + c0 + 16 * warp + g + 8 * (r >> 1)] = s[nt][r];
+		}
+	}
+
+	// issue starts the copies of chunk (t0, n): this thread's 16-byte units of W and Kt (rows warp +
+	// 8 x, unit lane) into R and, when u is set, this warp's 16 U columns into UR; one commit group.
+	__device__ __forceinline__ void issue(const float* w, const float* u, const float* kt, int t0, int n, int h, int HV,
+	                                      int c0) {
+#pragma unroll
+		for (int x = 0; x < 16; ++x) {
+			const int a = x / 8, i = warp + 8 * (x % 8);
+			if (i < n)
+				tc::cp_async16(R + a * kTile + i * kD + 4 * lane, (a ? kt : w) + ((long long)(t0 + i) * HV + h) * kD + 4 * lane);
+		}
+		if (u != nullptr && holds()) {
+#pragma unroll
+			for (int y = 0; y < 8; ++y) {
+				const int q = lane + 32 * y, i = q / 4, col = 16 * warp + 4 * (q % 4);
+				if (i < n) tc::cp_async16(UR + i * kLU + col, u + ((long long)(t0 + i) * HV + h) * kD + c0 + col);
+			}
+		}
+		tc::cp_async_commit();
+	}
+
+	// land waits for this thread's copies of chunk (t0, n), converts its units of R into stage x of X
+	// (-W and Kt as bf16 hi/lo, zero rows from n on), loads U^T (zero past n) into the V'
+	// accumulators and reads gamma_last. R and UR may be refilled after the next __syncthreads.
+	__device__ __forceinline__ void land(int x, const float* u, const float* gcum, int t0, int n, int h, int HV) {
+		tc::cp_async_wait<0>();
+		bf16* xs = X + x * 4 * kTile;
+#pragma unroll
+		for (int y = 0; y < 16; ++y) {
+			const int a = y / 8, i = warp + 8 * (y % 8);
+			float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
+			if (i < n) f = *reinterpret_cast<const float4*>(R + a * kTile + i * kD + 4 * lane);
+			const float sg = a ? 1.f : -1.f;  // -W: the sign is exact in the split
+			U32x2 hi, lo;
+			tc::split_bf16x2(sg * f.x, sg * f.y, hi.x, lo.x);
+			tc::split_bf16x2(sg * f.z, sg * f.w, hi.y, lo.y);
+			const int e = swz(i, 4 * lane);
+			*reinterpret_cast<U32x2*>(xs + (2 * a) * kTile + e) = hi;
+			*reinterpret_cast<U32x2*>(xs + (2 * a + 1) * kTile + e) = lo;
+		}
+		gl = gcum[(long long)(t0 + n - 1) * HV + h];
+		if (!holds()) return;
+		__syncwarp();  // the warp's U copies, each visible to its own lane after the wait, to the warp
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r) {
+				const int i = 8 * nt + 2 * t + (r & 1);
+				v[nt][r] = (u != nullptr && i < n) ? UR[i * kLU + 16 * warp + g + 8 * (r >> 1)] : 0.f;
+			}
+		}
+	}
+
+	// vprime runs (1) on stage x: V'^T = U^T + S^T (-W)^T, token blocks of 16 from n on skipped
+	// (they stay zero).
+	__device__ __forceinline__ void vprime(int x, int n) {
+		const bf16* Wh = X + x * 4 * kTile;
+		const bf16* Wl = Wh + kTile;
+		const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1);
+#pragma unroll
+		for (int kk = 0; kk < 8; ++kk) {
+			unsigned ah[4], al[4];
+			tc::split_bf16x2(s[2 * kk][0], s[2 * kk][1], ah[0], al[0]);
+			tc::split_bf16x2(s[2 * kk][2], s[2 * kk][3], ah[1], al[1]);
+			tc::split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], ah[2], al[2]);
+			tc::split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], ah[3], al[3]);
+#pragma unroll
+			for (int p = 0; p < 4; ++p) {
+				if (16 * p >= n) continue;
+				const int e = swz(16 * p + brow, 16 * kk + bcol);
+				unsigned bh[4], bl[4];
+				tc::ldmatrix_x4(bh, Wh + e);  // b of token tile 2p in [0..1], of 2p+1 in [2..3]
+				tc::ldmatrix_x4(bl, Wl + e);
+#pragma unroll
+				for (int q = 0; q < 2; ++q) {
+					float* acc = v[2 * p + q];
+					tc::mma_bf16_16816(acc, ah, bh + 2 * q, acc);
+					tc::mma_bf16_16816(acc, ah, bl + 2 * q, acc);
+					tc::mma_bf16_16816(acc, al, bh + 2 * q, acc);
+				}
+			}
+		}
+	}
+
+	// update runs (2) on stage x: S^T = e^gl S^T + V'^T Kt, token blocks from n on skipped.
+	__device__ __forceinline__ void update(int x, int n) {
+		const bf16* Kh = X + x * 4 * kTile + 2 * kTile;
+		const bf16* Kl = Kh + kTile;
+		const float decay = expf(gl);
+#pragma unroll
+		for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r) s[nt][r] *= decay;
+		}
+		const int brow = (lane & 7) + 8 * ((lane >> 3) & 1), bcol = 8 * (lane >> 4);
+#pragma unroll
+		for (int j = 0; j < 4; ++j) {
+			if (16 * j >= n) continue;
+			unsigned ah[4], al[4];
+			tc::split_bf16x2(v[2 * j][0], v[2 * j][1], ah[0], al[0]);
+			tc::split_bf16x2(v[2 * j][2], v[2 * j][3], ah[1], al[1]);
+			tc::split_bf16x2(v[2 * j + 1][0], v[2 * j + 1][1], ah[2], al[2]);
+			tc::split_bf16x2(v[2 * j + 1][2], v[2 * j + 1][3], ah[3], al[3]);
+#pragma unroll
+			for (int p = 0; p < 8; ++p) {
+				const int e = swz(16 * j + brow, 16 * p + bcol);
+				unsigned bh[4], bl[4];
+				tc::ldmatrix_x4_trans(bh, Kh + e);  // b of key tile 2p in [0..1], of 2p+1 in [2..3]
+				tc::ldmatrix_x4_trans(bl, Kl + e);
+#pragma unroll
+				for (int q = 0; q < 2; ++q) {
+					float* acc = s[2 * p + q];
+					tc::mma_bf16_16816(acc, ah, bh + 2 * q, acc);
+					tc::mma_bf16_16816(acc, ah, bl + 2 * q, acc);
+					tc::mma_bf16_16816(acc, al, bh + 2 * q, acc);
+				}
+			}
+		}
+	}
+
+	// store_vprime writes V' rows [0, n) of the chunk (fp32 [T, HV, 128], columns c0..).
+	__device__ __forceinline__ void store_vprime(float* vnew, int t0, int n, int h, int HV, int c0) const {
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r) {
+				const int i = 8 * nt + 2 * t + (r & 1);
+				if (i < n) vnew[((long long)(t0 + i) * HV + h) * kD + c0 + 16 * warp + g + 8 * (r >> 1)] = v[nt][r];
+			}
+		}
+	}
+
+	// walk runs the chunks [ch0, ch0 + nch) from the state in the registers; with h_out set (the state
+	// walk) it writes each chunk's start state and V'.
+	__device__ __forceinline__ void walk(const float* w, const float* u, const float* kt, const float* gcum,
+	                                     const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h, int HV,
+	                                     int c0, float* h_out, float* vnew) {
+		if (nch <= 0) return;
+		issue(w, u, kt, chunk_tok0[ch0], chunk_len[ch0], h, HV, c0);
+		land(0, u, gcum, chunk_tok0[ch0], chunk_len[ch0], h, HV);
+		for (int ci = 0; ci < nch; ++ci) {
+			const int c = ch0 + ci, x = ci & 1, n = chunk_len[c];
+			// Stage x converted by every thread; every warp done with stage 1 - x; every thread done
+			// reading R and UR (its land of chunk c), so the copies of chunk c + 1 may start.
+			__syncthreads();
+			if (ci + 1 < nch) issue(w, u, kt, chunk_tok0[c + 1], chunk_len[c + 1], h, HV, c0);
+			if (holds()) {
+				if (h_out != nullptr) store_state(h_out + ((long long)c * HV + h) * kD * kD, c0);
+				vprime(x, n);
+				if (vnew != nullptr) store_vprime(vnew, chunk_tok0[c], n, h, HV, c0);
+				update(x, n);
+			}
+			if (ci + 1 < nch) land(1 - x, u, gcum, chunk_tok0[c + 1], chunk_len[c + 1], h, HV);
+		}
+	}
+};
+
+template <int VH>
+__device__ __forceinline__ void summary_walk_mma(float* smem, const float* w, const float* u, const float* kt,
+                                                 const float* gcum, const int* chunk_tok0, const int* chunk_len,
+                                                 const int* seg_chunk0, const int* seg_nchunk, const int* list,
+                                                 float* out_p, float* out_q, int HV) {
+	Walker<VH> wk(smem);
+	const int tiles = kD / VH;
+	const bool isP = blockIdx.x >= tiles;
+	const int c0 = (isP ? blockIdx.x - tiles : blockIdx.x) * VH;
+	const int li = blockIdx.y, h = blockIdx.z, seg = list[li];
+	wk.init_state(nullptr, isP, c0);
+	wk.walk(w, isP ? nullptr : u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0,
+	        nullptr, nullptr);
+	wk.store_state((isP ? out_p : out_q) + ((long long)li * HV + h) * kD * kD, c0);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+gdn_summary_walk_mma(const float* __restrict__ w, const float* __restrict__ u, const float* __restrict__ kt,
+                     const float* __restrict__ gcum, const int* __restrict__ chunk_tok0,
+                     const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
+                     const int* __restrict__ seg_nchunk, const int* __restrict__ list,
+                     float* __restrict__ out_p, float* __restrict__ out_q, int HV, int vh) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	if (vh == 64)
+		summary_walk_mma<64>(smem, w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HV);
+	else
+		summary_walk_mma<128>(smem, w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HV);
+}
+
+template <int VH>
+__device__ __forceinline__ void state_walk_mma(float* smem, const float* w, const float* u, const float* kt,
+                                               const float* gcum, const int* chunk_tok0, const int* chunk_len,
+                                               const int* seg_chunk0, const int* seg_nchunk, const float* start,
+                                               float* h_out, float* vnew, float* final_state, int HV) {
+	Walker<VH> wk(smem);
+	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
+	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, false, c0);
+	wk.walk(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0, h_out, vnew);
+	wk.store_state(final_state + ((long long)seg * HV + h) * kD * kD, c0);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+gdn_state_walk_mma(const float* __restrict__ w, const float* __restrict__ u, const float* __restrict__ kt,
+                   const float* __restrict__ gcum, const int* __restrict__ chunk_tok0,
+                   const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
+                   const int* __restrict__ seg_nchunk, const float* __restrict__ start,
+                   float* __restrict__ h_out, float* __restrict__ vnew, float* __restrict__ final_state,
+                   int HV, int vh) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	if (vh == 64)
+		state_walk_mma<64>(smem, w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+		                   final_state, HV);
+	else
+		state_walk_mma<128>(smem, w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+		                    final_state, HV);
+}
+
+}  // namespace walkmma
+}  // namespace gdnkcp
