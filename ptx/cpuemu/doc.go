@@ -85,6 +85,13 @@
 //     ptx/staging/gdn_walk_mma.cu (mma.sync with hi/lo splits, cp.async
 //     double buffering) against gdnref, at vh 64 and 128 (bitwise equal), in
 //     both cp.async modes; it skips when nothing is staged.
+//   - TestMMABackwardWalksOnCPU: the staged tensor-core backward walks of
+//     ptx/staging/gdn_bwalk_mma.cu (offset and tape walk: mma.sync with
+//     hi/lo splits, cp.async stages) on the cases of
+//     TestBackwardKernelsOnCPU against gdnref fed the kernels' own fp32
+//     inputs, at vh 64 and 128 (bitwise equal), every output poisoned first,
+//     cp.async immediate and deferred; it registers runner_bwalk_mma and
+//     skips unless the staged walks and ptx/src/gdn_bwd.cu are there.
 //
 // Every test skips when no C++ compiler is installed. The environment variable
 // CPUEMU_SRC points the build at another kernel directory than ptx/src (to

@@ -1,0 +1,242 @@
+package cpuemu
+
+import (
+	"math"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/gdnkcp/gdnkcp/internal/gdnref"
+)
+
+// The staged tensor-core backward walks of ptx/staging/gdn_bwalk_mma.cu
+// (gdn_offset_walk_mma, gdn_tape_walk_mma: mma.sync with hi/lo splits,
+// cp.async stages) on the emulator, against internal/gdnref fed the very fp32
+// W, Kt, qn, gamma and dV'_local the walks read (made by the fp32 l2norm,
+// prep and gdn_dvlocal_bwd in the same job), the bf16 dO and random terminal
+// adjoints.
+
+// stagedBWalkMMA is the staged backward walk source; runner_bwalk_mma is
+// registered only while it (and the fp32 backward it builds with) is there.
+const stagedBWalkMMA = "../staging/gdn_bwalk_mma.cu"
+
+func haveStagedBWalks() bool {
+	_, err := os.Stat(stagedBWalkMMA)
+	return err == nil && haveStagedWalks() && haveBackward()
+}
+
+func init() {
+	if haveStagedBWalks() {
+		binaries["runner_bwalk_mma"] = []string{"emu", "runner", "kernels_bwalk_mma"}
+	}
+}
+
+// bwalkMMATol bounds the normwise relative error of Pᵀ, R, the chunk
+// adjoints, dV' and the start adjoints against float64 from the same inputs.
+// As in the forward (mmaWalkTol): every product of two fp32 values runs as
+// ah bh + ah bl + al bh (D with Kt, dV' with W), each term off by at most
+// ~3 * 2^-16 = 4.6e-5 of |a||b| with random signs, and dO Qg (dO exact in
+// bf16) as dO Qgh + dO Qgl, off by ~2^-16 |dO||Qg|; sums of 64..128 such
+// terms land a few 1e-6 off (measured: see TestMMABackwardWalksOnCPU's log
+// and ptx/staging/README.md), and the 1-4 chunks of a segment (decays <= 1)
+// do not amplify it much. 3e-5 is several times the largest and far below
+// what dropping a lo part gives (~1e-3) or a wrong row of a chunk (~1/64).
+const bwalkMMATol = 3e-5
+
+// bwalkMMAElemTol bounds the worst element of the start adjoints against
+// their rms, so that no single wrong column or key hides in the norm. The
+// adjoints' elements spread far more than the forward states' (no_l2norm:
+// k and W of norm ~11), so the legitimate worst is larger than the forward's:
+// measured 1.1e-5 (l2norm) and 1.65e-4 (no_l2norm); 1e-3 leaves 6x.
+const bwalkMMAElemTol = 1e-3
+
+// TestMMABackwardWalksOnCPU runs the staged backward walks on the cases of
+// TestBackwardKernelsOnCPU (chunks of 1, 3, 6, 8, 40, 63, 64 rows; grouped
+// heads; offset lists of one and two segments), vh 64 and 128: every
+// output poisoned first and fully written, vh 64 and 128 bitwise equal, Pᵀ,
+// R, D per chunk, dV' and DStart within bwalkMMATol of gdnref. cp.async lands
+// at issue on every case and, on the "no_l2norm" case, deferred to its wait
+// as well.
+func TestMMABackwardWalksOnCPU(t *testing.T) {
+	if !haveStagedBWalks() {
+		t.Skipf("%s (or the fp32 backward, or the staged forward walks) is not there: nothing staged to test", stagedBWalkMMA)
+	}
+	bin := built(t, "runner_bwalk_mma")
+	// Every case with cp.async landing at issue; no_l2norm (a two-chunk
+	// segment of 64 + 6 rows and a one-token one) also deferred to the wait.
+	// To keep the added test time down (an emulated chunk of a CTA costs ~40
+	// ms, ~77 ms with dO), core's offset list leaves out its four-chunk
+	// segment 4 (its tape walk has it): {2, 3}, a one-chunk and a two-chunk
+	// (64 + 1 rows) segment.
+	type run struct {
+		name string
+		c    *gdnCase
+		env  []string
+	}
+	var runs []run
+	for i := range fwdCases {
+		c := &fwdCases[i]
+		runs = append(runs, run{c.name + "/cp_async_immediate", c, nil})
+		if c.name == "no_l2norm" {
+			runs = append(runs, run{c.name + "/cp_async_deferred", c, []string{cpAsyncDeferred}})
+		}
+	}
+	require.Len(t, runs, len(fwdCases)+1)
+	for _, rn := range runs {
+		t.Run(rn.name, func(t *testing.T) {
+			t.Parallel()
+			c, off := rn.c, rn.c.offList
+			if c.name == "core" {
+				require.Equal(t, []int{2, 4, 3}, off)
+				off = []int{2, 3}
+			}
+			d := newData(t, c)
+			dend := randomStates(d.l.NS*c.hv, 13)
+			j := newJob(t)
+			j.env = rn.env
+			addBWalksMMA(j, d, dend, off)
+			r := j.run(bin)
+			t.Logf("runner:\n%s", r.log)
+			et := &errTable{}
+			checkBWalksMMA(t, et, d, r, widen(dend), off)
+			et.log(t)
+		})
+	}
+}
+
+// addBWalksMMA adds the fp32 l2norm, prep and dV'_local (the walks' inputs)
+// and the staged offset and tape walks at vh 64 and 128, every output
+// poisoned before its launch; the offset walks run over offList, the tape
+// walks start from dend ([NS, HV, 128, 128]).
+func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {
+	c, l := d.c, d.l
+	T, HQK, HV := l.T, c.hqk, c.hv
+	addTables(j, l)
+	j.bf16("qkv", d.qkv)
+	j.f32("g", d.g)
+	j.f32("beta", d.beta)
+	j.bf16("dout", d.dout)
+	j.f32("dend", dend)
+	off := make([]int32, len(offList))
+	for i, s := range offList {
+		off[i] = int32(s)
+	}
+	require.NotEmpty(j.t, off)
+	j.i32("off_list", off)
+	outs := []bufSpec{
+		{"qn", T * HQK * dHead}, {"kn", T * HQK * dHead}, {"q_rstd", T * HQK}, {"k_rstd", T * HQK},
+		{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}, {"kt", T * HV * dHead}, {"dvl", T * HV * dHead},
+	}
+	for _, vh := range []int{64, 128} {
+		sfx := vhName(vh)
+		outs = append(outs, bufSpec{"out_pt" + sfx, len(off) * HV * dHead * dHead},
+			bufSpec{"out_r" + sfx, len(off) * HV * dHead * dHead}, bufSpec{"d_chunk" + sfx, l.NC * HV * dHead * dHead},
+			bufSpec{"dvnew" + sfx, T * HV * dHead}, bufSpec{"dstart" + sfx, l.NS * HV * dHead * dHead})
+	}
+	for _, o := range outs {
+		j.out(o.name, 4*o.elems)
+		j.poison(o.name, poisonF32)
+	}
+	l2 := 0
+	if c.l2norm {
+		l2 = 1
+	}
+	scale := f32a(d.scale)
+	j.launch("l2norm", "gdn_l2norm_fwd", grid1(ceilDiv(T*HQK*2, 8)), 256, "0",
+		bufAt("qkv", 2*d.qOff), bufAt("qkv", 2*d.kOff), i32a(d.qStride), i32a(d.qStride),
+		buf("qn"), buf("kn"), buf("q_rstd"), buf("k_rstd"), i32a(T), i32a(HQK), i32a(l2))
+	j.launch("prep", "gdn_prep_fwd", grid3(l.NC, HV, 1), 256, "kPrepSmem",
+		buf("kn"), bufAt("qkv", 2*d.vOff), i32a(d.vStride), buf("g"), buf("beta"), buf("chunk_tok0"), buf("chunk_len"),
+		buf("gcum"), buf("w"), buf("u"), buf("kt"), i32a(HQK), i32a(HV))
+	j.launch("dvlocal", "gdn_dvlocal_bwd", grid3(l.NC, HV, 1), 256, "kDvlSmem",
+		buf("qn"), buf("kn"), buf("gcum"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"), buf("dvl"),
+		i32a(HQK), i32a(HV), scale)
+	for _, vh := range []int{64, 128} {
+		sfx := vhName(vh)
+		j.launch("offset_mma"+sfx, "gdn_offset_walk_mma", grid3(2*dHead/vh, len(off), HV), 256,
+			smemOf("bwalk_mma_smem", vh),
+			buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"),
+			buf("seg_chunk0"), buf("seg_nchunk"), buf("off_list"), buf("out_pt"+sfx), buf("out_r"+sfx),
+			i32a(HQK), i32a(HV), i32a(vh), scale)
+		j.launch("tape_mma"+sfx, "gdn_tape_walk_mma", grid3(dHead/vh, l.NS, HV), 256, smemOf("bwalk_mma_smem", vh),
+			buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"),
+			buf("seg_chunk0"), buf("seg_nchunk"), buf("dend"), buf("d_chunk"+sfx), buf("dvnew"+sfx), buf("dstart"+sfx),
+			i32a(HQK), i32a(HV), i32a(vh), scale)
+	}
+}
+
+// checkBWalksMMA checks the walks' outputs: all written, vh 64 = vh 128 bit
+// for bit, and each within bwalkMMATol of gdnref's walks over the kernels'
+// own W, Kt, qn, gamma (kernelSegment) and dV'_local, the bf16 dO and dend.
+func checkBWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, dend []float64, offList []int) {
+	c, l := d.c, d.l
+	HV := c.hv
+	for _, n := range []string{"out_pt", "out_r", "d_chunk", "dvnew", "dstart"} {
+		for _, vh := range []string{"64", "128"} {
+			r.f32s(n + vh) // fully written, no NaN or Inf
+		}
+		require.Equal(t, r.raw[n+"64"], r.raw[n+"128"], "%s: the vh 64 and vh 128 walks differ", n)
+	}
+	f := &fwdOut{}
+	for _, p := range []struct {
+		dst  *[]float64
+		name string
+	}{{&f.qn, "qn"}, {&f.kn, "kn"}, {&f.gcum, "gcum"}, {&f.w, "w"}, {&f.u, "u"}, {&f.kt, "kt"}} {
+		*p.dst = widen(r.f32s(p.name))
+	}
+	dvl, dout := widen(r.f32s("dvl")), bf16Widen(d.dout)
+	segs := make([][]*gdnref.Segment, l.NS)
+	for s := range segs {
+		for h := 0; h < HV; h++ {
+			segs[s] = append(segs[s], kernelSegment(t, d, f, s, h, true))
+		}
+	}
+	segRows := func(v []float64, s, h int) *mat.Dense {
+		return rows(v, int(l.segStart[s]), int(l.segLen[s]), h, HV)
+	}
+
+	pt, rr := make([]float64, len(offList)*HV*dHead*dHead), make([]float64, len(offList)*HV*dHead*dHead)
+	for li, s := range offList {
+		for h := 0; h < HV; h++ {
+			o, err := gdnref.OffsetWalk(segs[s][h], segRows(dvl, s, h), segRows(dout, s, h), 128)
+			require.NoError(t, err)
+			putState(pt, o.PT, li, h, HV)
+			putState(rr, o.R, li, h, HV)
+		}
+	}
+	requireRel(t, et, "offset PT", widen(r.f32s("out_pt128")), pt, bwalkMMATol)
+	requireRel(t, et, "offset R", widen(r.f32s("out_r128")), rr, bwalkMMATol)
+
+	dChunk, dvnew := make([]float64, l.NC*HV*dHead*dHead), make([]float64, l.T*HV*dHead)
+	dstart := make([]float64, l.NS*HV*dHead*dHead)
+	for s := 0; s < l.NS; s++ {
+		c0, _ := l.chunks(s)
+		for h := 0; h < HV; h++ {
+			tp, err := gdnref.TapeWalk(segs[s][h], segRows(dvl, s, h), segRows(dout, s, h), state(dend, s, h, HV), 128)
+			require.NoError(t, err)
+			for ci, m := range tp.D {
+				putState(dChunk, m, c0+ci, h, HV)
+			}
+			putRows(dvnew, tp.DVNew, int(l.segStart[s]), h, HV)
+			putState(dstart, tp.DStart, s, h, HV)
+		}
+	}
+	requireRel(t, et, "tape d_chunk", widen(r.f32s("d_chunk128")), dChunk, bwalkMMATol)
+	requireRel(t, et, "tape dvnew", widen(r.f32s("dvnew128")), dvnew, bwalkMMATol)
+	requireRel(t, et, "tape dstart", widen(r.f32s("dstart128")), dstart, bwalkMMATol)
+	// The worst element of the start adjoints, relative to their rms: no
+	// single column or key may hide in the norm.
+	got := widen(r.f32s("dstart128"))
+	var ss, worst float64
+	for _, x := range dstart {
+		ss += x * x
+	}
+	rms := math.Sqrt(ss / float64(len(dstart)))
+	for i := range dstart {
+		worst = max(worst, math.Abs(got[i]-dstart[i])/rms)
+	}
+	et.note("tape dstart (max/rms)", worst)
+	require.Less(t, worst, bwalkMMAElemTol, "start adjoints: an element is %.3g of the rms off", worst)
+}
