@@ -92,6 +92,23 @@
 //     inputs, at vh 64 and 128 (bitwise equal), every output poisoned first,
 //     cp.async immediate and deferred; it registers runner_bwalk_mma and
 //     skips unless the staged walks and ptx/src/gdn_bwd.cu are there.
+//   - TestMMAPrepOnCPU: the staged tensor-core chunk prep of
+//     ptx/staging/gdn_prep_mma.cu (mma.sync with hi/lo splits, (I + L)^-1 in
+//     16x16 blocks, cp.async stages) beside the fp32 gdn_prep_fwd on chunks
+//     of 1, 3, 8, 40, 63 and 64 rows, each followed by tokens no chunk owns
+//     (NaN inputs, poisoned outputs: neither read nor written), HQK 1 / HV 2
+//     and HQK 2 / HV 4, cp.async immediate and deferred, a v that is not
+//     16-byte aligned; gcum and Kt bitwise equal to gdn_prep_fwd's, gcum, W,
+//     U, Kt within 1.5e-5 of gdnref.Prep fed the same fp32 inputs; it
+//     registers runner_prep_mma and skips when nothing is staged.
+//   - TestMMAOutputOnCPU: the staged tensor-core output of
+//     ptx/staging/gdn_output_mma.cu (mma.sync with hi/lo splits, cp.async
+//     stages split in place) against gdnref.Output fed the same fp32 qn, kn,
+//     gamma, V' and chunk states: the entry with cp.async deferred (bf16,
+//     every element within one bf16 ulp), an fp32-output probe of the same
+//     body with cp.async immediate (5.7e-6 normwise), the entry bit for bit
+//     the probe's bf16, the output poisoned first and fully written; it
+//     registers runner_output_mma and skips when nothing is staged.
 //
 // Every test skips when no C++ compiler is installed. The environment variable
 // CPUEMU_SRC points the build at another kernel directory than ptx/src (to

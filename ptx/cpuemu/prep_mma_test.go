@@ -1,0 +1,255 @@
+package cpuemu
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
+	"github.com/gdnkcp/gdnkcp/internal/gdnref"
+)
+
+// The staged tensor-core chunk prep of ptx/staging/gdn_prep_mma.cu
+// (gdn_prep_mma: mma.sync with hi/lo splits, a blocked (I + L)^-1, cp.async
+// stages) on the emulator, against internal/gdnref.Prep fed the very fp32
+// kn, g, beta and bf16 v the kernel reads, and beside the fp32 gdn_prep_fwd
+// run on the same buffers.
+
+// stagedPrepMMA is the staged prep source; runner_prep_mma is registered
+// only while it is there.
+const stagedPrepMMA = "../staging/gdn_prep_mma.cu"
+
+func haveStagedPrep() bool {
+	_, err := os.Stat(stagedPrepMMA)
+	return err == nil
+}
+
+func init() {
+	if haveStagedPrep() {
+		binaries["runner_prep_mma"] = []string{"emu", "runner", "kernels_prep_mma"}
+	}
+}
+
+// prepMMATol bounds the normwise relative error of gcum, W, U and Kt against
+// float64 from the same inputs. Every product of two fp32 quantities (K K^T,
+// the inverse's block products, A diag(coef) K) runs as ah bh + ah bl + al bh,
+// each term off by at most ~3 * 2^-16 = 4.6e-5 of |a||b| with random signs;
+// sums of 16..128 such terms land a few 1e-6 off, and the unit lower
+// triangular (I + L)^-1 of a chunk (|L_ij| < 1, decays < 1) amplifies that
+// by a small factor (measured: W 4.8e-6, U 2.3e-6; Kt 4.8e-7 and gcum 1.1e-7
+// are fp32 elementwise, as gdn_prep_fwd's). 1.5e-5 is ~3x the worst, within
+// the ~1e-5 class the walks need of their inputs, and below what dropping any
+// one lo part gives (the inverse's: 3.0e-5..4.8e-5; the others 2e-4..2e-3) or
+// a wrong row of a chunk (~1/64). (requireRel prints it rounded, as 2e-05.)
+const prepMMATol = 1.5e-5
+
+// prepMMAGap tokens follow each chunk in the test's buffers: no chunk owns
+// them, their inputs are NaN and their outputs poisoned, so a read past a
+// short chunk's end computes NaN and a write past it shows as a changed
+// poison.
+const prepMMAGap = 3
+
+type prepMMACase struct {
+	name       string
+	lens       []int // segment lengths (chunks of 64 from each start)
+	hqk, hv    int
+	vPad, vOff int // v row stride = HV*128 + vPad elements; v starts vOff elements into its buffer
+	deferred   bool
+	seed       uint64
+}
+
+// prepMMACases: chunks of 1, 8, 63 and 64 rows (segments 1, 63, 64, 65, 200)
+// with cp.async landing at issue; grouped heads (HQK 2, HV 4; chunks of 64,
+// 1, 3 and 40 rows) with cp.async landing only at its wait
+// (EMU_CP_ASYNC=deferred); a v that is not 16-byte aligned (the kernel's
+// plain-load path for v). Emulating gdn_prep_mma costs ~0.15 s of CPU a
+// block, so the cases hold 38 blocks (each mode once) to stay within a few
+// seconds on 2 cores.
+var prepMMACases = []prepMMACase{
+	{name: "hv2_immediate", lens: []int{1, 63, 64, 65, 200}, hqk: 1, hv: 2, vPad: 8, seed: 21},
+	{name: "hv4_deferred", lens: []int{65, 3, 40}, hqk: 2, hv: 4, vPad: 0, deferred: true, seed: 22},
+	{name: "v_unaligned", lens: []int{40}, hqk: 1, hv: 2, vPad: 4, vOff: 4, seed: 23},
+}
+
+// TestMMAPrepOnCPU runs gdn_prep_mma and gdn_prep_fwd on the cases above:
+// every output row of a chunk written (poison gone, no NaN/Inf), the gap rows
+// neither read (NaN inputs) nor written (poison intact), gcum and Kt bitwise
+// equal to gdn_prep_fwd's, and gcum, W, U, Kt within prepMMATol of gdnref.
+func TestMMAPrepOnCPU(t *testing.T) {
+	if !haveStagedPrep() {
+		t.Skipf("%s is not there (landed or removed): nothing staged to test", stagedPrepMMA)
+	}
+	built(t, "runner_prep_mma")
+	for i := range prepMMACases {
+		c := &prepMMACases[i]
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			runPrepMMA(t, c)
+		})
+	}
+}
+
+func runPrepMMA(t *testing.T, c *prepMMACase) {
+	bin := built(t, "runner_prep_mma")
+	rng := rand.New(rand.NewPCG(c.seed, 5))
+	// The chunks, each followed by a gap.
+	var tok0, clen []int32
+	T := 0
+	for _, n := range c.lens {
+		for s := 0; s < n; s += chunk {
+			m := min(chunk, n-s)
+			tok0 = append(tok0, int32(T))
+			clen = append(clen, int32(m))
+			T += m + prepMMAGap
+		}
+	}
+	owned := make([]bool, T)
+	for ci := range tok0 {
+		for i := 0; i < int(clen[ci]); i++ {
+			owned[int(tok0[ci])+i] = true
+		}
+	}
+	HQK, HV := c.hqk, c.hv
+	nan32 := float32(math.NaN())
+	// kn: l2-normalised random rows in fp32 (as gdn_l2norm_fwd writes them).
+	kn := make([]float32, T*HQK*dHead)
+	for r := 0; r < T*HQK; r++ {
+		row := kn[r*dHead : (r+1)*dHead]
+		if !owned[r/HQK] {
+			for x := range row {
+				row[x] = nan32
+			}
+			continue
+		}
+		var ss float64
+		raw := make([]float64, dHead)
+		for x := range raw {
+			raw[x] = rng.NormFloat64()
+			ss += raw[x] * raw[x]
+		}
+		for x := range row {
+			row[x] = float32(raw[x] / math.Sqrt(ss))
+		}
+	}
+	vStride := HV*dHead + c.vPad
+	vbuf := make([]bf16.BF16, c.vOff+T*vStride)
+	for i := range vbuf {
+		vbuf[i] = bf16.BF16(poisonBF16) // NaN
+	}
+	g, beta := make([]float32, T*HV), make([]float32, T*HV)
+	for tk := 0; tk < T; tk++ {
+		for h := 0; h < HV; h++ {
+			if !owned[tk] {
+				g[tk*HV+h], beta[tk*HV+h] = nan32, nan32
+				continue
+			}
+			g[tk*HV+h] = float32(-0.01 - 0.29*rng.Float64())
+			beta[tk*HV+h] = float32(0.02 + 0.96*rng.Float64())
+			for x := 0; x < dHead; x++ {
+				vbuf[c.vOff+tk*vStride+h*dHead+x] = bf16.Float32ToBF16(float32(rng.NormFloat64()))
+			}
+		}
+	}
+
+	j := newJob(t)
+	if c.deferred {
+		j.env = []string{cpAsyncDeferred}
+	}
+	j.i32("chunk_tok0", tok0)
+	j.i32("chunk_len", clen)
+	j.f32("kn", kn)
+	j.bf16("v", vbuf)
+	j.f32("g", g)
+	j.f32("beta", beta)
+	outs := []bufSpec{{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}, {"kt", T * HV * dHead}}
+	for _, sfx := range []string{"", "_fp32"} {
+		for _, o := range outs {
+			j.out(o.name+sfx, 4*o.elems)
+			j.poison(o.name+sfx, poisonF32)
+		}
+	}
+	NC := len(tok0)
+	args := func(sfx string) []string {
+		return []string{buf("kn"), bufAt("v", 2*c.vOff), i32a(vStride), buf("g"), buf("beta"), buf("chunk_tok0"),
+			buf("chunk_len"), buf("gcum" + sfx), buf("w" + sfx), buf("u" + sfx), buf("kt" + sfx), i32a(HQK), i32a(HV)}
+	}
+	j.launch("prep_mma", "gdn_prep_mma", grid3(NC, HV, 1), 256, "kPrepMMASmem", args("")...)
+	j.launch("prep_fp32", "gdn_prep_fwd", grid3(NC, HV, 1), 256, "kPrepSmem", args("_fp32")...)
+	r := j.run(bin)
+	t.Logf("runner:\n%s", r.log)
+
+	// Owned rows: written, finite; gap rows: still poisoned.
+	got := map[string][]float64{}
+	for _, sfx := range []string{"", "_fp32"} {
+		for _, o := range outs {
+			b := r.raw[o.name+sfx]
+			require.Len(t, b, 4*o.elems)
+			per := o.elems / T
+			vals := make([]float64, 0, o.elems)
+			for tk := 0; tk < T; tk++ {
+				for e := 0; e < per; e++ {
+					u := binary.LittleEndian.Uint32(b[4*(tk*per+e):])
+					x := math.Float32frombits(u)
+					if !owned[tk] {
+						require.Equalf(t, poisonF32, u, "%s%s: token %d past a chunk's end written", o.name, sfx, tk)
+						continue
+					}
+					require.NotEqualf(t, poisonF32, u, "%s%s: token %d element %d never written", o.name, sfx, tk, e)
+					require.Falsef(t, math.IsNaN(float64(x)) || math.IsInf(float64(x), 0),
+						"%s%s: token %d element %d is %g", o.name, sfx, tk, e, x)
+					vals = append(vals, float64(x))
+				}
+			}
+			got[o.name+sfx] = vals
+		}
+	}
+	require.Equal(t, got["gcum_fp32"], got["gcum"], "gcum differs from gdn_prep_fwd's bits")
+	require.Equal(t, got["kt_fp32"], got["kt"], "kt differs from gdn_prep_fwd's bits")
+
+	// The float64 reference, chunk by chunk, from the same fp32 / bf16 inputs,
+	// gathered in the order of got (token, head, column).
+	want := map[string][]float64{}
+	refs := make([][]*gdnref.Chunk, len(tok0))
+	for ci := range tok0 {
+		t0, n := int(tok0[ci]), int(clen[ci])
+		for h := 0; h < HV; h++ {
+			qh := h / (HV / HQK)
+			K, V := mat.NewDense(n, dHead, nil), mat.NewDense(n, dHead, nil)
+			G, B := make([]float64, n), make([]float64, n)
+			for i := 0; i < n; i++ {
+				for x := 0; x < dHead; x++ {
+					K.Set(i, x, float64(kn[((t0+i)*HQK+qh)*dHead+x]))
+					V.Set(i, x, float64(vbuf[c.vOff+(t0+i)*vStride+h*dHead+x].Float32()))
+				}
+				G[i], B[i] = float64(g[(t0+i)*HV+h]), float64(beta[(t0+i)*HV+h])
+			}
+			seg, err := gdnref.Prep(gdnref.Head{Q: K, K: K, V: V, G: G, Beta: B}, gdnref.Options{NoL2Norm: true})
+			require.NoError(t, err)
+			require.Len(t, seg.Chunks, 1)
+			refs[ci] = append(refs[ci], &seg.Chunks[0])
+		}
+	}
+	for ci := range tok0 {
+		n := int(clen[ci])
+		for i := 0; i < n; i++ {
+			for h := 0; h < HV; h++ {
+				ch := refs[ci][h]
+				want["gcum"] = append(want["gcum"], ch.Gamma[i])
+				want["w"] = append(want["w"], ch.W.RawRowView(i)...)
+				want["u"] = append(want["u"], ch.U.RawRowView(i)...)
+				want["kt"] = append(want["kt"], ch.Kt.RawRowView(i)...)
+			}
+		}
+	}
+	et := &errTable{}
+	for _, o := range []string{"gcum", "w", "u", "kt"} {
+		requireRel(t, et, "prep_mma "+o, got[o], want[o], prepMMATol)
+		et.note("prep_fp32 "+o, relErr(got[o+"_fp32"], want[o]))
+	}
+	et.log(t)
+}

@@ -1,0 +1,354 @@
+// gdn_prep_mma.cu (staged: proven on the CPU emulator, not yet built by nvcc nor run on a GPU): the
+// forward chunk prep on mma.sync m16n8k16 (bf16 in, fp32 accumulate), v4 of the prep. Same arguments,
+// grid and outputs as gdn_prep_fwd of gdn_fwd.cu:
+//   gdn_prep_mma   grid (NC, HV), 256 threads, dynamic shared memory kPrepMMASmem = 100096
+// Per (chunk, value head): gamma = in-chunk cumsum of g; L_ij = beta_i (k_i . k_j) e^(gamma_i - gamma_j)
+// for j < i; A = (I + L)^-1; W = A diag(beta e^gamma) K; U = A diag(beta) V; Kt = diag(e^(gamma_last -
+// gamma)) K; gcum, w, u, kt fp32. Rows past a short chunk's end are neither read nor written. The block
+// index is read linearly with the head fastest (c = lin / HV, h = lin % HV, lin = blockIdx.y * NC +
+// blockIdx.x): the HV / HQK value heads that read the same k rows run back to back and find them in L2.
+//
+// ---- The data flow: five block barriers ----------------------------------------------------------------
+//   P0  cp.async: the chunk's fp32 k rows into KF (group 1), its bf16 v rows into VS with 16-byte units
+//       XOR-swizzled by row % 8 (group 2; rows >= n zeroed by plain stores; a v that is not 16-byte
+//       aligned, or a v_stride not a multiple of 8, takes plain loads instead). Warp 0 loads the 64 g at
+//       once and lane 0 sums them in token order (gdn_prep_fwd's bits); warps 2-3 read beta. barrier 1
+//   P1  wait for group 1; each thread converts the k units it copied to bf16 hi/lo (KH, KL, swizzled,
+//       zeros from row n on) and writes Kt = e^(gl - gamma) k from the same fp32 registers
+//       (gdn_prep_fwd's bits); gcum; coef = beta e^gamma.                                   barrier 2
+//   P2  L = K K^T on the 10 16x16 blocks on and below the diagonal (warp w: blocks w, w + 8) as
+//       KH KH^T + KH KL^T + KL KH^T, k ascending (ldmatrix, not transposed, of the row-major k rows gives
+//       both the A fragments and the B = K^T fragments); masked and scaled by beta_i e^(gamma_i -
+//       gamma_j) into LS (fp32 [64][68], over KF, which is dead).                           barrier 3
+//   P3  the four diagonal blocks D_b = (I + L_bb)^-1 by forward substitution in fp32 on the CUDA cores
+//       (warp b, lane c < 16 holds column c in registers: 120 dependent fma), into AI (fp32 [64][68]).
+//                                                                                           barrier 4
+//   P4  the blocks below the diagonal, warp j < 3 walking block column j down (rows i = j+1 .. 3):
+//         X^T    = sum_{k=j}^{i-1} A_kj^T L_ik^T      (mma, hi/lo, fragments read from fp32 AI / LS)
+//         A_ij^T = X^T (-D_i^T)                       (mma, hi/lo; X^T's accumulator tiles are the A
+//                                                      fragments, split in registers)
+//       i.e. A_ij = -D_i sum_k L_ik A_kj, the block form of forward substitution. Block (i, j) needs
+//       only L, D_i and the blocks A_kj of its own column, which the same warp wrote, and each lane
+//       reads back exactly the elements it wrote (the C layout of A_ij^T is the A layout in which
+//       row i + 1 reads it): no barrier between rows. Then every thread waits for group 2 (v).
+//                                                                                           barrier 5
+//   P5  W and U: warp w owns columns 32 (w % 4) .. +31 and the row blocks {0, 3} (w < 4) or {1, 2}
+//       (5 block-steps each: balanced). The A operands A diag(coef) and A diag(beta) are built in
+//       registers from fp32 AI and split hi/lo; B = K (hi, lo) and V (exact bf16) by ldmatrix.trans of
+//       the swizzled stages. W = Ah Kh + Ah Kl + Al Kh, U = Ah V + Al V, per 16-wide k step, k
+//       ascending; the accumulators go straight to global memory (rows < n, 8-byte stores).
+// No atomics; every element is one fixed instruction sequence: bitwise reproducible.
+//
+// ---- Precision --------------------------------------------------------------------------------------
+// hi + lo keeps ~16 bits (|x - hi - lo| <= 2^-16 |x|); a three-product term is off by ~3 * 2^-16 |a||b|,
+// random in sign. Measured on the emulator (TestMMAPrepOnCPU, normwise relative error against gdnref.Prep
+// in float64 fed the same fp32 kn, g, beta and bf16 v; chunks of 1..64 rows): W 4.8e-6, U 2.3e-6, Kt
+// 4.8e-7 and gcum 1.1e-7 (both bitwise equal to gdn_prep_fwd's). What each split buys, W's error without
+// it: K's lo in K K^T (L from bf16 k) 2.1e-4; the inverse's block products on hi only 4.8e-5; K's lo in
+// W 1.7e-3; A's lo in W 1.8e-3 (in U 1.5e-3). v is exact bf16 and is not split. Every split is needed
+// for the ~1e-5 that the walks' inputs must keep (their own error is ~5e-6).
+//
+// ---- Cost per CTA (chunk x head) and at 32K tokens (512 chunks x 48 heads = 24576 CTAs), predicted for
+// an H200 (132 SMs, ~1 PFLOP/s dense bf16 ~ 1 m16n8k16 per clock per SM, ~4 TB/s, ~1.8 GHz) ---------------
+// mma.sync: K K^T 10 blocks x 8 k x 2 n x 3 = 480; inverse 10 k-blocks x 2 x 3 + 6 x 2 x 3 = 96; W 8 warps
+// x 5 x 4 x 3 = 480; U 8 x 5 x 4 x 2 = 320: 1376 mma = 5.6 MFLOP a CTA, ~2.8x the math itself (K K^T
+// lower blocks, W and U with the triangular A: ~2.0 MFLOP). At 32K: 1.4e11 FLOP, ~0.23 ms at mma.sync's
+// ~60% of the dense peak.
+// Global bytes a CTA: k 32 KB + v 16 KB + g, beta 0.5 KB read; w, u, kt 96 KB + gcum written: ~145 KB,
+// 3.6 GB at 32K; with k read from L2 for two of every three value heads (16 QK heads), ~3.0 GB reach
+// HBM: ~0.72 ms at ~4.2 TB/s. Two thirds of it are the fp32 w, u, kt stores the ABI keeps.
+// Shared memory a CTA: cp.async 48 KB, the conversion 64 KB, L's ldmatrix 160 KB (10 blocks x 8 x 4 x
+// 512 B) and 16 KB of L stores, W/U's ldmatrix 120 KB (8 warps x 5 x 6 x 512 B) and fp32 A fragments
+// with their scales ~80 KB, P3/P4 ~20 KB: ~510 KB, ~4k clocks at 128 B/clock, 0.41 ms at 32K (186 CTAs
+// an SM).
+// Barriers: 5 __syncthreads and 1 __syncwarp (v3: 13, its blocked solve
+// in fp32 on the CUDA cores).
+// Latency of one CTA: chunk tables ~0.5 us, the copies ~1-1.5 us, gamma's 64 adds, P2's chains of 24
+// dependent mma (two blocks for warps 0-1), P3's 120 fma, P4's three rows, P5's 15-deep chains: ~4 us,
+// serial. HBM: the SM's share of ~4.2 TB/s is ~32 KB/us, so one CTA's ~122 KB of HBM traffic (k from
+// L2 for two of three heads) take ~3.8 us and a round of two CTAs ~7.7 us, more than either CTA's ~4 us
+// of serial latency: with two CTAs an SM (100 KB shared memory each, __launch_bounds__(256, 2): <= 128
+// registers, estimate ~100) one's serial phases hide under the other's copies and stores. 24576 CTAs /
+// 264 slots = 93 rounds of ~8-10 us: predicted ~0.9-1.1 ms at 32K tokens (v3: 4.4 ms), bound by HBM
+// (0.72 ms floor; tensor cores 0.23 ms and shared memory 0.41 ms behind). bf16 w/u/kt outputs (a change
+// of the ABI) would cut the bytes by ~40%.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "../src/gdn_fwd.cu"
+#include "../src/mma.cuh"
+
+namespace gdnkcp {
+namespace prepmma {
+
+using tc::bf16;
+constexpr int kD = fwd::kD, kC = fwd::kC, kThreads = fwd::kThreads;
+constexpr int kLA = kC + 4;  // padded fp32 row of LS and AI
+static_assert(kThreads == 256 && kD == 128 && kC == 64, "the fragment bookkeeping below assumes these");
+
+// Shared memory: KF fp32 [64][128] (later LS fp32 [64][68]) | AI fp32 [64][68] | KH, KL, VS bf16
+// [64][128] swizzled | gam, bet, coef fp32 [64].
+constexpr int kPrepMMASmem = 4 * kC * kD + 4 * kC * kLA + 3 * 2 * kC * kD + 3 * 4 * kC;
+static_assert(kPrepMMASmem == 100096, "kcp's prepMMASmem mirrors this");
+
+// swz: the element offset of (row, col) in a swizzled [64][128] bf16 array: the 16-byte unit col / 8
+// of a row is stored at unit (col / 8) ^ (row % 8).
+__device__ __forceinline__ int swz(int row, int col) { return row * kD + (((col >> 3) ^ (row & 7)) << 3) + (col & 7); }
+
+struct alignas(8) U32x2 {
+	unsigned x, y;
+};
+
+// frag_a loads the A fragment (16 x 16) whose element (m, k) is p[m * sm + k * sk] (fp32) and splits
+// it: hi[0..3], lo[0..3] in the m16n8k16 A layout (g = lane / 4, t = lane % 4).
+__device__ __forceinline__ void frag_a(const float* p, int sm, int sk, int g, int t, unsigned hi[4], unsigned lo[4]) {
+#pragma unroll
+	for (int r = 0; r < 4; ++r) {
+		const int m = g + 8 * (r & 1), k = 2 * t + 8 * (r >> 1);
+		tc::split_bf16x2(p[m * sm + k * sk], p[m * sm + (k + 1) * sk], hi[r], lo[r]);
+	}
+}
+
+// frag_b loads the B fragment (16 x 8) whose element (k, n) is sign * p[k * sk + n * sn] and splits it.
+__device__ __forceinline__ void frag_b(const float* p, int sk, int sn, float sign, int g, int t, unsigned hi[2],
+                                       unsigned lo[2]) {
+#pragma unroll
+	for (int r = 0; r < 2; ++r) {
+		const int k = 2 * t + 8 * r;
+		tc::split_bf16x2(sign * p[k * sk + g * sn], sign * p[(k + 1) * sk + g * sn], hi[r], lo[r]);
+	}
+}
+
+// mma3: d += ah bh + ah bl + al bh (in that order).
+__device__ __forceinline__ void mma3(float d[4], const unsigned ah[4], const unsigned al[4], const unsigned bh[2],
+                                     const unsigned bl[2]) {
+	tc::mma_bf16_16816(d, ah, bh, d);
+	tc::mma_bf16_16816(d, ah, bl, d);
+	tc::mma_bf16_16816(d, al, bh, d);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_stride,
+             const float* __restrict__ g, const float* __restrict__ beta,
+             const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+             float* __restrict__ gcum, float* __restrict__ w, float* __restrict__ u,
+             float* __restrict__ kt, int HQK, int HV) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	float* KF = smem;                // [64][128] fp32 k as copied
+	float* LS = smem;                // [64][kLA] fp32 L (over KF, once converted)
+	float* AI = KF + kC * kD;        // [64][kLA] fp32 (I + L)^-1, blocks on and below the diagonal
+	bf16* KH = reinterpret_cast<bf16*>(AI + kC * kLA);
+	bf16* KL = KH + kC * kD;
+	bf16* VS = KL + kC * kD;
+	float* gam = reinterpret_cast<float*>(VS + kC * kD);
+	float* bet = gam + kC;
+	float* coef = bet + kC;
+	// (chunk, head) from the linear block index with the head fastest: the HV / HQK value heads that
+	// read the same k rows run back to back, so k comes from L2 for all but the first.
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+	const int c = lin / HV, h = lin % HV, tid = threadIdx.x;
+	const int lane = tid % 32, warp = tid / 32, gq = lane / 4, tq = lane % 4;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int qh = h / (HV / HQK);
+
+	// ---- P0: copies, gamma, beta ----
+#pragma unroll
+	for (int x = 0; x < 8; ++x) {  // k: 2048 units of 4 floats, 8 a thread
+		const int f = tid + kThreads * x, i = f / 32, d4 = 4 * (f % 32);
+		if (i < n) tc::cp_async16(KF + i * kD + d4, kn + ((long long)(t0 + i) * HQK + qh) * kD + d4);
+	}
+	tc::cp_async_commit();
+	const bool vfast = (reinterpret_cast<unsigned long long>(v) % 16 == 0) && (v_stride % 8 == 0);
+#pragma unroll
+	for (int x = 0; x < 4; ++x) {  // v: 1024 units of 8 bf16, 4 a thread
+		const int f = tid + kThreads * x, i = f / 16, d8 = 8 * (f % 16);
+		bf16* dst = VS + swz(i, d8);
+		const bf16* src = v + (long long)(t0 + i) * v_stride + h * kD + d8;
+		if (i >= n) {
+			*reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
+		} else if (vfast) {
+			tc::cp_async16(dst, src);
+		} else {
+#pragma unroll
+			for (int e = 0; e < 8; ++e) dst[e] = src[e];
+		}
+	}
+	tc::cp_async_commit();
+	if (tid >= kC && tid < 2 * kC) bet[tid - kC] = tid - kC < n ? beta[(long long)(t0 + tid - kC) * HV + h] : 0.f;
+	if (warp == 0) {  // g: all 64 loads at once, then lane 0 sums in token order (gdn_prep_fwd's bits)
+#pragma unroll
+		for (int x = 0; x < 2; ++x) {
+			const int i = lane + 32 * x;
+			gam[i] = i < n ? g[(long long)(t0 + i) * HV + h] : 0.f;
+		}
+		__syncwarp();
+		if (lane == 0) {
+			float s = 0.f;
+#pragma unroll
+			for (int i = 0; i < kC; ++i) {
+				s += gam[i];  // + 0 past n leaves s as it is
+				gam[i] = s;
+			}
+		}
+	}
+	__syncthreads();  // barrier 1: gam, bet
+
+	// ---- P1: convert k, Kt, gcum, coef ----
+	tc::cp_async_wait<1>();  // this thread's k units (group 1) have landed
+	{
+		const float glast = gam[n - 1];
+#pragma unroll
+		for (int x = 0; x < 8; ++x) {
+			const int f = tid + kThreads * x, i = f / 32, d4 = 4 * (f % 32);
+			float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f);
+			if (i < n) {
+				k4 = *reinterpret_cast<const float4*>(KF + i * kD + d4);
+				const float e = expf(glast - gam[i]);
+				*reinterpret_cast<float4*>(kt + ((long long)(t0 + i) * HV + h) * kD + d4) =
+				    make_float4(k4.x * e, k4.y * e, k4.z * e, k4.w * e);
+			}
+			U32x2 hi, lo;
+			tc::split_bf16x2(k4.x, k4.y, hi.x, lo.x);
+			tc::split_bf16x2(k4.z, k4.w, hi.y, lo.y);
+			*reinterpret_cast<U32x2*>(KH + swz(i, d4)) = hi;
+			*reinterpret_cast<U32x2*>(KL + swz(i, d4)) = lo;
+		}
+	}
+	if (tid < kC) coef[tid] = tid < n ? bet[tid] * expf(gam[tid]) : 0.f;
+	if (tid < n) gcum[(long long)(t0 + tid) * HV + h] = gam[tid];
+	__syncthreads();  // barrier 2: KH, KL, coef; KF is dead
+
+	// ---- P2: L = K K^T, blocks on and below the diagonal ----
+	for (int b = warp; b < 10; b += 8) {
+		const int bi = b < 1 ? 0 : b < 3 ? 1 : b < 6 ? 2 : 3;  // block row
+		const int bj = b - bi * (bi + 1) / 2;                    // block column <= bi
+		float acc[2][4] = {};
+#pragma unroll
+		for (int kk = 0; kk < kD / 16; ++kk) {
+			unsigned ah[4], al[4], bh[4], bl[4];
+			const int ra = 16 * bi + lane % 8 + 8 * ((lane / 8) % 2), ca = 16 * kk + 8 * (lane / 16);
+			tc::ldmatrix_x4(ah, KH + swz(ra, ca));
+			tc::ldmatrix_x4(al, KL + swz(ra, ca));
+			const int rb = 16 * bj + lane % 8 + 8 * (lane / 16), cb = 16 * kk + 8 * ((lane / 8) % 2);
+			tc::ldmatrix_x4(bh, KH + swz(rb, cb));
+			tc::ldmatrix_x4(bl, KL + swz(rb, cb));
+#pragma unroll
+			for (int nt = 0; nt < 2; ++nt) mma3(acc[nt], ah, al, bh + 2 * nt, bl + 2 * nt);
+		}
+#pragma unroll
+		for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r) {
+				const int i = 16 * bi + gq + 8 * (r >> 1), j = 16 * bj + 8 * nt + 2 * tq + (r & 1);
+				LS[i * kLA + j] = (j < i && i < n) ? bet[i] * acc[nt][r] * expf(gam[i] - gam[j]) : 0.f;
+			}
+		}
+	}
+	__syncthreads();  // barrier 3: LS
+
+	// ---- P3: the diagonal blocks (I + L_bb)^-1, column c a lane ----
+	if (warp < 4 && lane < 16) {
+		const int o = 16 * warp;
+		float xcol[16];
+#pragma unroll
+		for (int i = 0; i < 16; ++i) {
+			float s = 0.f;
+#pragma unroll
+			for (int j = 0; j < i; ++j) s = fmaf(LS[(o + i) * kLA + o + j], xcol[j], s);
+			xcol[i] = (i == lane ? 1.f : 0.f) - s;
+			AI[(o + i) * kLA + o + lane] = xcol[i];
+		}
+	}
+	__syncthreads();  // barrier 4: the diagonal blocks of AI
+
+	// ---- P4: A_ij = -D_i sum_{k=j}^{i-1} L_ik A_kj, block column j by warp j, rows i ascending ----
+	// Block (i, j) needs only L, D_i (barriers 3, 4) and the blocks A_kj of its own column, and each
+	// lane reads back exactly the elements it wrote itself (the C layout of A_kj^T is the A layout of
+	// its next read), so the rows need no barrier at all, not even a __syncwarp.
+	if (warp < 3) {
+		const int bj = warp;
+		for (int bi = bj + 1; bi < 4; ++bi) {
+			float xt[2][4] = {};  // X^T: m = column in block j, n = row in block i
+			for (int bk = bj; bk < bi; ++bk) {
+				unsigned ah[4], al[4];
+				frag_a(AI + (16 * bk) * kLA + 16 * bj, 1, kLA, gq, tq, ah, al);  // (m, k) = A_kj[k][m]
+#pragma unroll
+				for (int nt = 0; nt < 2; ++nt) {
+					unsigned bh[2], bl[2];  // (k, n) = L_ik[n][k]
+					frag_b(LS + (16 * bi + 8 * nt) * kLA + 16 * bk, 1, kLA, 1.f, gq, tq, bh, bl);
+					mma3(xt[nt], ah, al, bh, bl);
+				}
+			}
+			unsigned ah[4], al[4];  // X^T's accumulator tiles as the A fragment
+#pragma unroll
+			for (int r = 0; r < 4; ++r) tc::split_bf16x2(xt[r >> 1][2 * (r & 1)], xt[r >> 1][2 * (r & 1) + 1], ah[r], al[r]);
+			float res[2][4] = {};
+#pragma unroll
+			for (int nt = 0; nt < 2; ++nt) {
+				unsigned bh[2], bl[2];  // (k, n) = -D_i[n][k]
+				frag_b(AI + (16 * bi + 8 * nt) * kLA + 16 * bi, 1, kLA, -1.f, gq, tq, bh, bl);
+				mma3(res[nt], ah, al, bh, bl);
+			}
+#pragma unroll
+			for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+				for (int r = 0; r < 4; ++r) {
+					const int m = gq + 8 * (r >> 1), nn = 8 * nt + 2 * tq + (r & 1);
+					AI[(16 * bi + nn) * kLA + 16 * bj + m] = res[nt][r];
+				}
+			}
+		}
+	}
+	tc::cp_async_wait<0>();  // this thread's v units (group 2)
+	__syncthreads();         // barrier 5: AI complete, VS
+
+	// ---- P5: W = A diag(coef) K, U = A diag(beta) V ----
+	const int n0 = 32 * (warp % 4);
+#pragma unroll
+	for (int pass = 0; pass < 2; ++pass) {
+		const int mi = warp < 4 ? (pass ? 3 : 0) : (pass ? 2 : 1);
+		float aw[4][4] = {}, au[4][4] = {};
+		for (int kk = 0; kk <= mi; ++kk) {
+			unsigned wh[4], wl[4], uh[4], ul[4];
+#pragma unroll
+			for (int r = 0; r < 4; ++r) {
+				const int m = 16 * mi + gq + 8 * (r & 1), k = 16 * kk + 2 * tq + 8 * (r >> 1);
+				const float a0 = AI[m * kLA + k], a1 = AI[m * kLA + k + 1];
+				tc::split_bf16x2(a0 * coef[k], a1 * coef[k + 1], wh[r], wl[r]);
+				tc::split_bf16x2(a0 * bet[k], a1 * bet[k + 1], uh[r], ul[r]);
+			}
+#pragma unroll
+			for (int np = 0; np < 2; ++np) {
+				const int rr = 16 * kk + lane % 8 + 8 * ((lane / 8) % 2), cc = n0 + 16 * np + 8 * (lane / 16);
+				unsigned kh[4], kl[4], vv[4];
+				tc::ldmatrix_x4_trans(kh, KH + swz(rr, cc));
+				tc::ldmatrix_x4_trans(kl, KL + swz(rr, cc));
+				tc::ldmatrix_x4_trans(vv, VS + swz(rr, cc));
+#pragma unroll
+				for (int h2 = 0; h2 < 2; ++h2) {
+					const int nt = 2 * np + h2;
+					mma3(aw[nt], wh, wl, kh + 2 * h2, kl + 2 * h2);
+					tc::mma_bf16_16816(au[nt], uh, vv + 2 * h2, au[nt]);
+					tc::mma_bf16_16816(au[nt], ul, vv + 2 * h2, au[nt]);
+				}
+			}
+		}
+#pragma unroll
+		for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+			for (int hr = 0; hr < 2; ++hr) {
+				const int i = 16 * mi + gq + 8 * hr, d = n0 + 8 * nt + 2 * tq;
+				if (i < n) {
+					const long long o = ((long long)(t0 + i) * HV + h) * kD + d;
+					*reinterpret_cast<float2*>(w + o) = make_float2(aw[nt][2 * hr], aw[nt][2 * hr + 1]);
+					*reinterpret_cast<float2*>(u + o) = make_float2(au[nt][2 * hr], au[nt][2 * hr + 1]);
+				}
+			}
+		}
+	}
+}
+
+}  // namespace prepmma
+}  // namespace gdnkcp
