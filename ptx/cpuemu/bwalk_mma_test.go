@@ -1,7 +1,6 @@
 package cpuemu
 
 import (
-	"math"
 	"os"
 	"testing"
 
@@ -228,15 +227,7 @@ func checkBWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, dend []fl
 	requireRel(t, et, "tape dstart", widen(r.f32s("dstart128")), dstart, bwalkMMATol)
 	// The worst element of the start adjoints, relative to their rms: no
 	// single column or key may hide in the norm.
-	got := widen(r.f32s("dstart128"))
-	var ss, worst float64
-	for _, x := range dstart {
-		ss += x * x
-	}
-	rms := math.Sqrt(ss / float64(len(dstart)))
-	for i := range dstart {
-		worst = max(worst, math.Abs(got[i]-dstart[i])/rms)
-	}
+	worst := maxOverRMS(widen(r.f32s("dstart128")), dstart)
 	et.note("tape dstart (max/rms)", worst)
 	require.Less(t, worst, bwalkMMAElemTol, "start adjoints: an element is %.3g of the rms off", worst)
 }

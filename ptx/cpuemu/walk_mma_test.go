@@ -182,15 +182,20 @@ func checkWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, start []fl
 	requireRel(t, et, "state final", widen(r.f32s("final128")), final, mmaWalkTol)
 	// The worst element of the final states, relative to the states' rms: no
 	// single column or key may hide in the norm.
-	got := widen(r.f32s("final128"))
-	var ss, worst float64
-	for _, x := range final {
-		ss += x * x
-	}
-	rms := math.Sqrt(ss / float64(len(final)))
-	for i := range final {
-		worst = max(worst, math.Abs(got[i]-final[i])/rms)
-	}
+	worst := maxOverRMS(widen(r.f32s("final128")), final)
 	et.note("state final (max/rms)", worst)
 	require.Less(t, worst, 10*mmaWalkTol, "final states: an element is %.3g of the rms off", worst)
+}
+
+// maxOverRMS is the largest |got - want| over the rms of want.
+func maxOverRMS(got, want []float64) float64 {
+	var ss, worst float64
+	for _, x := range want {
+		ss += x * x
+	}
+	rms := math.Sqrt(ss / float64(len(want)))
+	for i := range want {
+		worst = max(worst, math.Abs(got[i]-want[i])/rms)
+	}
+	return worst
 }

@@ -116,6 +116,7 @@ struct BWalker : walkmma::Walker<VH> {
 	using Base::gl;
 	using Base::holds;
 	using Base::lane;
+	using Base::mma_rows;
 	using Base::R;
 	using Base::s;
 	using Base::t;
@@ -208,34 +209,7 @@ struct BWalker : walkmma::Walker<VH> {
 
 	// dvprime: dV'^T = dvl^T + D^T Kt^T (A = D^T split in registers, B = rows of Kt: ldmatrix, not
 	// transposed), token blocks of 16 from n on skipped (they stay zero).
-	__device__ __forceinline__ void dvprime(int n) {
-		const bf16* Kh = X;
-		const bf16* Kl = Kh + kTile;
-		const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1);
-#pragma unroll
-		for (int kk = 0; kk < 8; ++kk) {
-			unsigned ah[4], al[4];
-			tc::split_bf16x2(s[2 * kk][0], s[2 * kk][1], ah[0], al[0]);
-			tc::split_bf16x2(s[2 * kk][2], s[2 * kk][3], ah[1], al[1]);
-			tc::split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], ah[2], al[2]);
-			tc::split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], ah[3], al[3]);
-#pragma unroll
-			for (int p = 0; p < 4; ++p) {
-				if (16 * p >= n) continue;
-				const int e = swz(16 * p + brow, 16 * kk + bcol);
-				unsigned bh[4], bl[4];
-				tc::ldmatrix_x4(bh, Kh + e);  // b of token tile 2p in [0..1], of 2p+1 in [2..3]
-				tc::ldmatrix_x4(bl, Kl + e);
-#pragma unroll
-				for (int q = 0; q < 2; ++q) {
-					float* acc = v[2 * p + q];
-					tc::mma_bf16_16816(acc, ah, bh + 2 * q, acc);
-					tc::mma_bf16_16816(acc, ah, bl + 2 * q, acc);
-					tc::mma_bf16_16816(acc, al, bh + 2 * q, acc);
-				}
-			}
-		}
-	}
+	__device__ __forceinline__ void dvprime(int n) { mma_rows(X, n); }
 
 	// dupdate: D^T = e^gl D^T + dV'^T (-W) [+ dO^T Qg] (A = dV'^T split in registers, and the exact
 	// dO^T; B = rows of -W and Qg: ldmatrix.trans), token blocks from n on skipped.

@@ -212,11 +212,12 @@ struct Walker {
 		}
 	}
 
-	// vprime runs (1) on stage x: V'^T = U^T + S^T (-W)^T, token blocks of 16 from n on skipped
-	// (they stay zero).
-	__device__ __forceinline__ void vprime(int x, int n) {
-		const bf16* Wh = X + x * 4 * kTile;
-		const bf16* Wl = Wh + kTile;
+	// mma_rows adds S^T B^T to the v accumulators: A = S^T split to hi/lo in registers, B = the rows
+	// of the bf16 hi/lo pair at Bh (Bh + kTile holds the lo parts; swizzled, ldmatrix not
+	// transposed), hi*hi + hi*lo + lo*hi in ascending k; token blocks of 16 from n on skipped (they
+	// stay as they are). The forward's V' and the backward's dV' both run it.
+	__device__ __forceinline__ void mma_rows(const bf16* Bh, int n) {
+		const bf16* Bl = Bh + kTile;
 		const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1);
 #pragma unroll
 		for (int kk = 0; kk < 8; ++kk) {
@@ -230,8 +231,8 @@ struct Walker {
 				if (16 * p >= n) continue;
 				const int e = swz(16 * p + brow, 16 * kk + bcol);
 				unsigned bh[4], bl[4];
-				tc::ldmatrix_x4(bh, Wh + e);  // b of token tile 2p in [0..1], of 2p+1 in [2..3]
-				tc::ldmatrix_x4(bl, Wl + e);
+				tc::ldmatrix_x4(bh, Bh + e);  // b of token tile 2p in [0..1], of 2p+1 in [2..3]
+				tc::ldmatrix_x4(bl, Bl + e);
 #pragma unroll
 				for (int q = 0; q < 2; ++q) {
 					float* acc = v[2 * p + q];
@@ -242,6 +243,10 @@ struct Walker {
 			}
 		}
 	}
+
+	// vprime runs (1) on stage x: V'^T = U^T + S^T (-W)^T, token blocks of 16 from n on skipped
+	// (they stay zero).
+	__device__ __forceinline__ void vprime(int x, int n) { mma_rows(X + x * 4 * kTile, n); }
 
 	// update runs (2) on stage x: S^T = e^gl S^T + V'^T Kt, token blocks from n on skipped.
 	__device__ __forceinline__ void update(int x, int n) {
