@@ -72,11 +72,6 @@ func GPUBackwardEntries() []string {
 
 // GPUGrads is the result of GPUForward.Backward.
 type GPUGrads struct {
-	// Grads are the gradients in global order, float64 of the GPU's values:
-	// DQ, DK, DV the bf16 gradients (core stage: of q, k, v; module stage:
-	// of the pre-conv projections, the conv's dx), DG, DBeta and DConvW
-	// (module stage) the fp32 ones.
-	Grads *Grads
 	// VH is the width each offset and tape walk launched with,
 	// [rank][walk kind] (the plan's memoized decision or Options.ForceVH);
 	// 0 where nothing launched (an empty walk list, or a forward walk).
@@ -88,10 +83,20 @@ type GPUGrads struct {
 	// recompute) and this backward, in bytes, indexed by rank.
 	PeakBytes []int64
 	// Ranks are the ranks that ran in this process, ascending (the
-	// forward's): only their tokens of Grads (DConvW is whole) and their
+	// forward's): only their tokens of Gradients (DConvW is whole) and their
 	// entries of the per-rank slices are filled.
 	Ranks []int
+
+	rows *gpuGradRows // the local ranks' gradients as the GPU stores them
 }
+
+// Gradients are the gradients in global order, float64 of the GPU's values:
+// DQ, DK, DV the bf16 gradients (core stage: of q, k, v; module stage: of
+// the pre-conv projections, the conv's dx), DG, DBeta and DConvW (module
+// stage) the fp32 ones; the rows of the ranks that ran in this process
+// (Ranks), zeros elsewhere (DConvW whole). They are made on the first call
+// (the same *Grads after), in parallel.
+func (g *GPUGrads) Gradients() *Grads { return g.rows.gradients() }
 
 // newGrads allocates zero gradients of plan's shapes for stage.
 func newGrads(p *Plan, stage Stage) *Grads {
@@ -140,8 +145,8 @@ func (f *GPUForward) Backward(ctx context.Context, dout []float32) (*GPUGrads, e
 		return nil, fmt.Errorf("kcp: gpu backward: %w", err)
 	}
 	R := len(p.Ranks)
-	res := &GPUGrads{Grads: newGrads(p, f.stage), VH: make([][sched.NumWalkKinds]int, R),
-		Timing: make([]RankTiming, R), PeakBytes: make([]int64, R), Ranks: slices.Clone(f.Ranks)}
+	res := &GPUGrads{VH: make([][sched.NumWalkKinds]int, R), Timing: make([]RankTiming, R), PeakBytes: make([]int64, R),
+		Ranks: slices.Clone(f.Ranks), rows: &gpuGradRows{plan: p, stage: f.stage, out: f.out, rows: make([]*gradRows, R)}}
 	err := f.be.runRanks(ctx, "backward", GPUBackwardStages, true, func(ctx context.Context, w *rankWork) error {
 		return f.backwardRank(ctx, w, dout, res)
 	})
@@ -593,9 +598,7 @@ func (b *bwdRun) exchangeConvGrads(ctx context.Context) (err error) {
 		return fmt.Errorf("rank %d: %w", r, err)
 	}
 	if r == b.f.be.layout.local[0] { // every rank holds the same sum; the first local one writes it
-		for i, v := range sum {
-			b.res.Grads.DConvW[i] = float64(v)
-		}
+		b.res.rows.dconvW = sum
 	}
 	return nil
 }
@@ -723,7 +726,12 @@ func (b *bwdRun) collect() error {
 	if err := b.clk.read(&b.res.Timing[r]); err != nil {
 		return err
 	}
-	return scatterGrads(p, r, b.res.Grads, gradRows{DQ: dq, DK: dk, DV: dv, DX: dx, DG: dg, DBeta: dbeta})
+	rows := &gradRows{DQ: dq, DK: dk, DV: dv, DX: dx, DG: dg, DBeta: dbeta}
+	if err := checkGradRows(p, r, *rows); err != nil {
+		return err
+	}
+	b.res.rows.rows[r] = rows
+	return nil
 }
 
 // gradRows are one rank's downloaded gradients in buffer order: DQ, DK
@@ -734,74 +742,56 @@ type gradRows struct {
 	DG, DBeta      []float32
 }
 
-// scatterGrads checks rank's gradients (an element still holding its poison
-// was never written; any other NaN was computed) and writes them, as
-// float64, to their global rows in g. An error names the gradient, the
-// rank, and the token, head and column (or conv channel) of the first bad
-// element.
+// scatterGrads checks rank's gradients (checkGradRows) and writes them, as
+// float64, to their global rows in g (fillGrads).
 func scatterGrads(p *Plan, rank int, g *Grads, rows gradRows) error {
+	if err := checkGradRows(p, rank, rows); err != nil {
+		return err
+	}
+	fillGrads(p, rank, g, rows)
+	return nil
+}
+
+// checkGradRows reports rank's gradient elements still holding their poison
+// (never written) or NaN. An error names the gradient, the rank, and the
+// token, head and column (or conv channel) of the first bad element.
+func checkGradRows(p *Plan, rank int, rows gradRows) error {
 	cfg := p.Config
 	nq, nv, C, HV := cfg.HQK*gpuD, cfg.HV*gpuD, p.ConvChannels(), cfg.HV
-	segs := p.Ranks[rank].Segments
-	// bf16 scatters rows of width w of src; put places element j of global
-	// token t; col names column j.
-	bf := func(name string, src []bf16.BF16, w int, put func(t, j int, v float64), col func(j int) string) error {
-		c := gradCheck{rank: rank, name: name}
-		for _, seg := range segs {
-			for i := 0; i < seg.Len; i++ {
-				lt, t := seg.LocalStart+i, seg.Start+i
-				for j, x := range src[lt*w : (lt+1)*w] {
-					if x.IsNaN() {
-						c.bad(x == poisonBF16, func() string {
-							return fmt.Sprintf("token %d (local %d, document %d) %s", t, lt, seg.Doc, col(j))
-						})
-					}
-					put(t, j, float64(x.Float32()))
-				}
-			}
-		}
-		return c.err()
-	}
-	f32 := func(name string, src []float32, dst []float64) error {
-		c := gradCheck{rank: rank, name: name}
-		for _, seg := range segs {
-			for i := 0; i < seg.Len; i++ {
-				lt, t := seg.LocalStart+i, seg.Start+i
-				for h, x := range src[lt*HV : (lt+1)*HV] {
-					if math.IsNaN(float64(x)) {
-						c.bad(math.Float32bits(x) == PoisonF32, func() string {
-							return fmt.Sprintf("token %d (local %d, document %d) value head %d", t, lt, seg.Doc, h)
-						})
-					}
-					dst[t*HV+h] = float64(x)
-				}
-			}
-		}
-		return c.err()
-	}
-	headCol := func(kind string) func(j int) string {
-		return func(j int) string { return fmt.Sprintf("%s head %d column %d", kind, j/gpuD, j%gpuD) }
-	}
+	bs := tokenBlocks(p.Ranks[rank].Segments)
 	var errs []error
 	if rows.DX != nil {
-		errs = append(errs, bf("dx", rows.DX, C, func(t, j int, v float64) {
-			switch {
-			case j < nq:
-				g.DQ[t*nq+j] = v
-			case j < 2*nq:
-				g.DK[t*nq+j-nq] = v
-			default:
-				g.DV[t*nv+j-2*nq] = v
-			}
-		}, func(j int) string { return fmt.Sprintf("channel %d (%s)", j, convChannel(cfg, j)) }))
+		errs = append(errs, checkBF16Rows(rank, "dx", bs, rows.DX, C, C, 0,
+			func(j int) string { return fmt.Sprintf("channel %d (%s)", j, convChannel(cfg, j)) }))
 	} else {
 		errs = append(errs,
-			bf("dq", rows.DQ, nq, func(t, j int, v float64) { g.DQ[t*nq+j] = v }, headCol("QK")),
-			bf("dk", rows.DK, nq, func(t, j int, v float64) { g.DK[t*nq+j] = v }, headCol("QK")),
-			bf("dv", rows.DV, nv, func(t, j int, v float64) { g.DV[t*nv+j] = v }, headCol("value")))
+			checkBF16Rows(rank, "dq", bs, rows.DQ, nq, nq, 0, headCol("QK")),
+			checkBF16Rows(rank, "dk", bs, rows.DK, nq, nq, 0, headCol("QK")),
+			checkBF16Rows(rank, "dv", bs, rows.DV, nv, nv, 0, headCol("value")))
 	}
-	errs = append(errs, f32("dg", rows.DG, g.DG), f32("dbeta", rows.DBeta, g.DBeta))
+	valueHead := func(h int) string { return fmt.Sprintf("value head %d", h) }
+	errs = append(errs, checkF32Rows(rank, "dg", bs, rows.DG, HV, valueHead), checkF32Rows(rank, "dbeta", bs, rows.DBeta, HV, valueHead))
 	return errors.Join(errs...)
+}
+
+// fillGrads writes rank's gradients, as float64, to their global rows in g:
+// dq, dk, dv from their own rows (core stage) or from the columns of dx
+// (module stage), dg and dbeta.
+func fillGrads(p *Plan, rank int, g *Grads, rows gradRows) {
+	cfg := p.Config
+	nq, nv, C, HV := cfg.HQK*gpuD, cfg.HV*gpuD, p.ConvChannels(), cfg.HV
+	bs := tokenBlocks(p.Ranks[rank].Segments)
+	if rows.DX != nil {
+		fillBF16(bs, g.DQ, nq, rows.DX, C, 0)
+		fillBF16(bs, g.DK, nq, rows.DX, C, nq)
+		fillBF16(bs, g.DV, nv, rows.DX, C, 2*nq)
+	} else {
+		fillBF16(bs, g.DQ, nq, rows.DQ, nq, 0)
+		fillBF16(bs, g.DK, nq, rows.DK, nq, 0)
+		fillBF16(bs, g.DV, nv, rows.DV, nv, 0)
+	}
+	fillF32(bs, g.DG, HV, rows.DG)
+	fillF32(bs, g.DBeta, HV, rows.DBeta)
 }
 
 // convChannel names conv channel c of the q|k|v concatenation: "q head 1
@@ -824,8 +814,6 @@ func convChannel(cfg PlanConfig, c int) string {
 // holds no device memory. Recompute rebuilds the forward's device state from
 // it with no communication.
 type GPUCheckpoint struct {
-	// Out is the forward's output in global order.
-	Out *Output
 	// Decisions are the width decisions of every walk of every rank,
 	// [rank][walk kind], read from the plan's memo.
 	Decisions [][sched.NumWalkKinds]sched.Decision
@@ -843,6 +831,7 @@ type GPUCheckpoint struct {
 
 	g      *GPU
 	in     *Inputs
+	out    *gpuOutRows   // the forward's bf16 output rows
 	starts [][]float32   // [rank] start states, [NS, HV, 128, 128]
 	halos  [][]bf16.BF16 // [rank] conv halos, [NS, 3, C] (module stage)
 }
@@ -863,13 +852,16 @@ func (g *GPU) ForwardCheckpoint(ctx context.Context, in *Inputs) (*GPUCheckpoint
 	if err != nil {
 		return nil, err
 	}
-	ck := &GPUCheckpoint{Out: f.Out, Decisions: f.Decisions, VH: f.VH, Timing: f.Timing, PeakBytes: f.PeakBytes,
+	ck := &GPUCheckpoint{out: f.out, Decisions: f.Decisions, VH: f.VH, Timing: f.Timing, PeakBytes: f.PeakBytes,
 		Blob: f.Blob, Ranks: f.Ranks, g: g, in: in, starts: make([][]float32, R), halos: halos}
 	for _, r := range f.Ranks {
 		ck.starts[r] = f.States[r].Start
 	}
 	return ck, nil
 }
+
+// Output is the forward's output in global order, as GPUForward.Output.
+func (ck *GPUCheckpoint) Output() *Output { return ck.out.output() }
 
 // Recompute rebuilds the forward's device state from the checkpoint, every
 // local rank (Ranks) on its own goroutine and stream on its device, with no

@@ -97,7 +97,7 @@ func gpuB1(t *testing.T, base *GPU, p *Plan, opts GPUOptions, in *Inputs, dout [
 // device bits).
 func requireSameGradBits(t *testing.T, what string, a, b *GPUGrads) {
 	t.Helper()
-	at, bt := a.Grads.Tensors(), b.Grads.Tensors()
+	at, bt := a.Gradients().Tensors(), b.Gradients().Tensors()
 	require.Equal(t, len(at), len(bt), what)
 	for i := range at {
 		requireBitwise(t, what+": "+at[i].Name, at[i].Data, bt[i].Data)
@@ -197,16 +197,16 @@ func TestGPUBackward(t *testing.T) {
 								requireSameGradBits(t, tg.name+": vh 64 vs vh 128", runs[0], runs[1])
 								require.Equal(t, runs[0].PeakBytes, runs[1].PeakBytes, "%s: peak device memory per rank at vh 64 vs 128", tg.name)
 								if refBF16 != nil {
-									checkGradsTol(t, tg.name+" vs conv output in bf16", runs[0].Grads, refBF16, gpuGradQKVTol, gpuGradStoredTol)
+									checkGradsTol(t, tg.name+" vs conv output in bf16", runs[0].Gradients(), refBF16, gpuGradQKVTol, gpuGradStoredTol)
 								}
 								if pk.tiny && stage == StageModule {
 									// A few tokens give no averaging: the bf16
 									// rounding of their conv output alone moves
 									// dg and dbeta by up to ~1e-2 (logged only).
-									logGrads(t, tg.name+" (bf16 conv output of 3 tokens dominates)", runs[0].Grads, ref)
+									logGrads(t, tg.name+" (bf16 conv output of 3 tokens dominates)", runs[0].Gradients(), ref)
 									continue
 								}
-								checkGrads(t, tg.name, runs[0].Grads, ref)
+								checkGrads(t, tg.name, runs[0].Gradients(), ref)
 							}
 						})
 					}
@@ -239,7 +239,7 @@ func TestGPUBackwardOptions(t *testing.T) {
 				p := bwdPlan(t, docs, 4, layout, 1, 2)
 				for _, tg := range gpus {
 					_, gr := gpuB1(t, tg.g, p, GPUOptions{Options: opts}, in, dout)
-					checkGrads(t, tg.name, gr.Grads, ref)
+					checkGrads(t, tg.name, gr.Gradients(), ref)
 				}
 			})
 		}
@@ -351,7 +351,7 @@ func TestGPUCheckpointRecompute(t *testing.T) {
 
 							ck, err := g.ForwardCheckpoint(ctx, in)
 							require.NoError(t, err)
-							requireBitwise(t, tg.name+": checkpoint output", f1.Out.O, ck.Out.O)
+							requireBitwise(t, tg.name+": checkpoint output", f1.Output().O, ck.Output().O)
 							require.Equal(t, f1.VH, ck.VH, "%s: checkpoint widths", tg.name)
 							require.Equal(t, f1.Decisions, ck.Decisions)
 							f3, err := ck.Recompute(ctx)
@@ -415,7 +415,7 @@ func TestGPUTensorCoreBackward(t *testing.T) {
 				p := bwdPlan(t, docs, 4, layout, 1, 2)
 				opts := GPUOptions{Options: Options{Stage: stage}, TensorCoreWalks: true, TensorCoreChunk: true}
 				_, g1 := gpuB1(t, base, p, opts, in, dout)
-				checkGrads(t, "tensor-core forward "+base.Profile().Target, g1.Grads, ref)
+				checkGrads(t, "tensor-core forward "+base.Profile().Target, g1.Gradients(), ref)
 				g, err := base.ForPlan(p, opts)
 				require.NoError(t, err)
 				defer func() { require.NoError(t, g.Close()) }()

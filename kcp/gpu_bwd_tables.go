@@ -155,8 +155,11 @@ func gatherDOut(p *Plan, rank int, dout []float32) []bf16.BF16 {
 	rp := &p.Ranks[rank]
 	nv := p.Config.HV * p.Config.DV
 	out := make([]bf16.BF16, rp.Tokens*nv)
-	for _, seg := range rp.Segments {
-		gatherRows(out, seg.LocalStart, dout, seg.Start, seg.Len, nv)
-	}
+	bs := tokenBlocks(rp.Segments)
+	_ = parallel(len(bs), func(bi int) error {
+		b := bs[bi]
+		gatherRows(out, b.seg.LocalStart+b.i0, dout, b.seg.Start+b.i0, b.i1-b.i0, nv)
+		return nil
+	})
 	return out
 }

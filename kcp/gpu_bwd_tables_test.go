@@ -216,7 +216,7 @@ func TestGPUHaloGradLayout(t *testing.T) {
 // dO is gathered in buffer order and converted to bf16 exactly.
 func TestGPUGatherDOut(t *testing.T) {
 	for _, layout := range Layouts() {
-		p, err := NewPlan(PlanConfig{Docs: []int{3, 70, 1, 9}, Ranks: 3, Layout: layout, HQK: 1, HV: 2, DK: 16, DV: 16})
+		p, err := NewPlan(PlanConfig{Docs: []int{3, 70, 1, 7000}, Ranks: 3, Layout: layout, HQK: 1, HV: 2, DK: 16, DV: 16}) // 7000: segments of several 1024-token blocks
 		require.NoError(t, err)
 		_, dout := RandomInputs(p, StageCore, 3)
 		nv := p.Config.HV * p.Config.DV

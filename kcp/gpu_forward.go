@@ -60,8 +60,6 @@ type RankStates struct {
 
 // GPUForward is the result of GPU.Forward or GPUCheckpoint.Recompute.
 type GPUForward struct {
-	// Out is the output in global order: the GPU's bf16 values as float64.
-	Out *Output
 	// Decisions are the width decisions of every walk of every rank,
 	// [rank][walk kind], read from the plan's memo.
 	Decisions [][sched.NumWalkKinds]sched.Decision
@@ -86,11 +84,12 @@ type GPUForward struct {
 
 	plan  *Plan
 	stage Stage
-	opts  Options    // the backend's options, defaults filled in
-	be    *GPU       // the backend that ran it: where its ranks run and how they exchange
-	fleet *gpuFleet  // held while ranks keep device memory
-	ranks []*gpuRank // KeepDevice (and Recompute) only
-	mu    sync.Mutex // guards ranks and fleet; held through a Backward
+	out   *gpuOutRows // the local ranks' bf16 output rows
+	opts  Options     // the backend's options, defaults filled in
+	be    *GPU        // the backend that ran it: where its ranks run and how they exchange
+	fleet *gpuFleet   // held while ranks keep device memory
+	ranks []*gpuRank  // KeepDevice (and Recompute) only
+	mu    sync.Mutex  // guards ranks and fleet; held through a Backward
 }
 
 // gpuRank is one rank's device state.
@@ -185,7 +184,7 @@ func (g *GPU) newResult(dec [][sched.NumWalkKinds]sched.Decision) (*GPUForward, 
 	p := g.plan
 	R := len(p.Ranks)
 	return &GPUForward{
-		Out:       &Output{O: make([]float64, p.OutputShape().Size())},
+		out:       newGPUOutRows(p),
 		Decisions: dec, VH: make([][sched.NumWalkKinds]int, R),
 		States: make([]RankStates, R), Timing: make([]RankTiming, R), PeakBytes: make([]int64, R),
 		Blob: g.dev.profile.Target, Ranks: g.LocalRanks(), plan: p, stage: g.opts.Stage, opts: g.opts, be: g, fleet: g.fleet,
@@ -942,39 +941,12 @@ func (rr *rankRun) finish() error {
 }
 
 // scatterOutput checks the rank's bf16 output (a still-poisoned element was
-// never written; any other NaN was computed) and writes it to the global
-// output.
+// never written; any other NaN was computed) and keeps it in the result.
 func (rr *rankRun) scatterOutput(o []bf16.BF16) error {
-	p := rr.g.plan
-	hv := p.Config.HV
-	row := hv * gpuD
-	var unwritten, nan int
-	first := ""
-	for _, seg := range p.Ranks[rr.rk.rank].Segments {
-		for i := 0; i < seg.Len; i++ {
-			lt, t := seg.LocalStart+i, seg.Start+i
-			src := o[lt*row : (lt+1)*row]
-			dst := rr.res.Out.O[t*row : (t+1)*row]
-			for j, b := range src {
-				if b.IsNaN() {
-					what := "NaN"
-					if b == poisonBF16 {
-						what = "never written (still poisoned)"
-						unwritten++
-					} else {
-						nan++
-					}
-					if first == "" {
-						first = fmt.Sprintf("token %d (local %d, document %d) head %d column %d: %s",
-							t, lt, seg.Doc, j/gpuD, j%gpuD, what)
-					}
-				}
-				dst[j] = float64(b.Float32())
-			}
-		}
-	}
-	if unwritten+nan > 0 {
-		return fmt.Errorf("rank %d: output: %d elements never written, %d NaN; first at %s", rr.rk.rank, unwritten, nan, first)
-	}
-	return nil
+	return rr.res.out.set(rr.rk.rank, o)
 }
+
+// Output is the output in global order, the GPU's bf16 values as float64:
+// the rows of the ranks that ran in this process (Ranks), zeros elsewhere.
+// It is made on the first call (the same *Output after), in parallel.
+func (f *GPUForward) Output() *Output { return f.out.output() }

@@ -94,7 +94,7 @@ func runB13(t *testing.T, base *GPU, p *Plan, opts GPUOptions, in *Inputs, dout 
 	g3, err := f3.Backward(ctx, dout)
 	require.NoError(t, err)
 	requireSameGradBits(t, "B3 vs B1", g1, g3)
-	return b13{fwd: f.Out, ck: ck.Out, b1: g1.Grads, b3: g3.Grads, comm: g.Comm(), devices: g.RankDevices()}
+	return b13{fwd: f.Output(), ck: ck.Output(), b1: g1.Gradients(), b3: g3.Gradients(), comm: g.Comm(), devices: g.RankDevices()}
 }
 
 // requireSameB13 requires two runs' outputs and gradients (B1 and B3)
@@ -325,12 +325,12 @@ func rankB13(ctx context.Context, g *GPU, r int, p *Plan, in *Inputs, dout []flo
 	other := 1 - r
 	nv := p.Config.HV * p.Config.DV
 	for _, seg := range p.Ranks[other].Segments {
-		for _, v := range f.Out.O[seg.Start*nv : seg.End()*nv] {
+		for _, v := range f.Output().O[seg.Start*nv : seg.End()*nv] {
 			if v != 0 {
 				return rankResult{}, fmt.Errorf("rank %d: rank %d's output rows are not zero", r, other)
 			}
 		}
-		for _, v := range g1.Grads.DG[seg.Start*p.Config.HV : seg.End()*p.Config.HV] {
+		for _, v := range g1.Gradients().DG[seg.Start*p.Config.HV : seg.End()*p.Config.HV] {
 			if v != 0 {
 				return rankResult{}, fmt.Errorf("rank %d: rank %d's dg rows are not zero", r, other)
 			}
@@ -339,11 +339,11 @@ func rankB13(ctx context.Context, g *GPU, r int, p *Plan, in *Inputs, dout []flo
 	if _, _, err := f.SegmentStates(other, 0, 0); err == nil && len(p.Ranks[other].Segments) > 0 {
 		return rankResult{}, fmt.Errorf("rank %d: states of rank %d", r, other)
 	}
-	d1, err := RankDigest(p, r, f.Out, g1.Grads)
+	d1, err := RankDigest(p, r, f.Output(), g1.Gradients())
 	if err != nil {
 		return rankResult{}, err
 	}
-	d3, err := RankDigest(p, r, ck.Out, g3.Grads)
+	d3, err := RankDigest(p, r, ck.Output(), g3.Gradients())
 	return rankResult{d1, d3}, err
 }
 

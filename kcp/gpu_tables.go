@@ -128,7 +128,7 @@ func gatherRows(dst []bf16.BF16, at int, src []float32, start, n, w int) {
 }
 
 // gatherGPUInputs gathers rank's tokens of in, in buffer order, converting the
-// bf16 tensors to bf16 bits. Core stage: q, k, v; module stage: x = q|k|v per
+// bf16 tensors to bf16 bits (in parallel blocks of tokens). Core stage: q, k, v; module stage: x = q|k|v per
 // token and the conv weights. g and beta in both.
 func gatherGPUInputs(p *Plan, rank int, stage Stage, in *Inputs) *gpuRankInputs {
 	cfg := p.Config
@@ -136,13 +136,15 @@ func gatherGPUInputs(p *Plan, rank int, stage Stage, in *Inputs) *gpuRankInputs 
 	Tr := rp.Tokens
 	nq, nv := cfg.HQK*cfg.DK, cfg.HV*cfg.DV
 	out := &gpuRankInputs{G: make([]float32, Tr*cfg.HV), Beta: make([]float32, Tr*cfg.HV)}
+	bs := tokenBlocks(rp.Segments)
 	if stage == StageModule {
 		C := p.ConvChannels()
 		out.X = make([]bf16.BF16, Tr*C)
 		out.ConvW = bf16.FromFloat32s(in.ConvW)
-		for _, seg := range rp.Segments {
-			for i := 0; i < seg.Len; i++ {
-				t, row := seg.Start+i, out.X[(seg.LocalStart+i)*C:(seg.LocalStart+i+1)*C]
+		_ = parallel(len(bs), func(bi int) error {
+			b := bs[bi]
+			for i := b.i0; i < b.i1; i++ {
+				t, row := b.seg.Start+i, out.X[(b.seg.LocalStart+i)*C:(b.seg.LocalStart+i+1)*C]
 				for j, v := range in.Q[t*nq : (t+1)*nq] {
 					row[j] = bf16.Float32ToBF16(v)
 				}
@@ -153,14 +155,18 @@ func gatherGPUInputs(p *Plan, rank int, stage Stage, in *Inputs) *gpuRankInputs 
 					row[2*nq+j] = bf16.Float32ToBF16(v)
 				}
 			}
-		}
+			return nil
+		})
 	} else {
 		out.Q, out.K, out.V = make([]bf16.BF16, Tr*nq), make([]bf16.BF16, Tr*nq), make([]bf16.BF16, Tr*nv)
-		for _, seg := range rp.Segments {
-			gatherRows(out.Q, seg.LocalStart, in.Q, seg.Start, seg.Len, nq)
-			gatherRows(out.K, seg.LocalStart, in.K, seg.Start, seg.Len, nq)
-			gatherRows(out.V, seg.LocalStart, in.V, seg.Start, seg.Len, nv)
-		}
+		_ = parallel(len(bs), func(bi int) error {
+			b := bs[bi]
+			at, start, n := b.seg.LocalStart+b.i0, b.seg.Start+b.i0, b.i1-b.i0
+			gatherRows(out.Q, at, in.Q, start, n, nq)
+			gatherRows(out.K, at, in.K, start, n, nq)
+			gatherRows(out.V, at, in.V, start, n, nv)
+			return nil
+		})
 	}
 	for _, seg := range rp.Segments {
 		copy(out.G[seg.LocalStart*cfg.HV:], in.G[seg.Start*cfg.HV:seg.End()*cfg.HV])

@@ -189,7 +189,7 @@ func slicesConcat(s [][]float32) []float32 {
 func TestGPUGatherInputsAndHalo(t *testing.T) {
 	for _, layout := range Layouts() {
 		for _, R := range []int{1, 2, 3, 5, 8} {
-			p, err := NewPlan(PlanConfig{Docs: []int{2, 70, 1, 130, 5}, Ranks: R, Layout: layout, HQK: 1, HV: 2, DK: 16, DV: 16})
+			p, err := NewPlan(PlanConfig{Docs: []int{2, 70, 1, 2600, 5}, Ranks: R, Layout: layout, HQK: 1, HV: 2, DK: 16, DV: 16})
 			require.NoError(t, err)
 			in, _ := RandomInputs(p, StageModule, uint64(R))
 			cfg := p.Config
@@ -510,7 +510,7 @@ func TestGPUScatterOutput(t *testing.T) {
 		{"nan", bf16.NaN, "0 elements never written, 1 NaN"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := &GPUForward{Out: &Output{O: make([]float64, p.OutputShape().Size())}}
+			res := &GPUForward{out: newGPUOutRows(p)}
 			rr := &rankRun{g: &GPU{plan: p}, rk: &gpuRank{rank: 1}, res: res}
 			rp := &p.Ranks[1]
 			o := make([]bf16.BF16, rp.Tokens*row)
@@ -524,7 +524,7 @@ func TestGPUScatterOutput(t *testing.T) {
 			if tc.want == "" {
 				require.NoError(t, err)
 				seg := rp.Segments[0]
-				require.Equal(t, float64(o[0].Float32()), res.Out.O[seg.Start*row])
+				require.Equal(t, float64(o[0].Float32()), res.Output().O[seg.Start*row])
 				return
 			}
 			require.ErrorContains(t, err, tc.want)

@@ -148,7 +148,7 @@ func forwardAllWidths(t *testing.T, base *GPU, plan *Plan, opts GPUOptions, in *
 // identical.
 func requireSameBits(t *testing.T, what string, a, b *GPUForward) {
 	t.Helper()
-	requireBitwise(t, what+": o", a.Out.O, b.Out.O)
+	requireBitwise(t, what+": o", a.Output().O, b.Output().O)
 	require.Equal(t, len(a.States), len(b.States))
 	for r := range a.States {
 		for _, pair := range [][2][]float32{{a.States[r].Start, b.States[r].Start}, {a.States[r].Final, b.States[r].Final}} {
@@ -181,7 +181,7 @@ func requireFiniteStates(t *testing.T, f *GPUForward) {
 func checkAgainst(t *testing.T, what string, f *GPUForward, ref *Output, cpu *Activations) {
 	t.Helper()
 	requireFiniteStates(t, f)
-	eo := RelErr(f.Out.O, ref.O)
+	eo := RelErr(f.Output().O, ref.O)
 	es, ef, err := StateErrors(f, cpu)
 	require.NoError(t, err)
 	t.Logf("%s: out %.3g, start states %.3g, final states %.3g", what, eo, es, ef)

@@ -12,7 +12,12 @@
 # It builds nothing: here first `scripts/gpu.sh build` (or CGO_ENABLED=0 go build -o .gpu/kcp ./tools/kcp),
 # with the committed blobs embedded; there:
 #   run(command="bash scripts/cp-matrix.sh", carry=[".gpu"], kind="nvidia-h200-x4")
-# $1: N (default: the GPUs nvidia-smi lists). Env: DEADLINE, RESERVE, BITWISE_PACKS, TIMING_PACKS, TIMING_REPS.
+# $1: N (default: the GPUs nvidia-smi lists). Env: DEADLINE, RESERVE, BITWISE_PACKS, TIMING_PACKS, TIMING_REPS,
+# REF (a kcp sweep --json from an earlier step (1) of the same CP and packs: used as the reference instead
+# of running it again), TIMING_WARMUP (default 1), TIMING_LAYOUTS (default C,Z,D), STEPS (the steps to run, default "1 2 3"; the
+# others print "skipped"), RPG (ranks a GPU, default 1: CP = N x RPG; above 1, step (1) runs the reference and
+# the one-process run with --ranks-per-gpu RPG through the in-process loopback, and steps (2)-(3), which need
+# one rank a process, are skipped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/cp-matrix}
@@ -33,7 +38,12 @@ if ! [ "$N" -ge 1 ] 2>/dev/null; then
 	exit 2
 fi
 devices=$(seq -s, 0 $((N - 1)))
-echo "cp-matrix.sh: N=$N (devices $devices), deadline ${deadline}s, logs in $out"
+rpg=${RPG:-1}
+steps=" ${STEPS:-1 2 3} "
+CP=$((N * rpg))
+if [ "$rpg" -gt 1 ]; then steps=${steps//2/}; steps=${steps//3/}; fi
+want() { [[ "$steps" == *" $1 "* ]] || { echo "step ($1): skipped (STEPS='${STEPS:-1 2 3}', RPG=$rpg)"; return 1; }; }
+echo "cp-matrix.sh: N=$N GPUs (devices $devices), $rpg rank(s) a GPU: CP $CP; deadline ${deadline}s, logs in $out"
 
 # budget WANT [KEEP]: the seconds a step may take: WANT, or less when the deadline (minus KEEP seconds kept
 # for later steps) is nearer; 0 when under 20 s would be left.
@@ -64,34 +74,46 @@ PY
 }
 elapsed() { echo $(($(date +%s) - $1)); }
 
-echo "== (1) bitwise: P1-P5 at 8192 tokens, CP $N, layouts C/Z/D x rules A/B x modes B1/B3, one run each"
+echo "== (1) bitwise: P1-P5 at 8192 tokens, CP $CP, layouts C/Z/D x rules A/B x modes B1/B3, one run each"
+if want 1; then
 bw=(--json --packs "${BITWISE_PACKS:-P1@8192,P2@8192,P3@8192,P4@8192,P5@8192}" --reps 1 --warmup 0)
 ref="$out/ref.json"
 b=$(budget 150 "$reserve")
-if [ "$b" -eq 0 ]; then
+if [ -n "${REF:-}" ]; then
+	cp "$REF" "$ref"
+	verdict "reference: $REF" "$ref" 0 0
+elif [ "$b" -eq 0 ]; then
 	echo "reference (GPU 0, loopback): not run"
 else
 	s=$(date +%s)
-	timeout -k 10 "$b" "$K" sweep "${bw[@]}" --devices 0 --comm loopback --cp "$N" >"$ref" 2>"$out/ref.json.err"
+	timeout -k 10 "$b" "$K" sweep "${bw[@]}" --devices 0 --comm loopback --cp "$CP" >"$ref" 2>"$out/ref.json.err"
 	rc=$?
-	verdict "reference: CP $N on GPU 0, loopback" "$ref" $rc "$(elapsed "$s")"
+	verdict "reference: CP $CP on GPU 0, loopback" "$ref" $rc "$(elapsed "$s")"
 fi
 if ! python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$ref" 2>/dev/null; then
 	echo "$N GPUs, 1 process vs reference: not run (no reference)"
 	echo "$N processes (kcp launch) vs reference: not run (no reference)"
 else
+	runs=" ${RUNS:-nccl launch} "
 	b=$(budget 150 "$reserve")
-	if [ "$b" -eq 0 ]; then
+	if [[ "$runs" != *" nccl "* ]]; then
+		echo "$N GPUs x $rpg, 1 process vs reference: skipped (RUNS='${RUNS:-}')"
+	elif [ "$b" -eq 0 ]; then
 		echo "$N GPUs, 1 process vs reference: not run"
 	else
 		s=$(date +%s)
-		timeout -k 10 "$b" "$K" sweep "${bw[@]}" --devices "$devices" --cp "$N" --compare "$ref" >"$out/nccl.json" 2>"$out/nccl.json.err"
+		timeout -k 10 "$b" "$K" sweep "${bw[@]}" --devices "$devices" --ranks-per-gpu "$rpg" --cp "$CP" --compare "$ref" \
+			>"$out/nccl.json" 2>"$out/nccl.json.err"
 		rc=$?
-		verdict "$N GPUs, 1 process vs reference" "$out/nccl.json" $rc "$(elapsed "$s")"
+		verdict "$N GPUs x $rpg, 1 process vs reference" "$out/nccl.json" $rc "$(elapsed "$s")"
 		tail -3 "$out/nccl.json.err"
 	fi
 	b=$(budget 180 "$reserve")
-	if [ "$b" -eq 0 ]; then
+	if [ "$rpg" -gt 1 ]; then
+		echo "$N processes (kcp launch) vs reference: skipped (one rank a process needs RPG=1)"
+	elif [[ "$runs" != *" launch "* ]]; then
+		echo "$N processes (kcp launch) vs reference: skipped (RUNS='${RUNS:-}')"
+	elif [ "$b" -eq 0 ]; then
 		echo "$N processes (kcp launch) vs reference: not run"
 	else
 		s=$(date +%s)
@@ -105,15 +127,18 @@ else
 		grep -hE "kcp launch|error" "$out/launch.err" | head -6
 	fi
 fi
+fi
 
-echo "== (2) timings: full-size packs, kcp launch --nproc $N, ${TIMING_REPS:-3} timed runs after 1 warm-up"
+echo "== (2) timings: full-size packs, kcp launch --nproc $N, ${TIMING_REPS:-3} timed runs after ${TIMING_WARMUP:-1} warm-up(s)"
 b=$(budget 600 "$reserve")
-if [ "$b" -eq 0 ]; then
+if ! want 2; then
+	:
+elif [ "$b" -eq 0 ]; then
 	echo "timings: not run"
 else
 	s=$(date +%s)
 	timeout -k 10 "$b" "$K" launch --nproc "$N" --timeout "$((b - 15))s" -- sweep --packs "${TIMING_PACKS:-P1,P2,P3,P4,P5}" \
-		--reps "${TIMING_REPS:-3}" --warmup 1 >"$out/timings.txt" 2>"$out/timings.err"
+		--layouts "${TIMING_LAYOUTS:-C,Z,D}" --reps "${TIMING_REPS:-3}" --warmup "${TIMING_WARMUP:-1}" >"$out/timings.txt" 2>"$out/timings.err"
 	rc=$?
 	sed -n 's/^\[rank 0\] //p' "$out/timings.txt"
 	echo "timings: rc=$rc after $(elapsed "$s") s (bound ${b}s)"
@@ -126,7 +151,9 @@ fi
 
 echo "== (3) fault test at $N ranks: rank $((N - 1))'s process kills itself in the tape walk"
 b=$(budget 150)
-if [ "$b" -eq 0 ]; then
+if ! want 3; then
+	:
+elif [ "$b" -eq 0 ]; then
 	echo "fault test: not run"
 else
 	s=$(date +%s)

@@ -408,11 +408,13 @@ func (o *runOptions) runCPU(plan *kcp.Plan, name string, stage kcp.Stage, prof s
 	return rep, nil
 }
 
-// gpuStep is one GPU run of the mode: the output, the gradients, the
-// widths launched and every rank's timelines.
+// gpuStep is one GPU run of the mode: the output, the gradients (float64
+// tensors made on demand), the per-rank digests, the widths launched and
+// every rank's timelines.
 type gpuStep struct {
-	out       *kcp.Output
-	grads     *kcp.GPUGrads
+	output    func() *kcp.Output
+	gradients func() *kcp.Grads
+	digest    func(rank int) (string, error) // kcp.RankDigest of the output and gradients
 	decisions [][sched.NumWalkKinds]sched.Decision
 	vh        [][sched.NumWalkKinds]int
 	phases    [][]kcp.RankTiming // forward, (recompute,) backward; each indexed by rank
@@ -456,7 +458,7 @@ func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, do
 			return nil, err
 		}
 		st.phases, st.names = append(st.phases, fw.Timing), append(st.names, "forward")
-		st.out, st.decisions, st.blob = fw.Out, fw.Decisions, fw.Blob
+		st.output, st.decisions, st.blob = fw.Output, fw.Decisions, fw.Blob
 		st.vh = slices.Clone(fw.VH)
 	} else {
 		ck, err := g.ForwardCheckpoint(ctx, in)
@@ -468,7 +470,7 @@ func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, do
 		}
 		st.phases = append(st.phases, ck.Timing, fw.Timing)
 		st.names = append(st.names, "forward", "recompute")
-		st.out, st.decisions, st.blob = ck.Out, ck.Decisions, ck.Blob
+		st.output, st.decisions, st.blob = ck.Output, ck.Decisions, ck.Blob
 		st.vh = slices.Clone(ck.VH)
 	}
 	gr, err := fw.Backward(ctx, dout)
@@ -478,7 +480,7 @@ func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, do
 	if err := fw.Close(); err != nil {
 		return nil, err
 	}
-	st.grads, st.peak = gr, gr.PeakBytes
+	st.gradients, st.digest, st.peak = gr.Gradients, gr.RankDigest, gr.PeakBytes
 	st.phases, st.names = append(st.phases, gr.Timing), append(st.names, "backward")
 	for r := range st.vh {
 		for _, k := range []sched.WalkKind{sched.Offset, sched.Tape} {
@@ -548,7 +550,8 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 		tRef = time.Since(t1)
 	}
 	bar.finish()
-	rep, err = o.report("gpu", name, plan, stage, prof, rule, last.decisions, last.vh, last.out, last.grads.Grads, refOut, refGrads)
+	lastOut, lastGrads := last.output(), last.gradients()
+	rep, err = o.report("gpu", name, plan, stage, prof, rule, last.decisions, last.vh, lastOut, lastGrads, refOut, refGrads)
 	if err != nil {
 		return nil, err
 	}
@@ -557,18 +560,18 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 	rep.GPU.Devices, rep.GPU.Comm, rep.GPU.RankDevices = g.Devices(), string(g.Comm()), g.RankDevices()
 	rep.GPU.Digests = map[string]string{}
 	for _, r := range local {
-		d, err := kcp.RankDigest(plan, r, last.out, last.grads.Grads)
+		d, err := last.digest(r)
 		if err != nil {
 			return nil, err
 		}
 		rep.GPU.Digests[fmt.Sprint(r)] = d
 	}
 	if o.dump != "" {
-		o32 := make([]float32, len(last.out.O))
-		for i, v := range last.out.O {
+		o32 := make([]float32, len(lastOut.O))
+		for i, v := range lastOut.O {
 			o32[i] = float32(v) // exact: the values are bf16
 		}
-		if err := dumpRun(o.dump, rep, plan, stage, in, dout, o32, "float32 holding bf16 values", last.grads.Grads); err != nil {
+		if err := dumpRun(o.dump, rep, plan, stage, in, dout, o32, "float32 holding bf16 values", lastGrads); err != nil {
 			return nil, err
 		}
 	}

@@ -34,10 +34,10 @@ import (
 func init() { register(newSweepCmd) }
 
 type sweepOptions struct {
-	packs, layouts, modes, rules, stage, kernels, compare string
-	cp, reps, warmup                                      int
-	seed                                                  uint64
-	json, noProgress                                      bool
+	packs, layouts, modes, rules, stage, kernels, compare, show string
+	cp, reps, warmup                                            int
+	seed                                                        uint64
+	json, noProgress                                            bool
 	// gpu holds the flags shared with kcp run (--devices, --ranks-per-gpu,
 	// --comm, --timeout, --blob), so that placeGPU and gpuOptions place the
 	// ranks and make the communicator exactly as kcp run does.
@@ -77,7 +77,8 @@ not with --no-progress or --json.`,
 		Example: `  kcp sweep --packs P1@8192 --reps 1 --warmup 0
   kcp sweep --json --packs P1@8192,P3@8192 --devices 0 --comm loopback --cp 4 > ref.json
   kcp sweep --json --packs P1@8192,P3@8192 --cp 4 --compare ref.json
-  kcp launch --nproc 4 -- sweep --packs P1,P2,P3,P4,P5 --reps 3 --warmup 1`,
+  kcp launch --nproc 4 -- sweep --packs P1,P2,P3,P4,P5 --reps 3 --warmup 1
+  kcp sweep --show ref.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -94,6 +95,7 @@ not with --no-progress or --json.`,
 	f.IntVar(&o.cp, "cp", 0, "CP ranks R, 1..64 (default: WORLD_SIZE under a launcher, else --ranks-per-gpu x the GPUs used)")
 	addPlacementFlags(cmd, &o.gpu)
 	f.StringVar(&o.compare, "compare", "", "a previous kcp sweep --json output: every row's digests must equal its row there")
+	f.StringVar(&o.show, "show", "", "print a saved kcp sweep --json output as the table, run nothing")
 	f.BoolVar(&o.json, "json", false, "write one JSON object to stdout (rank 0), nothing else")
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress on stderr")
 	return cmd
@@ -474,7 +476,7 @@ func runCell(ctx context.Context, spec *sweepSpec, plan *kcp.Plan, be sweepBacke
 			}
 		}
 		if i == runs-1 {
-			digests, err := rankDigests(plan, local, st)
+			digests, err := rankDigests(local, st)
 			if err != nil {
 				return nil, err
 			}
@@ -489,16 +491,16 @@ func runCell(ctx context.Context, spec *sweepSpec, plan *kcp.Plan, be sweepBacke
 }
 
 // rankDigests returns kcp.RankDigest of each rank of ranks over the step's
-// output and gradients, hashed in parallel.
-func rankDigests(plan *kcp.Plan, ranks []int, st *gpuStep) ([]string, error) {
-	if st.out == nil || st.grads == nil {
+// output and gradients (from the GPU's rows: no float64 tensors made).
+func rankDigests(ranks []int, st *gpuStep) ([]string, error) {
+	if st.digest == nil {
 		return nil, errors.New("the step returned no output or no gradients")
 	}
 	out := make([]string, len(ranks))
 	errs := make([]error, len(ranks))
 	var wg sync.WaitGroup
 	for i, r := range ranks {
-		wg.Go(func() { out[i], errs[i] = kcp.RankDigest(plan, r, st.out, st.grads.Grads) })
+		wg.Go(func() { out[i], errs[i] = st.digest(r) })
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)
@@ -810,17 +812,17 @@ func sweepRows(cp int, rules []sched.Rule, cells []*sweepCell) []sweepRow {
 func ptr[T any](v T) *T { return &v }
 
 // readSweepReport reads a kcp sweep --json output.
-func readSweepReport(path string) (*sweepReport, error) {
+func readSweepReport(flag, path string) (*sweepReport, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--compare: %w", err)
+		return nil, fmt.Errorf("--%s: %w", flag, err)
 	}
 	var rep sweepReport
 	if err := json.Unmarshal(b, &rep); err != nil {
-		return nil, fmt.Errorf("--compare %s: not a kcp sweep --json output: %w", path, err)
+		return nil, fmt.Errorf("--%s %s: not a kcp sweep --json output: %w", flag, path, err)
 	}
 	if rep.Rows == nil {
-		return nil, fmt.Errorf("--compare %s: no rows (not a kcp sweep --json output?)", path)
+		return nil, fmt.Errorf("--%s %s: no rows (not a kcp sweep --json output?)", flag, path)
 	}
 	return &rep, nil
 }
@@ -1052,13 +1054,25 @@ func writeSweepText(w io.Writer, r *sweepReport) error {
 func (o *sweepOptions) run(cmd *cobra.Command) (err error) {
 	start := time.Now()
 	changed := cmd.Flags().Changed
+	if o.show != "" {
+		for _, f := range []string{"packs", "layouts", "modes", "rules", "stage", "kernels", "reps", "warmup", "seed", "cp", "compare", "json"} {
+			if changed(f) {
+				return fmt.Errorf("--show prints a saved report and runs nothing: --%s does not apply", f)
+			}
+		}
+		rep, err := readSweepReport("show", o.show)
+		if err != nil {
+			return err
+		}
+		return writeSweepText(cmd.OutOrStdout(), rep)
+	}
 	spec, err := o.spec(changed)
 	if err != nil {
 		return err
 	}
 	var ref *sweepReport
 	if o.compare != "" {
-		if ref, err = readSweepReport(o.compare); err != nil {
+		if ref, err = readSweepReport("compare", o.compare); err != nil {
 			return err
 		}
 	}

@@ -207,8 +207,10 @@ func (b *fakeBackend) step(_ context.Context, mode string, in *kcp.Inputs, dout 
 			out.O[seg.Start*cfg.HV*cfg.DV] += 1
 		}
 	}
-	st.out, g = maskRanks(p, local, out, g)
-	st.grads = &kcp.GPUGrads{Grads: g}
+	out, g = maskRanks(p, local, out, g)
+	st.output = func() *kcp.Output { return out }
+	st.gradients = func() *kcp.Grads { return g }
+	st.digest = func(r int) (string, error) { return kcp.RankDigest(p, r, out, g) }
 	_ = in
 	_ = dout
 	return st, nil
@@ -336,7 +338,7 @@ func TestSweepCompare(t *testing.T) {
 	buf.Reset()
 	require.NoError(t, writeJSON(&buf, &ref))
 	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
-	back, err := readSweepReport(path)
+	back, err := readSweepReport("compare", path)
 	require.NoError(t, err)
 
 	rep := fakeReport(t, back, path)
@@ -367,11 +369,25 @@ func TestSweepCompare(t *testing.T) {
 	require.Len(t, s.Failures, 2) // D B3 between the rules, C B1 against the file
 	require.Contains(t, s.Failures[0], "P1@300 C B1: digests differ from "+path+" (rule B: ranks 2 differ)")
 
-	_, err = readSweepReport(filepath.Join(t.TempDir(), "x.json"))
+	// kcp sweep --show prints the saved report as the table, and runs nothing.
+	out, errOut, code := execute("sweep", "--show", path)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "seed 6\n")
+	require.Contains(t, out, "tokens  layout  mode  A ms")
+	require.Equal(t, 3, strings.Count(out, "\nP1@300  300 "), out) // the file's 3 rows
+	require.Contains(t, out, "\nsummary: ")
+	_, errOut, code = execute("sweep", "--show", path, "--reps", "2")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "--reps does not apply")
+	_, errOut, code = execute("sweep", "--show", filepath.Join(t.TempDir(), "none.json"))
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "--show")
+
+	_, err = readSweepReport("compare", filepath.Join(t.TempDir(), "x.json"))
 	require.ErrorContains(t, err, "--compare")
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	require.NoError(t, os.WriteFile(bad, []byte(`{"backend": "gpu"}`), 0o644))
-	_, err = readSweepReport(bad)
+	_, err = readSweepReport("show", bad)
 	require.ErrorContains(t, err, "no rows")
 }
 
