@@ -232,6 +232,14 @@ type GPUOptions struct {
 	// weight gradient, summed over all ranks by the exchange, is complete.
 	// Runs of one backend are serialized.
 	Communicator comm.Communicator
+	// HostExchange sends the state summaries (forward) and adjoint offsets
+	// (backward) through host memory even where the communicator can
+	// all-gather device memory: device -> host -> all-gather -> host ->
+	// device, as the loopback always does. By default an NCCL communicator
+	// (CommNCCL, or a Communicator that is a *comm.NCCLComm) all-gathers
+	// the device buffers on the rank's stream. Both carry the same bits;
+	// this is for comparing the two.
+	HostExchange bool
 	// Timeout bounds every exchange wait of a run (through the collective's
 	// context, for the loopback, NCCL and a given Communicator alike); a
 	// rank that waits longer fails with an error wrapping comm.ErrTimeout
@@ -430,8 +438,8 @@ func openFleet(devs []int, blob string, ks kernelSet) (*gpuFleet, error) {
 
 // ForPlan returns a GPU backend for another plan and options on the same
 // devices, blobs and kernels (no reload, no JIT). opts.Device, opts.Devices,
-// opts.Blob and the kernel choice must be left zero or equal g's; Options
-// and KeepDevice are opts'; Comm, Communicator, Timeout and StageHook are
+// opts.Blob and the kernel choice must be left zero or equal g's; Options,
+// KeepDevice and HostExchange are opts'; Comm, Communicator, Timeout and StageHook are
 // opts' when set, else g's. The ranks of the new plan are placed on the
 // devices anew (a plan of another rank count spreads differently), and an
 // NCCL group is shared with every backend of the family whose ranks run on
@@ -453,7 +461,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 		return nil, err
 	}
 	gopts := g.gopts
-	gopts.Options, gopts.KeepDevice = opts.Options, opts.KeepDevice
+	gopts.Options, gopts.KeepDevice, gopts.HostExchange = opts.Options, opts.KeepDevice, opts.HostExchange
 	if opts.Comm != "" {
 		gopts.Comm = opts.Comm
 	}

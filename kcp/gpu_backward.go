@@ -234,7 +234,11 @@ func (f *GPUForward) backwardRank(ctx context.Context, w *rankWork, dout []float
 	if err := b.st.upTo("exchange offsets"); err != nil {
 		return err
 	}
-	if b.allPT, b.allR, err = exchangeAffine(ctx, cm, rk, b.mem, "offset", "Pᵀ", "R",
+	var gather deviceAllGather
+	if cm != nil && !f.be.gopts.HostExchange {
+		gather = deviceGatherOf(cm)
+	}
+	if b.allPT, b.allR, err = exchangeAffine(ctx, cm, gather, rk, b.mem, "offset", "Pᵀ", "R",
 		len(tb.Offset), tb.MaxOffset, f.plan.Config.HV, b.outPT, b.outR); err != nil {
 		return err
 	}
@@ -445,10 +449,13 @@ func (b *bwdRun) offsetWalk() (err error) {
 		if err != nil {
 			return err
 		}
-		if b.outPT, err = b.mem.alloc("offset Pᵀ", 4*nlist*summarySlot(HV)); err != nil {
+		// maxList slots: the device exchange sends them all (the padding
+		// is never read).
+		slots := max(nlist, b.tb.MaxOffset)
+		if b.outPT, err = b.mem.alloc("offset Pᵀ", 4*slots*summarySlot(HV)); err != nil {
 			return fmt.Errorf("rank %d: %w", b.rk.rank, err)
 		}
-		if b.outR, err = b.mem.alloc("offset R", 4*nlist*summarySlot(HV)); err != nil {
+		if b.outR, err = b.mem.alloc("offset R", 4*slots*summarySlot(HV)); err != nil {
 			return fmt.Errorf("rank %d: %w", b.rk.rank, err)
 		}
 		if err := b.launch(entryOffset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, bwdWalkSmem(vh),

@@ -602,6 +602,15 @@ func (rr *rankRun) exchangeHalo(ctx context.Context, in *Inputs) ([]bf16.BF16, e
 // mark records the event that ends the next stage.
 func (rr *rankRun) mark() error { return rr.clk.mark() }
 
+// gather is the device all-gather of the rank's communicator, nil for the
+// host path (the loopback, or GPUOptions.HostExchange).
+func (rr *rankRun) gather() deviceAllGather {
+	if rr.cm == nil || rr.g.gopts.HostExchange {
+		return nil
+	}
+	return deviceGatherOf(rr.cm)
+}
+
 // launch runs entry on the rank's stream with 256-thread blocks.
 func (rr *rankRun) launch(entry string, grid [3]uint32, smem int, args *loader.Args) error {
 	return launchOn(rr.rk.dev, rr.rk.stream, rr.rk.rank, entry, grid, smem, args)
@@ -783,10 +792,13 @@ func (rr *rankRun) summaryWalk() (err error) {
 		if err != nil {
 			return err
 		}
-		if rk.sumP, err = rk.mem.alloc("summary P", 4*nlist*summarySlot(HV)); err != nil {
+		// maxList slots: the device exchange sends them all (the padding
+		// is never read).
+		slots := max(nlist, tb.MaxSummary)
+		if rk.sumP, err = rk.mem.alloc("summary P", 4*slots*summarySlot(HV)); err != nil {
 			return fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
-		if rk.sumQ, err = rk.mem.alloc("summary Q", 4*nlist*summarySlot(HV)); err != nil {
+		if rk.sumQ, err = rk.mem.alloc("summary Q", 4*slots*summarySlot(HV)); err != nil {
 			return fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
 		if err := rr.launch(ks.summary, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.walkSmem(vh),
@@ -799,29 +811,36 @@ func (rr *rankRun) summaryWalk() (err error) {
 }
 
 // exchangeSummaries sends the rank's (P, Q) summaries, padded to the longest
-// summary list of the plan, through host memory to every rank and uploads
-// the gathered all_p and all_q. Every rank takes part, also one holding no
+// summary list of the plan, to every rank (exchangeAffine) into all_p and
+// all_q. Every rank takes part, also one holding no
 // tokens; a plan with no summaries exchanges nothing.
 func (rr *rankRun) exchangeSummaries(ctx context.Context) (err error) {
 	rk := rr.rk
 	tb := rk.tb
-	rk.allP, rk.allQ, err = exchangeAffine(ctx, rr.cm, rk, rk.mem, "summary", "P", "Q",
+	rk.allP, rk.allQ, err = exchangeAffine(ctx, rr.cm, rr.gather(), rk, rk.mem, "summary", "P", "Q",
 		len(tb.Summary), tb.MaxSummary, rr.g.plan.Config.HV, rk.sumP, rk.sumQ)
 	return err
 }
 
 // exchangeAffine sends rk's per-segment affine maps, a pair of
 // [nlist, HV, 128, 128] fp32 device arrays a and b (the summaries' P and Q,
-// or the offsets' Pᵀ and R), padded to maxList slots, through host memory to
-// every rank over cm, and uploads the gathered pairs into two new
-// [R*maxList, HV, 128, 128] arrays allocated in m, in which entry
-// rr*maxList + li is list entry li of rank rr. Every rank takes part, also
-// one holding no tokens (it sends zeros and uploads nothing); with maxList 0
-// nothing is exchanged and the arrays are nil.
-func exchangeAffine(ctx context.Context, cm comm.Communicator, rk *gpuRank, m *devMem, what, aName, bName string,
+// or the offsets' Pᵀ and R), padded to maxList slots, to every rank over
+// cm, into two new [R*maxList, HV, 128, 128] arrays allocated in m, in
+// which entry rr*maxList + li is list entry li of rank rr (the padding
+// slots are never read). With gather (an NCCL communicator's device
+// all-gather; a and b then hold maxList slots, or are nil when nlist is 0)
+// a and b are all-gathered on the device, on rk's stream; else through host
+// memory: downloaded (padded with zeros), all-gathered, uploaded. Every rank
+// takes part, also one holding no tokens (it sends zeros; on the host path
+// it uploads nothing); with maxList 0 nothing is exchanged and the arrays
+// are nil.
+func exchangeAffine(ctx context.Context, cm comm.Communicator, gather deviceAllGather, rk *gpuRank, m *devMem, what, aName, bName string,
 	nlist, maxList, hv int, a, b *loader.Buffer) (allA, allB *loader.Buffer, err error) {
 	if maxList == 0 {
 		return nil, nil, nil
+	}
+	if gather != nil {
+		return exchangeAffineDevice(ctx, cm.Size(), gather, rk, m, what, aName, bName, nlist, maxList, hv, a, b)
 	}
 	R := cm.Size()
 	bOff, size := summarySend(maxList, hv)
@@ -867,6 +886,56 @@ func exchangeAffine(ctx context.Context, cm comm.Communicator, rk *gpuRank, m *d
 		}
 	}
 	return allA, allB, nil
+}
+
+// exchangeAffineDevice is exchangeAffine's device path: a and b (maxList
+// slots; nil when nlist is 0, then a zeroed buffer is sent) all-gathered
+// into allA and allB by gather on rk's stream.
+func exchangeAffineDevice(ctx context.Context, R int, gather deviceAllGather, rk *gpuRank, m *devMem, what, aName, bName string,
+	nlist, maxList, hv int, a, b *loader.Buffer) (allA, allB *loader.Buffer, err error) {
+	n := 4 * maxList * summarySlot(hv)
+	wrap := func(err error) error { return fmt.Errorf("rank %d: %s exchange: %w", rk.rank, what, err) }
+	send := func(name string, buf *loader.Buffer) (*loader.Buffer, error) {
+		if nlist == 0 {
+			z, err := m.alloc("zero "+what+" "+name, n)
+			if err != nil {
+				return nil, err
+			}
+			if rk.stream == nil { // a rank holding no tokens: no stream of its own
+				return z, z.Memset32(0)
+			}
+			return z, z.Memset32Async(0, rk.stream)
+		}
+		if buf == nil || buf.Size() < n {
+			return nil, fmt.Errorf("%s %s holds %d bytes, the device exchange needs %d (%d slots)", what, name, bufSize(buf), n, maxList)
+		}
+		return buf.View(0, n)
+	}
+	for _, t := range []struct {
+		name string
+		src  *loader.Buffer
+		dst  **loader.Buffer
+	}{{aName, a, &allA}, {bName, b, &allB}} {
+		s, err := send(t.name, t.src)
+		if err != nil {
+			return nil, nil, wrap(err)
+		}
+		if *t.dst, err = m.alloc("gathered "+what+" "+t.name, R*n); err != nil {
+			return nil, nil, wrap(err)
+		}
+		if err := gather(ctx, s, *t.dst, rk.stream); err != nil {
+			return nil, nil, wrap(err)
+		}
+	}
+	return allA, allB, nil
+}
+
+// bufSize is b's size, 0 for nil.
+func bufSize(b *loader.Buffer) int {
+	if b == nil {
+		return 0
+	}
+	return b.Size()
 }
 
 // compose runs the compose into the segments' start states and marks its

@@ -66,10 +66,11 @@ func openMulti(t *testing.T, plan *Plan, opts GPUOptions) *GPU {
 // b13 is what a B1 (forward kept on the device, backward) and a B3
 // (checkpoint, recompute, backward) of one plan give.
 type b13 struct {
-	fwd, ck *Output
-	b1, b3  *Grads
-	comm    CommKind
-	devices []int
+	fwd, ck        *Output
+	b1, b3         *Grads
+	comm           CommKind
+	devices        []int
+	deviceExchange bool
 }
 
 // runB13 runs B1 and B3 of p on base's devices with opts and frees
@@ -94,7 +95,23 @@ func runB13(t *testing.T, base *GPU, p *Plan, opts GPUOptions, in *Inputs, dout 
 	g3, err := f3.Backward(ctx, dout)
 	require.NoError(t, err)
 	requireSameGradBits(t, "B3 vs B1", g1, g3)
-	return b13{fwd: f.Output(), ck: ck.Output(), b1: g1.Gradients(), b3: g3.Gradients(), comm: g.Comm(), devices: g.RankDevices()}
+	// The digests made from the GPU's rows are RankDigest of the float64
+	// tensors.
+	for _, r := range g.LocalRanks() {
+		for _, c := range []struct {
+			name string
+			f    *GPUForward
+			g    *GPUGrads
+		}{{"B1", f, g1}, {"B3", f3, g3}} {
+			want, err := RankDigest(p, r, c.f.Output(), c.g.Gradients())
+			require.NoError(t, err)
+			got, err := c.g.RankDigest(r)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "%s rank %d digest", c.name, r)
+		}
+	}
+	return b13{fwd: f.Output(), ck: ck.Output(), b1: g1.Gradients(), b3: g3.Gradients(), comm: g.Comm(), devices: g.RankDevices(),
+		deviceExchange: g.DeviceExchange()}
 }
 
 // requireSameB13 requires two runs' outputs and gradients (B1 and B3)
@@ -121,8 +138,10 @@ var multiPacks = []int{0, 3} // indices into bwdPacks
 
 // TestGPUMultiNCCL runs CP 2 on two GPUs through NCCL in one process (the
 // default for two ranks on two devices), every layout, core and module, B1
-// and B3: the output and every gradient bitwise identical to the same plan
-// on one GPU through the loopback.
+// and B3, with the summaries and offsets all-gathered in device memory and
+// again through host memory (GPUOptions.HostExchange): the output and every
+// gradient bitwise identical to the same plan on one GPU through the
+// loopback.
 func TestGPUMultiNCCL(t *testing.T) {
 	needGPUs(t, 2, true)
 	seed := gpuTestSeed(t)
@@ -144,7 +163,13 @@ func TestGPUMultiNCCL(t *testing.T) {
 					got := runB13(t, two, p, opts, in, dout)
 					require.Equal(t, CommNCCL, got.comm)
 					require.Equal(t, []int{0, 1}, got.devices)
+					require.True(t, got.deviceExchange, "NCCL all-gathers device memory")
+					require.False(t, ref.deviceExchange, "the loopback goes through host memory")
 					requireSameB13(t, "NCCL on 2 GPUs vs loopback on 1", ref, got)
+					opts.HostExchange = true
+					host := runB13(t, two, p, opts, in, dout)
+					require.False(t, host.deviceExchange)
+					requireSameB13(t, "NCCL through host memory vs loopback on 1", ref, host)
 				})
 			}
 		}

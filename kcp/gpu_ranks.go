@@ -571,6 +571,36 @@ func (c *timeoutComm) Barrier(ctx context.Context) error {
 	return c.explain(ctx, tctx, c.Communicator.Barrier(tctx))
 }
 
+// deviceAllGather all-gathers device memory on a stream: every rank's send
+// (the same size on every rank) lands in recv in rank order; it returns
+// when the stream's work is done (comm.NCCLComm.AllGatherDevice).
+type deviceAllGather func(ctx context.Context, send, recv *loader.Buffer, stream *loader.Stream) error
+
+// deviceGatherer is a communicator that all-gathers device memory.
+type deviceGatherer interface {
+	AllGatherDevice(ctx context.Context, send, recv *loader.Buffer, stream *loader.Stream) error
+}
+
+// deviceGatherOf is c's device all-gather, bounded by a timeoutComm's
+// timeout when c is one, or nil when c has none (the loopback).
+func deviceGatherOf(c comm.Communicator) deviceAllGather {
+	switch x := c.(type) {
+	case *timeoutComm:
+		inner := deviceGatherOf(x.Communicator)
+		if inner == nil {
+			return nil
+		}
+		return func(ctx context.Context, send, recv *loader.Buffer, stream *loader.Stream) error {
+			tctx, cancel := context.WithTimeout(ctx, x.d)
+			defer cancel()
+			return x.explain(ctx, tctx, inner(tctx, send, recv, stream))
+		}
+	case deviceGatherer:
+		return x.AllGatherDevice
+	}
+	return nil
+}
+
 // explain marks a collective that failed because its time ran out with
 // comm.ErrTimeout (the loopback reports only the context's error).
 func (c *timeoutComm) explain(parent, tctx context.Context, err error) error {
@@ -793,6 +823,23 @@ func (g *GPU) Local(rank int) bool { return slices.Contains(g.layout.local, rank
 // Comm returns how the backend's ranks exchange: CommLoopback, CommNCCL, or
 // CommGiven when GPUOptions.Communicator is set.
 func (g *GPU) Comm() CommKind { return g.layout.kind }
+
+// DeviceExchange reports whether the backend's ranks exchange their state
+// summaries and adjoint offsets by all-gathering device memory: an NCCL
+// group (CommNCCL) or a given Communicator that can (a *comm.NCCLComm),
+// unless GPUOptions.HostExchange. Otherwise they go through host memory.
+func (g *GPU) DeviceExchange() bool {
+	if g.gopts.HostExchange {
+		return false
+	}
+	switch g.layout.kind {
+	case CommNCCL:
+		return true
+	case CommGiven:
+		return deviceGatherOf(g.gopts.Communicator) != nil
+	}
+	return false
+}
 
 // Err reports why the backend can no longer run, or nil: it is closed, or
 // the NCCL group its ranks exchange through was aborted by a failed run (an

@@ -524,3 +524,53 @@ func TestForPlanRankOptions(t *testing.T) {
 	require.ErrorContains(t, err, "NCCL takes one GPU per rank")
 	require.True(t, slices.Equal([]int{0, 1}, g4.Devices()))
 }
+
+// gatherComm is a communicator that can all-gather device memory, as
+// comm.NCCLComm does: it records the deadline each call saw.
+type gatherComm struct {
+	comm.Communicator
+	calls     int
+	deadlines []bool
+	err       error
+}
+
+func (c *gatherComm) AllGatherDevice(ctx context.Context, send, recv *loader.Buffer, stream *loader.Stream) error {
+	c.calls++
+	_, ok := ctx.Deadline()
+	c.deadlines = append(c.deadlines, ok)
+	if c.err != nil {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+// The device all-gather is found through the run's timeout wrapper, which
+// bounds it by the timeout and names comm.ErrTimeout when it runs out; the
+// loopback (and a nil communicator) has none, so exchanges go through host
+// memory; comm.NCCLComm has one.
+func TestDeviceGatherOf(t *testing.T) {
+	cs, err := comm.NewLoopback(1)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, cs[0].Close()) }()
+	require.Nil(t, deviceGatherOf(cs[0]))
+	require.Nil(t, deviceGatherOf(nil))
+	require.Nil(t, deviceGatherOf(&timeoutComm{Communicator: cs[0], d: time.Second}))
+	var _ deviceGatherer = (*comm.NCCLComm)(nil)
+
+	gc := &gatherComm{Communicator: cs[0]}
+	g := deviceGatherOf(gc)
+	require.NotNil(t, g)
+	require.NoError(t, g(context.Background(), nil, nil, nil))
+	g = deviceGatherOf(&timeoutComm{Communicator: gc, d: time.Minute})
+	require.NotNil(t, g)
+	require.NoError(t, g(context.Background(), nil, nil, nil))
+	require.Equal(t, 2, gc.calls)
+	require.Equal(t, []bool{false, true}, gc.deadlines, "the wrapper bounds the call")
+
+	gc.err = errors.New("stuck")
+	g = deviceGatherOf(&timeoutComm{Communicator: gc, d: 20 * time.Millisecond})
+	err = g(context.Background(), nil, nil, nil)
+	require.ErrorIs(t, err, comm.ErrTimeout)
+	require.ErrorContains(t, err, "GPUOptions.Timeout 20ms")
+}

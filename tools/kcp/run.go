@@ -30,7 +30,7 @@ type runOptions struct {
 	devices, comm, faultKill, faultError                 string
 	timeout                                              time.Duration
 	seed                                                 uint64
-	json, checkFinite, noProgress, check                 bool
+	json, checkFinite, noProgress, check, hostExchange   bool
 }
 
 // probeGPU says whether GPU device can run the GPU backend with the given
@@ -115,6 +115,7 @@ func addPlacementFlags(cmd *cobra.Command, o *runOptions) {
 	f.StringVar(&o.devices, "devices", "", "GPU backend: CUDA devices the ranks run on, comma-separated, rank blocks in order (default: every visible GPU)")
 	f.IntVar(&o.ranksPerGPU, "ranks-per-gpu", 1, "GPU backend: ranks per GPU when --cp is not given (more than 1 exchanges through host memory)")
 	f.StringVar(&o.comm, "comm", "auto", "GPU backend: how ranks exchange: auto (NCCL when every rank has its own GPU, else host memory), loopback or nccl")
+	f.BoolVar(&o.hostExchange, "host-exchange", false, "GPU backend: send the state summaries and adjoint offsets through host memory also over NCCL (default there: all-gathers of device memory), for comparisons")
 	f.DurationVar(&o.timeout, "timeout", 0, "GPU backend: bound on every exchange wait, e.g. 2m (0: host memory unbounded, NCCL 5m); a rank that waits longer fails and stops the others")
 	f.StringVar(&o.blob, "blob", "", "GPU backend: force a blob slot, e.g. compute_80 (default: "+"$GDNKCP_BLOB, else the automatic choice)")
 }
@@ -192,6 +193,9 @@ type runGPU struct {
 	Devices     []int  `json:"devices"`
 	RankDevices []int  `json:"rank_devices"`
 	Comm        string `json:"comm"`
+	// Exchange is how the summaries and offsets travelled: "device" (NCCL
+	// all-gathers of device memory) or "host" (through host memory).
+	Exchange string `json:"exchange"`
 	// Digests are, per rank run here, a sha256 of its rows of the output
 	// and of every gradient (kcp.RankDigest): equal digests mean bitwise
 	// equal results, across processes, devices and exchanges.
@@ -558,6 +562,7 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 	rep.SecondsBackend, rep.SecondsRef = tBackend.Seconds(), tRef.Seconds()
 	rep.GPU = gpuReport(g.Profile().String(), o.kernels, o.warmup, local, steps)
 	rep.GPU.Devices, rep.GPU.Comm, rep.GPU.RankDevices = g.Devices(), string(g.Comm()), g.RankDevices()
+	rep.GPU.Exchange = exchangeKind(g)
 	rep.GPU.Digests = map[string]string{}
 	for _, r := range local {
 		d, err := last.digest(r)
@@ -863,7 +868,7 @@ func writeRunText(w io.Writer, r *runReport) error {
 		fmt.Fprintf(&b, "gradients: %s\n", r.Note)
 	}
 	if gi := r.GPU; gi != nil {
-		fmt.Fprintf(&b, "gpu ranks on devices %v, exchanging through %s\n", gi.RankDevices, gi.Comm)
+		fmt.Fprintf(&b, "gpu ranks on devices %v, exchanging through %s (%s exchange)\n", gi.RankDevices, gi.Comm, orUnknown(gi.Exchange))
 		for _, rk := range gi.Ranks {
 			fmt.Fprintf(&b, "  rank %d digest %s\n", rk.Rank, gi.Digests[fmt.Sprint(rk.Rank)])
 		}

@@ -130,7 +130,7 @@ func (o *runOptions) gpuOptions(pl gpuPlacement, opts kcp.GPUOptions) (kcp.GPUOp
 		if err != nil {
 			return opts, done, fmt.Errorf("--comm: %w", err)
 		}
-		opts.Comm, opts.Devices, opts.Timeout = ck, pl.devices, o.timeout
+		opts.Comm, opts.Devices, opts.Timeout, opts.HostExchange = ck, pl.devices, o.timeout, o.hostExchange
 		if len(pl.devices) > 0 {
 			opts.Device = pl.devices[0]
 		}
@@ -145,7 +145,7 @@ func (o *runOptions) gpuOptions(pl gpuPlacement, opts kcp.GPUOptions) (kcp.GPUOp
 	if err != nil {
 		return opts, done, errors.Join(fmt.Errorf("rank %d of %d: NCCL init through NCCL_COMM_ID=%s: %w", e.Rank, e.WorldSize, e.NCCLCommID, err), ctx.Close())
 	}
-	opts.Communicator, opts.Device, opts.Timeout = nc, e.LocalRank, o.timeout
+	opts.Communicator, opts.Device, opts.Timeout, opts.HostExchange = nc, e.LocalRank, o.timeout, o.hostExchange
 	return opts, func() error { return errors.Join(nc.Close(), ctx.Close()) }, nil
 }
 
@@ -237,4 +237,21 @@ func maskRanks(plan *kcp.Plan, local []int, out *kcp.Output, g *kcp.Grads) (*kcp
 		mg = &kcp.Grads{DQ: mask(g.DQ), DK: mask(g.DK), DV: mask(g.DV), DG: mask(g.DG), DBeta: mask(g.DBeta), DConvW: g.DConvW}
 	}
 	return mo, mg
+}
+
+// exchangeKind names how g's ranks exchange the summaries and offsets:
+// "device" or "host".
+func exchangeKind(g *kcp.GPU) string {
+	if g.DeviceExchange() {
+		return "device"
+	}
+	return "host"
+}
+
+// orUnknown is s, or "unknown" when empty (a report from before the field).
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

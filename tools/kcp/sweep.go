@@ -225,7 +225,7 @@ type sweepEngine interface {
 	// describe returns the device line, how the ranks exchange and each
 	// rank's device (-1: another process runs it), once a backend was
 	// opened.
-	describe() (device, comm string, rankDevices []int)
+	describe() (device, comm, exchange string, rankDevices []int)
 	close() error
 }
 
@@ -277,11 +277,11 @@ func (e *gpuEngine) open(plan *kcp.Plan, rule sched.Rule) (sweepBackend, error) 
 	return gpuSweepBackend{g: g, owned: true}, nil
 }
 
-func (e *gpuEngine) describe() (string, string, []int) {
+func (e *gpuEngine) describe() (string, string, string, []int) {
 	if e.base == nil {
-		return "", "", nil
+		return "", "", "", nil
 	}
-	return e.base.Profile().String(), string(e.base.Comm()), e.base.RankDevices()
+	return e.base.Profile().String(), string(e.base.Comm()), exchangeKind(e.base), e.base.RankDevices()
 }
 
 func (e *gpuEngine) close() error {
@@ -316,11 +316,11 @@ type sweepCell struct {
 
 // sweepMatrix is what a sweep ran.
 type sweepMatrix struct {
-	device, comm string
-	rankDevices  []int
-	processes    int
-	blob         string
-	cells        []*sweepCell // in run order: pack, layout, rule, mode
+	device, comm, exchange string
+	rankDevices            []int
+	processes              int
+	blob                   string
+	cells                  []*sweepCell // in run order: pack, layout, rule, mode
 }
 
 // sweepExchange shares the cells between the processes of a launched sweep
@@ -440,7 +440,7 @@ func runSweep(ctx context.Context, spec *sweepSpec, eng sweepEngine, ex sweepExc
 		// results (dead from here on) back before the next pack's.
 		debug.FreeOSMemory()
 	}
-	m.device, m.comm, m.rankDevices = eng.describe()
+	m.device, m.comm, m.exchange, m.rankDevices = eng.describe()
 	if helloDevices != nil {
 		m.rankDevices = helloDevices
 	}
@@ -644,7 +644,10 @@ type sweepReport struct {
 	Device string `json:"device"`
 	// Comm is how the ranks exchanged: loopback, nccl, or communicator (one
 	// rank a process under a launcher).
-	Comm      string `json:"comm"`
+	Comm string `json:"comm"`
+	// Exchange is how the summaries and offsets travelled: "device" (NCCL
+	// all-gathers of device memory) or "host" (through host memory).
+	Exchange  string `json:"exchange"`
 	Processes int    `json:"processes"`
 	// RankDevices is each rank's CUDA device (under a launcher, each
 	// process's LOCAL_RANK).
@@ -956,7 +959,7 @@ func sweepFailure(s sweepSum) error {
 // no --compare).
 func buildSweepReport(spec *sweepSpec, m *sweepMatrix, ref *sweepReport, compare string) *sweepReport {
 	rep := &sweepReport{
-		Device: m.device, Comm: m.comm, Processes: m.processes, RankDevices: m.rankDevices, Blob: m.blob,
+		Device: m.device, Comm: m.comm, Exchange: m.exchange, Processes: m.processes, RankDevices: m.rankDevices, Blob: m.blob,
 		Kernels: spec.kernels, Stage: string(spec.stage), CP: spec.cp, Seed: spec.seed, Reps: spec.reps, Warmup: spec.warmup,
 		Compare: compare, Rows: sweepRows(spec.cp, spec.rules, m.cells),
 	}
@@ -986,8 +989,8 @@ func writeSweepText(w io.Writer, r *sweepReport) error {
 	fmt.Fprintf(&b, "kcp sweep: CP %d, stage %s, %s forward kernels, blob %s, median of %d after %d warm-up, seed %d\n",
 		r.CP, r.Stage, r.Kernels, r.Blob, r.Reps, r.Warmup, r.Seed)
 	fmt.Fprintf(&b, "gpu: %s\n", r.Device)
-	fmt.Fprintf(&b, "ranks on devices %v through %s, %d process(es); times: slowest rank's total (CUDA events: uploads, kernels, exchanges, copies), ms\n",
-		r.RankDevices, r.Comm, r.Processes)
+	fmt.Fprintf(&b, "ranks on devices %v through %s (%s exchange), %d process(es); times: slowest rank's total (CUDA events: uploads, kernels, exchanges, copies), ms\n",
+		r.RankDevices, r.Comm, orUnknown(r.Exchange), r.Processes)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	var rules []string
 	if len(r.Rows) > 0 {

@@ -130,8 +130,8 @@ func (e *fakeEngine) open(plan *kcp.Plan, rule sched.Rule) (sweepBackend, error)
 	return &fakeBackend{e: e, plan: plan, rule: rule}, nil
 }
 
-func (e *fakeEngine) describe() (string, string, []int) {
-	return "GPU 0: Fake H200", "loopback", []int{0, 0, 0}
+func (e *fakeEngine) describe() (string, string, string, []int) {
+	return "GPU 0: Fake H200", "loopback", "host", []int{0, 0, 0}
 }
 
 func (e *fakeEngine) close() error { return nil }
