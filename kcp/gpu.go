@@ -74,6 +74,62 @@ const (
 // walkTCSmem is walk_tc_smem(vh): 150544 bytes at vh 64, 216080 at vh 128.
 func walkTCSmem(vh int) int { return 768*(vh+8) + 256*(vh+4) + 4*ChunkSize*padD*2 + 8*256*4 + 16 }
 
+// The v4 kernels on mma.sync (hi/lo bf16 splits, fp32 accumulate): the
+// same arguments and grids as the fp32 kernels, other shared memory. Their
+// sources wait in ptx/staging (proven on the CPU emulator) until a session
+// with a GPU moves them to ptx/src and rebuilds the blobs; until then a
+// backend asking for them fails with ErrMissingKernels.
+const (
+	entryPrepMMA    = "gdn_prep_mma"
+	entrySummaryMMA = "gdn_summary_walk_mma"
+	entryStateMMA   = "gdn_state_walk_mma"
+	entryOutputMMA  = "gdn_output_mma"
+	entryOffsetMMA  = "gdn_offset_walk_mma"
+	entryTapeMMA    = "gdn_tape_walk_mma"
+
+	// prepMMASmem is kPrepMMASmem (gdn_prep_mma.cu): k fp32, L / the
+	// inverse fp32 [64][68], three bf16 hi/lo stages and the per-row
+	// scalars: 100096 (two CTAs an SM).
+	prepMMASmem = 4*ChunkSize*gpuD + 4*ChunkSize*(ChunkSize+4) + 3*2*ChunkSize*gpuD + 3*4*ChunkSize
+	// outputMMASmem is kOutputMMASmem (gdn_output_mma.cu): 98560 (two CTAs
+	// an SM).
+	outputMMASmem = 98560
+)
+
+// walkMMASmem is walk_mma_smem(vh) of gdn_walk_mma.cu: 214016 bytes at vh
+// 64, 230400 at vh 128 (one CTA an SM).
+func walkMMASmem(vh int) int { return 196608 + 256*(vh+4) }
+
+// bwdWalkMMASmem is bwalk_mma_smem(vh) of gdn_bwalk_mma.cu: 205824 bytes at
+// vh 64, 214016 at vh 128.
+func bwdWalkMMASmem(vh int) int { return 196608 + 128*(vh+8) }
+
+// KernelSets are the names SetKernels takes.
+var KernelSets = []string{"fp32", "tc", "mma"}
+
+// SetKernels selects a named kernel set: "fp32" (every kernel on the CUDA
+// cores), "tc" (the v3 tensor-core forward: TensorCoreWalks and
+// TensorCoreChunk; fp32 backward) or "mma" (the v4 kernels: MMAWalks,
+// MMAChunk and MMABackwardWalks). It clears the other sets' switches.
+func (o *GPUOptions) SetKernels(name string) error {
+	o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks = false, false, false, false, false
+	switch name {
+	case "fp32":
+	case "tc":
+		o.TensorCoreWalks, o.TensorCoreChunk = true, true
+	case "mma":
+		o.MMAWalks, o.MMAChunk, o.MMABackwardWalks = true, true, true
+	default:
+		return fmt.Errorf("kcp: kernel set %q: want one of %s", name, strings.Join(KernelSets, ", "))
+	}
+	return nil
+}
+
+// kernelFlags are the kernel switches of o, for comparing choices.
+func (o GPUOptions) kernelFlags() [5]bool {
+	return [5]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks}
+}
+
 // gpuEntry is a kernel the backend resolves and the most dynamic shared
 // memory it launches it with.
 type gpuEntry struct {
@@ -87,17 +143,32 @@ type kernelSet struct {
 	prep, summary, state, output string
 	prepSmem, outputSmem         int
 	walkSmem                     func(vh int) int
+	offset, tape                 string           // the backward walks
+	bwdWalkSmem                  func(vh int) int // theirs
 }
 
 // kernelSet returns the kernels the options select: the fp32 CUDA-core
-// kernels of gdn_fwd.cu, or the tensor-core variants.
+// kernels of gdn_fwd.cu and gdn_bwd.cu, the v3 tensor-core forward
+// variants, or the v4 mma variants (an MMA switch wins over the
+// TensorCore one of the same stage).
 func (o GPUOptions) kernelSet() kernelSet {
-	ks := kernelSet{entryPrep, entrySummary, entryState, entryOutput, prepSmem, outputSmem, walkSmem}
-	if o.TensorCoreWalks {
+	ks := kernelSet{prep: entryPrep, summary: entrySummary, state: entryState, output: entryOutput,
+		prepSmem: prepSmem, outputSmem: outputSmem, walkSmem: walkSmem,
+		offset: entryOffset, tape: entryTape, bwdWalkSmem: bwdWalkSmem}
+	switch {
+	case o.MMAWalks:
+		ks.summary, ks.state, ks.walkSmem = entrySummaryMMA, entryStateMMA, walkMMASmem
+	case o.TensorCoreWalks:
 		ks.summary, ks.state, ks.walkSmem = entrySummaryTC, entryStateTC, walkTCSmem
 	}
-	if o.TensorCoreChunk {
+	switch {
+	case o.MMAChunk:
+		ks.prep, ks.output, ks.prepSmem, ks.outputSmem = entryPrepMMA, entryOutputMMA, prepMMASmem, outputMMASmem
+	case o.TensorCoreChunk:
 		ks.prep, ks.output, ks.prepSmem, ks.outputSmem = entryPrepTC, entryOutputTC, prepTCSmem, outputTCSmem
+	}
+	if o.MMABackwardWalks {
+		ks.offset, ks.tape, ks.bwdWalkSmem = entryOffsetMMA, entryTapeMMA, bwdWalkMMASmem
 	}
 	return ks
 }
@@ -194,6 +265,14 @@ type GPUOptions struct {
 	// TensorCoreChunk launches the tensor-core chunk prep and output
 	// (gdn_prep_tc, gdn_output_tc) instead of the fp32 ones.
 	TensorCoreChunk bool
+	// MMAWalks launches the v4 summary and state walks on mma.sync
+	// (gdn_summary_walk_mma, gdn_state_walk_mma), MMAChunk the v4 chunk
+	// prep and output (gdn_prep_mma, gdn_output_mma), MMABackwardWalks the
+	// v4 offset and tape walks (gdn_offset_walk_mma, gdn_tape_walk_mma);
+	// each wins over the TensorCore switch of the same stage. SetKernels
+	// ("mma") sets all three. Blobs built before these kernels lack them:
+	// NewGPU then fails with ErrMissingKernels.
+	MMAWalks, MMAChunk, MMABackwardWalks bool
 
 	// Devices are the CUDA devices the ranks run on: rank r of an R-rank
 	// plan runs on Devices[r*len(Devices)/R], in contiguous blocks (R = 4 on
@@ -454,7 +533,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	if (opts.Device != 0 && opts.Device != g.gopts.Device) || (opts.Blob != "" && opts.Blob != g.gopts.Blob) ||
 		(len(opts.Devices) > 0 && !slices.Equal(opts.Devices, g.fleet.order)) ||
-		(opts.TensorCoreWalks && !g.gopts.TensorCoreWalks) || (opts.TensorCoreChunk && !g.gopts.TensorCoreChunk) {
+		(opts.kernelFlags() != [5]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) {
 		return nil, errors.New("kcp: gpu: ForPlan keeps the devices, blob and kernels; make a new backend with NewGPU to change them")
 	}
 	if _, err := opts.Options.normalize(); err != nil {

@@ -80,5 +80,10 @@ func gpuArgSamples() map[string]*loader.Args {
 		entrySummaryTC: argsSummary(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryStateTC:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputTC:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+
+		entryPrepMMA:    argsPrep(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entrySummaryMMA: argsSummary(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryStateMMA:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputMMA:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 	}
 }

@@ -34,14 +34,15 @@ const PoisonF32 = 0x7fc0dead
 
 // backwardEntries lists the kernels of ptx/src/gdn_bwd.cu the backward
 // launches, with the most dynamic shared memory each takes (walks at the
-// larger of the two widths). The backward also launches gdn_compose_fwd and
-// gdn_poison_u32 of the forward's set.
-func backwardEntries() []gpuEntry {
-	walk := max(bwdWalkSmem(64), bwdWalkSmem(128))
+// larger of the two widths; the offset and tape walks are the set's). The
+// backward also launches gdn_compose_fwd and gdn_poison_u32 of the
+// forward's set.
+func (ks kernelSet) backwardEntries() []gpuEntry {
+	walk := max(ks.bwdWalkSmem(64), ks.bwdWalkSmem(128))
 	return []gpuEntry{
 		{entryDVLocal, dvlocalSmem},
-		{entryOffset, walk},
-		{entryTape, walk},
+		{ks.offset, walk},
+		{ks.tape, walk},
 		{entryChunkGrads, chunkGradSmem},
 		{entryQKBwd, 0},
 		{entryConvBwd, 0},
@@ -52,19 +53,19 @@ func backwardEntries() []gpuEntry {
 }
 
 // allEntries lists every kernel the backend resolves when it loads: the
-// forward's set (entries) and the backward's (fp32 kernels only, whatever
-// the forward's choice).
+// forward's set (entries) and the backward's (backwardEntries).
 func (ks kernelSet) allEntries() []gpuEntry {
-	return append(ks.entries(), backwardEntries()...)
+	return append(ks.entries(), ks.backwardEntries()...)
 }
 
 // GPUBackwardEntries returns the kernel entries the GPU backward needs on
-// top of GPUForwardEntries, in launch order of a module-stage backward.
+// top of GPUForwardEntries with the default (fp32) kernels, in launch order
+// of a module-stage backward.
 // NewGPU resolves them with the forward's, and ProbeGPU and NewGPU report a
 // blob lacking any of them with ErrMissingKernels.
 func GPUBackwardEntries() []string {
 	var out []string
-	for _, e := range backwardEntries() {
+	for _, e := range (GPUOptions{}).kernelSet().backwardEntries() {
 		out = append(out, e.name)
 	}
 	return out
@@ -458,7 +459,8 @@ func (b *bwdRun) offsetWalk() (err error) {
 		if b.outR, err = b.mem.alloc("offset R", 4*slots*summarySlot(HV)); err != nil {
 			return fmt.Errorf("rank %d: %w", b.rk.rank, err)
 		}
-		if err := b.launch(entryOffset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, bwdWalkSmem(vh),
+		ks := b.rk.dev.ks
+		if err := b.launch(ks.offset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.bwdWalkSmem(vh),
 			argsOffset(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr())); err != nil {
 			return err
 		}
@@ -490,7 +492,8 @@ func (b *bwdRun) tapeAndGrads() error {
 	if err != nil {
 		return err
 	}
-	if err := b.launch(entryTape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, bwdWalkSmem(vh),
+	ks := rk.dev.ks
+	if err := b.launch(ks.tape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.bwdWalkSmem(vh),
 		argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())); err != nil {
 		return err
 	}

@@ -389,10 +389,12 @@ func TestGPUCheckpointRecompute(t *testing.T) {
 	}
 }
 
-// TestGPUTensorCoreBackward runs the fp32 backward on the state the
-// tensor-core forward kernels keep (default blob, every layout at R 4, core
-// and module): the backward's tolerances, and B3 bitwise B1 with the same
-// kernels in the recompute.
+// TestGPUTensorCoreBackward runs the backward with the tensor-core kernel
+// sets (default blob, every layout at R 4, core and module): "tc" (the v3
+// forward, fp32 backward) and "mma" (v4 forward and backward walks, skipped
+// while the blobs predate them): the backward's tolerances, both backward
+// walk widths bitwise identical, and B3 bitwise B1 with the same kernels in
+// the recompute.
 func TestGPUTensorCoreBackward(t *testing.T) {
 	seed := gpuTestSeed(t)
 	docs := bwdPacks[0].docs
@@ -400,34 +402,47 @@ func TestGPUTensorCoreBackward(t *testing.T) {
 	if _, err := loader.DeviceCount(); err != nil {
 		t.Skipf("needs libcuda.so.1 and a CUDA GPU: %v", err)
 	}
-	base, err := NewGPU(p0, GPUOptions{TensorCoreWalks: true, TensorCoreChunk: true})
-	if errors.Is(err, ErrMissingKernels) || errors.Is(err, loader.ErrNoDriver) {
-		t.Skipf("needs blobs with the tensor-core and backward kernels: %v", err)
-	}
-	require.NoError(t, err)
-	defer func() { require.NoError(t, base.Close()) }()
 	ctx := context.Background()
-	for si, stage := range []Stage{StageCore, StageModule} {
-		in, dout := RandomInputs(p0, stage, seed+uint64(si))
-		ref := cpuGrads(t, p0, Options{Stage: stage}, in, dout)
-		for _, layout := range Layouts() {
-			t.Run(fmt.Sprintf("%s/%s/R4", stage, layout), func(t *testing.T) {
-				p := bwdPlan(t, docs, 4, layout, 1, 2)
-				opts := GPUOptions{Options: Options{Stage: stage}, TensorCoreWalks: true, TensorCoreChunk: true}
-				_, g1 := gpuB1(t, base, p, opts, in, dout)
-				checkGrads(t, "tensor-core forward "+base.Profile().Target, g1.Gradients(), ref)
-				g, err := base.ForPlan(p, opts)
-				require.NoError(t, err)
-				defer func() { require.NoError(t, g.Close()) }()
-				ck, err := g.ForwardCheckpoint(ctx, in)
-				require.NoError(t, err)
-				f3, err := ck.Recompute(ctx)
-				require.NoError(t, err)
-				defer func() { require.NoError(t, f3.Close()) }()
-				g3, err := f3.Backward(ctx, dout)
-				require.NoError(t, err)
-				requireSameGradBits(t, "tensor cores: B3 vs B1", g1, g3)
-			})
-		}
+	for _, set := range []string{"tc", "mma"} {
+		t.Run(set, func(t *testing.T) {
+			var kopts GPUOptions
+			require.NoError(t, kopts.SetKernels(set))
+			base, err := NewGPU(p0, kopts)
+			if errors.Is(err, ErrMissingKernels) || errors.Is(err, loader.ErrNoDriver) {
+				t.Skipf("needs blobs with the %s and backward kernels: %v", set, err)
+			}
+			require.NoError(t, err)
+			defer func() { require.NoError(t, base.Close()) }()
+			for si, stage := range []Stage{StageCore, StageModule} {
+				in, dout := RandomInputs(p0, stage, seed+uint64(si))
+				ref := cpuGrads(t, p0, Options{Stage: stage}, in, dout)
+				for _, layout := range Layouts() {
+					t.Run(fmt.Sprintf("%s/%s/R4", stage, layout), func(t *testing.T) {
+						p := bwdPlan(t, docs, 4, layout, 1, 2)
+						opts := kopts
+						opts.Options = Options{Stage: stage}
+						_, g1 := gpuB1(t, base, p, opts, in, dout)
+						checkGrads(t, set+" kernels "+base.Profile().Target, g1.Gradients(), ref)
+						for _, vh := range []int{64, 128} {
+							o := opts
+							o.ForceVH = vh
+							_, gv := gpuB1(t, base, p, o, in, dout)
+							requireSameGradBits(t, fmt.Sprintf("%s kernels: vh %d vs the rule's widths", set, vh), g1, gv)
+						}
+						g, err := base.ForPlan(p, opts)
+						require.NoError(t, err)
+						defer func() { require.NoError(t, g.Close()) }()
+						ck, err := g.ForwardCheckpoint(ctx, in)
+						require.NoError(t, err)
+						f3, err := ck.Recompute(ctx)
+						require.NoError(t, err)
+						defer func() { require.NoError(t, f3.Close()) }()
+						g3, err := f3.Backward(ctx, dout)
+						require.NoError(t, err)
+						requireSameGradBits(t, set+" kernels: B3 vs B1", g1, g3)
+					})
+				}
+			}
+		})
 	}
 }

@@ -113,6 +113,8 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryDVLocal:    argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOffset:     argsOffset(bwdWalkArgs{}, 0, 0, 0),
 		entryTape:       argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
+		entryOffsetMMA:  argsOffset(bwdWalkArgs{}, 0, 0, 0),
+		entryTapeMMA:    argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
 		entryChunkGrads: argsChunkGrads(chunkGradArgs{}),
 		entryQKBwd:      argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
 		entryConvBwd:    argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),

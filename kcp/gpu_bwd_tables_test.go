@@ -240,9 +240,12 @@ func TestGPUGatherDOut(t *testing.T) {
 // layout of its extern "C" signature in ptx/src and of the manifest.
 func TestGPUBwdArgsMatchContract(t *testing.T) {
 	samples := gpuBwdArgSamples()
-	require.Len(t, samples, len(backwardEntries()))
-	for _, e := range backwardEntries() {
-		require.Contains(t, samples, e.name)
+	fp32, mma := GPUOptions{}.kernelSet(), GPUOptions{MMABackwardWalks: true}.kernelSet()
+	require.Len(t, samples, len(fp32.backwardEntries())+2) // + the v4 offset and tape walks
+	for _, ks := range []kernelSet{fp32, mma} {
+		for _, e := range ks.backwardEntries() {
+			require.Contains(t, samples, e.name)
+		}
 	}
 	raw, err := os.ReadFile(filepath.Join("..", "docs", "gpu-backward.md"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -259,7 +262,7 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 	}
 	for name, args := range samples {
 		require.NoError(t, args.Err(), name)
-		want, ok := doc[name]
+		want, ok := doc[strings.TrimSuffix(name, "_mma")] // a v4 walk takes its fp32 twin's arguments
 		require.True(t, ok, "%s: no signature in docs/gpu-backward.md", name)
 		require.Len(t, args.Layout(), len(want), "%s: parameters %v", name, want)
 	}
@@ -268,7 +271,7 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 		t.Logf("ptx/src/gdn_bwd.cu not present yet: only the contract was checked (%v)", err)
 		return
 	}
-	sigs := parseKernelSignatures(t, filepath.Join("..", "ptx", "src"))
+	sigs := kernelSignatures(t)
 	m, err := ptx.Embedded().Manifest()
 	require.NoError(t, err)
 	missing := map[string][]string{} // blob target -> backward entries it lacks
@@ -288,8 +291,8 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 		for i := range want {
 			require.Equal(t, want[i].Size, got[i].Size, "%s parameter %d (%s)", name, i, want[i].Name)
 			require.Equal(t, want[i].Offset, got[i].Offset, "%s parameter %d (%s)", name, i, want[i].Name)
-			if doc[name][i] != want[i].Name {
-				t.Logf("%s parameter %d: the source names it %s, the contract %s", name, i, want[i].Name, doc[name][i])
+			if d := doc[strings.TrimSuffix(name, "_mma")]; d[i] != want[i].Name {
+				t.Logf("%s parameter %d: the source names it %s, the contract %s", name, i, want[i].Name, d[i])
 			}
 		}
 		for _, b := range m.Blobs {
@@ -331,9 +334,14 @@ func TestGPUBackwardEntries(t *testing.T) {
 	require.Empty(t, missingEntries(b, GPUOptions{}.kernelSet().entries()))
 	tc := GPUOptions{TensorCoreWalks: true, TensorCoreChunk: true}.kernelSet().allEntries()
 	require.Len(t, tc, len(GPUForwardEntries())+len(names))
-	for _, e := range backwardEntries() {
+	for _, e := range (GPUOptions{}).kernelSet().backwardEntries() {
 		require.GreaterOrEqual(t, e.smem, 0, e.name)
 	}
+	// The v4 set swaps the offset and tape walks and their shared memory.
+	mma := GPUOptions{MMABackwardWalks: true}.kernelSet().backwardEntries()
+	require.Equal(t, gpuEntry{entryOffsetMMA, bwdWalkMMASmem(128)}, mma[1])
+	require.Equal(t, gpuEntry{entryTapeMMA, bwdWalkMMASmem(128)}, mma[2])
+	require.Equal(t, []int{205824, 214016}, []int{bwdWalkMMASmem(64), bwdWalkMMASmem(128)})
 }
 
 // Backward, ForwardCheckpoint and Recompute refuse what they cannot run with

@@ -291,7 +291,7 @@ func TestGPUInputsBF16(t *testing.T) {
 // manifest has the entry, its recorded layout: launches are checked against
 // the manifest, so a mismatch here would fail on the GPU.
 func TestGPUArgsMatchSources(t *testing.T) {
-	sigs := parseKernelSignatures(t, filepath.Join("..", "ptx", "src"))
+	sigs := kernelSignatures(t)
 	m, err := ptx.Embedded().Manifest()
 	require.NoError(t, err)
 	for name, args := range gpuArgSamples() {
@@ -318,6 +318,23 @@ func TestGPUArgsMatchSources(t *testing.T) {
 			}
 		}
 	}
+}
+
+// kernelSignatures are the extern "C" entries of ptx/src and of the kernels
+// staged in ptx/staging (proven on the CPU emulator, not yet in the blobs),
+// which kcp already names.
+func kernelSignatures(t *testing.T) map[string][]loader.ParamSpec {
+	t.Helper()
+	sigs := parseKernelSignatures(t, filepath.Join("..", "ptx", "src"))
+	staging := filepath.Join("..", "ptx", "staging")
+	if files, _ := filepath.Glob(filepath.Join(staging, "*.cu")); len(files) > 0 {
+		for name, spec := range parseKernelSignatures(t, staging) {
+			_, dup := sigs[name]
+			require.False(t, dup, "%s is both in ptx/src and ptx/staging", name)
+			sigs[name] = spec
+		}
+	}
+	return sigs
 }
 
 // parseKernelSignatures reads the extern "C" __global__ entries of the .cu
@@ -389,8 +406,18 @@ func TestGPUSharedMemorySizes(t *testing.T) {
 		{"gdn_walk_tc.cu", `, (\d+) at vh 128\)`, walkTCSmem(128)},
 		{"gdn_chunk_tc.cu", `kPrepTCSmem\s*=\s*(\d+)\s*\n`, prepTCSmem},
 		{"gdn_chunk_tc.cu", `kOutputTCSmem\s*=\s*(\d+)\s*\n`, outputTCSmem},
+		{"gdn_walk_mma.cu", `\((\d+) at vh 64`, walkMMASmem(64)},
+		{"gdn_walk_mma.cu", `, (\d+) at vh 128\)`, walkMMASmem(128)},
+		{"gdn_bwalk_mma.cu", `bwalk_mma_smem\(64\) == (\d+)`, bwdWalkMMASmem(64)},
+		{"gdn_bwalk_mma.cu", `bwalk_mma_smem\(128\) == (\d+)`, bwdWalkMMASmem(128)},
+		{"gdn_prep_mma.cu", `kPrepMMASmem\s*=\s*(\d+)\s*\n`, prepMMASmem},
+		{"gdn_output_mma.cu", `kOutputMMASmem = (\d+) bytes`, outputMMASmem},
 	} {
+		// A v4 kernel's source is in ptx/src once built, in ptx/staging before.
 		raw, err := os.ReadFile(filepath.Join("..", "ptx", "src", c.file))
+		if errors.Is(err, os.ErrNotExist) {
+			raw, err = os.ReadFile(filepath.Join("..", "ptx", "staging", c.file))
+		}
 		if errors.Is(err, os.ErrNotExist) {
 			t.Logf("%s not present", c.file)
 			continue
@@ -464,6 +491,29 @@ func TestGPUEntries(t *testing.T) {
 		missingEntries(b, tc.entries()))
 	require.Equal(t, entrySummary, GPUOptions{TensorCoreChunk: true}.kernelSet().summary)
 	require.Equal(t, entryPrep, GPUOptions{TensorCoreWalks: true}.kernelSet().prep)
+	// The v4 set, named by SetKernels; an MMA switch wins over the
+	// TensorCore one of its stage.
+	for _, c := range []struct {
+		name  string
+		want  []string // the forward's missing entries
+		bwalk [2]string
+	}{
+		{"fp32", []string{entryL2Norm, entryPrep, entrySummary, entryCompose, entryState, entryOutput}, [2]string{entryOffset, entryTape}},
+		{"tc", []string{entryL2Norm, entryPrepTC, entrySummaryTC, entryCompose, entryStateTC, entryOutputTC}, [2]string{entryOffset, entryTape}},
+		{"mma", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA, entryCompose, entryStateMMA, entryOutputMMA}, [2]string{entryOffsetMMA, entryTapeMMA}},
+	} {
+		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
+		require.NoError(t, o.SetKernels(c.name))
+		ks := o.kernelSet()
+		require.Equal(t, c.want, missingEntries(b, ks.entries()), c.name)
+		require.Equal(t, c.bwalk, [2]string{ks.offset, ks.tape}, c.name)
+	}
+	both := GPUOptions{TensorCoreWalks: true, TensorCoreChunk: true, MMAWalks: true, MMAChunk: true}.kernelSet()
+	require.Equal(t, [4]string{entryPrepMMA, entrySummaryMMA, entryStateMMA, entryOutputMMA}, [4]string{both.prep, both.summary, both.state, both.output})
+	require.Equal(t, [2]int{prepMMASmem, outputMMASmem}, [2]int{both.prepSmem, both.outputSmem})
+	require.Equal(t, walkMMASmem(128), both.walkSmem(128))
+	var o GPUOptions
+	require.ErrorContains(t, o.SetKernels("v4"), `kernel set "v4": want one of fp32, tc, mma`)
 }
 
 // The CPU accessor returns the start and final states of a segment: zero at

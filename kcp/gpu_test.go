@@ -320,9 +320,11 @@ func TestGPURepeatable(t *testing.T) {
 	}
 }
 
-// TestGPUTensorCoreForward runs the tensor-core kernels (walks and chunk
-// prep/output) on the default blob over every layout at R 2 and 8: the same
-// tolerances as the fp32 kernels, the widths bitwise identical.
+// TestGPUTensorCoreForward runs the tensor-core kernel sets on the
+// default blob over every layout at R 2 and 8: "tc" (the v3 walks and chunk
+// prep/output) and "mma" (v4 on mma.sync, skipped while the blobs predate
+// it): the same tolerances as the fp32 kernels, the widths bitwise
+// identical.
 func TestGPUTensorCoreForward(t *testing.T) {
 	seed := gpuTestSeed(t)
 	docs := gpuPacks[0].docs
@@ -330,26 +332,32 @@ func TestGPUTensorCoreForward(t *testing.T) {
 	if _, err := loader.DeviceCount(); err != nil {
 		t.Skipf("needs libcuda.so.1 and a CUDA GPU: %v", err)
 	}
-	base, err := NewGPU(p0, GPUOptions{TensorCoreWalks: true, TensorCoreChunk: true})
-	if errors.Is(err, ErrMissingKernels) || errors.Is(err, loader.ErrNoDriver) {
-		t.Skipf("needs blobs with the tensor-core kernels: %v", err)
-	}
-	require.NoError(t, err)
-	defer func() { require.NoError(t, base.Close()) }()
 	in, _ := RandomInputs(p0, StageCore, seed)
 	ref, _, err := Reference(context.Background(), p0, in, nil, Options{})
 	require.NoError(t, err)
-	for _, layout := range Layouts() {
-		for _, R := range []int{2, 8} {
-			t.Run(fmt.Sprintf("%s/R%d", layout, R), func(t *testing.T) {
-				p := gpuPlan(t, docs, R, layout)
-				be, err := NewCPU(p, Options{})
-				require.NoError(t, err)
-				cpu, err := be.Forward(context.Background(), in)
-				require.NoError(t, err)
-				run := forwardAllWidths(t, base, p, GPUOptions{}, in)
-				checkAgainst(t, "tensor cores "+base.Profile().Target, run.rule, ref, cpu)
-			})
-		}
+	for _, set := range []string{"tc", "mma"} {
+		t.Run(set, func(t *testing.T) {
+			var opts GPUOptions
+			require.NoError(t, opts.SetKernels(set))
+			base, err := NewGPU(p0, opts)
+			if errors.Is(err, ErrMissingKernels) || errors.Is(err, loader.ErrNoDriver) {
+				t.Skipf("needs blobs with the %s kernels: %v", set, err)
+			}
+			require.NoError(t, err)
+			defer func() { require.NoError(t, base.Close()) }()
+			for _, layout := range Layouts() {
+				for _, R := range []int{2, 8} {
+					t.Run(fmt.Sprintf("%s/R%d", layout, R), func(t *testing.T) {
+						p := gpuPlan(t, docs, R, layout)
+						be, err := NewCPU(p, Options{})
+						require.NoError(t, err)
+						cpu, err := be.Forward(context.Background(), in)
+						require.NoError(t, err)
+						run := forwardAllWidths(t, base, p, GPUOptions{}, in)
+						checkAgainst(t, set+" kernels "+base.Profile().Target, run.rule, ref, cpu)
+					})
+				}
+			}
+		})
 	}
 }

@@ -62,8 +62,8 @@ Modes (--modes): core times the forward from the l2norm of q and k to the output
 backward from dO to the gradients (l2norm backward included; uploads and the conv excluded in both);
 module-b1 and module-b3 time the whole module layer (conv included) as a training step runs it: B1 the
 forward keeping activations then the backward, B3 the forward in checkpoint mode, the recompute and the
-backward, every upload, exchange and copy included. The backward kernels are fp32 on the CUDA cores
-whatever --kernels says (--kernels picks the forward's).`,
+backward, every upload, exchange and copy included. --kernels picks the forward's kernels (fp32, tc,
+mma) and, with mma, the backward walks' (the other backward kernels are fp32 on the CUDA cores).`,
 		Example: `  kcp bench
   kcp bench --docs 40000,45000,35908 --kernels tc --modes core,core+bwd,module-b1,module-b3`,
 		Args: cobra.NoArgs,
@@ -71,7 +71,7 @@ whatever --kernels says (--kernels picks the forward's).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.docs, "docs", "32768", "document lengths, comma-separated (one rank holds them all)")
-	f.StringVar(&o.kernels, "kernels", "fp32,tc", "forward kernel sets to time, comma-separated: fp32 (CUDA cores), tc (tensor cores)")
+	f.StringVar(&o.kernels, "kernels", "fp32,tc", "kernel sets to time, comma-separated: fp32 (CUDA cores), tc (tensor-core forward), mma (v4 forward and backward walks on mma.sync; needs blobs built with them)")
 	f.StringVar(&o.modes, "modes", benchCore, "what to time, comma-separated: "+benchModesHelp)
 	f.StringVar(&o.blob, "blob", "", "force a blob slot (e.g. compute_80)")
 	f.IntVar(&o.reps, "reps", 20, "timed runs")
@@ -135,8 +135,8 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 	var rows []benchRow
 	for _, k := range strings.Split(o.kernels, ",") {
 		k = strings.TrimSpace(k)
-		if k != "fp32" && k != "tc" {
-			return fmt.Errorf("--kernels: %q is not fp32 or tc", k)
+		if err := new(kcp.GPUOptions).SetKernels(k); err != nil {
+			return fmt.Errorf("--kernels: %w", err)
 		}
 		for _, m := range modes {
 			row, err := o.benchOne(cmd, plan, k, m)
@@ -235,9 +235,11 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		stage = kcp.StageModule
 	}
 	in, dout := kcp.RandomInputs(plan, stage, 1)
-	tc := kernels == "tc"
-	g, err := kcp.NewGPU(plan, kcp.GPUOptions{Options: kcp.Options{Stage: stage}, Blob: o.blob, KeepDevice: mode != benchCore,
-		TensorCoreWalks: tc, TensorCoreChunk: tc})
+	gopts := kcp.GPUOptions{Options: kcp.Options{Stage: stage}, Blob: o.blob, KeepDevice: mode != benchCore}
+	if err := gopts.SetKernels(kernels); err != nil {
+		return benchRow{}, fmt.Errorf("--kernels: %w", err)
+	}
+	g, err := kcp.NewGPU(plan, gopts)
 	if err != nil {
 		if errors.Is(err, loader.ErrNoDriver) {
 			return benchRow{}, fmt.Errorf("bench needs a CUDA GPU: %w", err)

@@ -86,7 +86,7 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	addPlacementFlags(cmd, &o)
 	f.StringVar(&o.faultKill, "fault-kill", "", "fault test: RANK:STAGE, the process running RANK kills itself (SIGKILL) when the rank reaches STAGE (e.g. 1:tape walk)")
 	f.StringVar(&o.faultError, "fault-error", "", "fault test: RANK:STAGE, the rank fails with an error at STAGE")
-	f.StringVar(&o.kernels, "kernels", "fp32", "GPU backend: fp32 (CUDA-core kernels, the default) or tc (tensor-core kernels, ~4x faster, output error ~3.7e-3)")
+	f.StringVar(&o.kernels, "kernels", "fp32", "GPU backend: fp32 (CUDA-core kernels, the default), tc (tensor-core forward, ~4x faster, output error ~3.7e-3) or mma (v4 forward and backward walks on mma.sync; needs blobs built with them)")
 	f.BoolVar(&o.check, "check", true, "compare the output and every gradient with the naive float64 reference")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
 	f.IntVar(&o.hqk, "hqk", kcp.DefaultHQK, "query/key heads")
@@ -184,7 +184,7 @@ func (r runReport) MarshalJSON() ([]byte, error) {
 type runGPU struct {
 	Device  string `json:"device"`  // archdetect's line: name, CC, SMs, blob and why
 	Blob    string `json:"blob"`    // the blob slot loaded
-	Kernels string `json:"kernels"` // the forward's kernel set: fp32 or tc
+	Kernels string `json:"kernels"` // the kernel set: fp32, tc or mma
 	Reps    int    `json:"reps"`
 	Warmup  int    `json:"warmup"`
 	// Devices are this process's GPUs, RankDevices each rank's (-1: a rank
@@ -499,16 +499,16 @@ func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, do
 // naive reference.
 func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, name string, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
 	opts kcp.Options, in *kcp.Inputs, dout []float32, bar *runBar) (rep *runReport, err error) {
-	if o.kernels != "fp32" && o.kernels != "tc" {
-		return nil, fmt.Errorf("--kernels %q: want fp32 or tc", o.kernels)
+	kopts := kcp.GPUOptions{Options: opts, Device: o.device, Blob: o.blob, KeepDevice: true}
+	if err := kopts.SetKernels(o.kernels); err != nil {
+		return nil, fmt.Errorf("--kernels: %w", err)
 	}
-	tc := o.kernels == "tc"
 	hook, err := o.stageHook(stderr)
 	if err != nil {
 		return nil, err
 	}
-	gopts, closeComm, err := o.gpuOptions(pl, kcp.GPUOptions{Options: opts, Device: o.device, Blob: o.blob, KeepDevice: true,
-		TensorCoreWalks: tc, TensorCoreChunk: tc, StageHook: hook})
+	kopts.StageHook = hook
+	gopts, closeComm, err := o.gpuOptions(pl, kopts)
 	if err != nil {
 		return nil, err
 	}

@@ -88,7 +88,7 @@ not with --no-progress or --json.`,
 	f.StringVar(&o.modes, "modes", "b1,b3", "modes, comma-separated: b1 (forward keeping activations, backward), b3 (checkpoint, recompute, backward)")
 	f.StringVar(&o.rules, "rules", "a,b", "width rules, comma-separated: a, b")
 	f.StringVar(&o.stage, "stage", "module", "core (GDN only) or module (conv1d + SiLU, then GDN)")
-	f.StringVar(&o.kernels, "kernels", "tc", "forward kernels: fp32 (CUDA cores) or tc (tensor cores); the backward's are fp32")
+	f.StringVar(&o.kernels, "kernels", "tc", "kernels: fp32 (CUDA cores), tc (tensor-core forward, fp32 backward) or mma (v4 forward and backward walks; needs blobs built with them)")
 	f.IntVar(&o.reps, "reps", 3, "timed repetitions of every configuration")
 	f.IntVar(&o.warmup, "warmup", 1, "untimed repetitions before the timed ones")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
@@ -108,7 +108,7 @@ type sweepSpec struct {
 	modes   []string // b1, b3
 	rules   []sched.Rule
 	stage   kcp.Stage
-	kernels string // fp32 or tc
+	kernels string // fp32, tc or mma
 	cp      int
 	seed    uint64
 	reps    int
@@ -167,8 +167,8 @@ func (o *sweepOptions) spec(changed func(string) bool) (*sweepSpec, error) {
 	if o.reps < 1 || o.warmup < 0 {
 		return nil, fmt.Errorf("--reps %d, --warmup %d: need at least one timed repetition and no negative warm-up", o.reps, o.warmup)
 	}
-	if o.kernels != "fp32" && o.kernels != "tc" {
-		return nil, fmt.Errorf("--kernels %q: want fp32 or tc", o.kernels)
+	if err := new(kcp.GPUOptions).SetKernels(o.kernels); err != nil {
+		return nil, fmt.Errorf("--kernels: %w", err)
 	}
 	if changed("cp") && (o.cp < 1 || o.cp > kcp.MaxRanks) {
 		return nil, fmt.Errorf("--cp %d: want 1..%d", o.cp, kcp.MaxRanks)
@@ -653,7 +653,7 @@ type sweepReport struct {
 	// process's LOCAL_RANK).
 	RankDevices []int      `json:"rank_devices"`
 	Blob        string     `json:"blob"`
-	Kernels     string     `json:"kernels"` // the forward's: fp32 or tc
+	Kernels     string     `json:"kernels"` // fp32, tc or mma
 	Stage       string     `json:"stage"`
 	CP          int        `json:"cp"`
 	Seed        uint64     `json:"seed"`
@@ -1092,9 +1092,11 @@ func (o *sweepOptions) run(cmd *cobra.Command) (err error) {
 		return fmt.Errorf("kcp sweep needs a CUDA GPU: %w", derr)
 	}
 	spec.cp = cp
-	tc := spec.kernels == "tc"
-	gopts, closeComm, err := o.gpu.gpuOptions(pl, kcp.GPUOptions{Options: kcp.Options{Stage: spec.stage}, Blob: o.gpu.blob,
-		KeepDevice: true, TensorCoreWalks: tc, TensorCoreChunk: tc})
+	kopts := kcp.GPUOptions{Options: kcp.Options{Stage: spec.stage}, Blob: o.gpu.blob, KeepDevice: true}
+	if err := kopts.SetKernels(spec.kernels); err != nil {
+		return fmt.Errorf("--kernels: %w", err)
+	}
+	gopts, closeComm, err := o.gpu.gpuOptions(pl, kopts)
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ func TestSweepFlags(t *testing.T) {
 		{"rule twice", nil, []string{"--rules", "b,B"}, "B is listed twice"},
 		{"no reps", nil, []string{"--reps", "0"}, "--reps 0, --warmup 1: need at least one timed repetition"},
 		{"negative warmup", nil, []string{"--warmup", "-1"}, "--reps 3, --warmup -1"},
-		{"kernels", nil, []string{"--kernels", "bf16"}, `--kernels "bf16": want fp32 or tc`},
+		{"kernels", nil, []string{"--kernels", "bf16"}, `--kernels: kcp: kernel set "bf16": want one of fp32, tc, mma`},
 		{"stage", nil, []string{"--stage", "conv"}, `--stage: kcp: unknown stage "conv"`},
 		{"cp", nil, []string{"--cp", "0"}, "--cp 0: want 1..64"},
 		{"compare missing", nil, []string{"--compare", filepath.Join(t.TempDir(), "none.json")}, "--compare: open"},

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Moves the staged v4 kernels (ptx/staging/*.cu, proven on the CPU emulator) into ptx/src, so that the next
+# blob build holds them: steps 1 and 2 of each "Landing it" list of ptx/staging/README.md. kcp already
+# names their entries (GPUOptions.MMAWalks, MMAChunk, MMABackwardWalks; `--kernels mma`), so after this the
+# landing is: rebuild the blobs on the GPU machine, run the GPU tests, time them, commit.
+#
+#   scripts/land-v4.sh [FILE.cu ...]   # default: every .cu of ptx/staging, in dependency order
+#
+# For each file: git mv to ptx/src; its includes of ../src/X become X; an #include of it joins
+# ptx/src/gdnkcp.cu (before util.cu); the cpuemu runner's #include "../../staging/F" becomes "F" (the
+# emulator compiles with -I ptx/src) and the Go test's const "../staging/F" becomes "../src/F"; comments
+# naming ptx/staging/F name ptx/src/F. It stops at the first thing it does not find as expected.
+#
+# Afterwards, here: `go test ./ptx/cpuemu` (the emulator tests of the moved kernels must pass as before);
+# `go test ./ptx` fails on the manifest's sources hash until the blobs are rebuilt. Then one device call:
+#   scripts/gpu.sh build && scripts/blobs-local.sh prepare
+#   run(command="bash scripts/dev-cycle.sh 'TensorCore|GPUForward|GPUBackward'", carry=[".gpu"])
+#   BENCH=1 KERNELS=mma ... (see scripts/dev-cycle.sh), then scripts/blobs-local.sh install FILES_AT/blobs.tar
+# and update ptx/staging/README.md (drop the landed sections), ptx/cpuemu/doc.go and docs/perf-notes.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+order=(gdn_walk_mma.cu gdn_bwalk_mma.cu gdn_prep_mma.cu gdn_output_mma.cu gdn_chunk_grads_mma.cu)
+files=("$@")
+if [ ${#files[@]} -eq 0 ]; then
+	for f in "${order[@]}"; do [ -f "ptx/staging/$f" ] && files+=("$f"); done
+	for f in ptx/staging/*.cu; do
+		b=$(basename "$f")
+		[[ " ${order[*]} " == *" $b "* ]] || files+=("$b")
+	done
+fi
+[ ${#files[@]} -gt 0 ] || { echo "land-v4: nothing staged in ptx/staging"; exit 0; }
+for f in "${files[@]}"; do
+	src=ptx/staging/$f
+	[ -f "$src" ] || { echo "land-v4: $src does not exist" >&2; exit 1; }
+	[ ! -e "ptx/src/$f" ] || { echo "land-v4: ptx/src/$f exists already" >&2; exit 1; }
+	git mv "$src" "ptx/src/$f"
+	sed -i 's|#include "\.\./src/|#include "|' "ptx/src/$f"
+	if grep -q '\.\./' "ptx/src/$f"; then
+		echo "land-v4: ptx/src/$f still includes a relative path:" >&2
+		grep -n '\.\./' "ptx/src/$f" >&2
+		exit 1
+	fi
+	grep -q "^#include \"$f\"" ptx/src/gdnkcp.cu || sed -i "s|^#include \"util.cu\"|#include \"$f\"\n#include \"util.cu\"|" ptx/src/gdnkcp.cu
+	grep -q "^#include \"$f\"" ptx/src/gdnkcp.cu || { echo "land-v4: could not add $f to ptx/src/gdnkcp.cu" >&2; exit 1; }
+	hits=$(grep -l "staging/$f" ptx/cpuemu/*.go ptx/cpuemu/testdata/*.cpp 2>/dev/null || true)
+	for h in $hits; do
+		sed -i "s|#include \"\.\./\.\./staging/$f\"|#include \"$f\"|; s|\"\.\./staging/$f\"|\"../src/$f\"|; s|ptx/staging/$f|ptx/src/$f|g" "$h"
+	done
+	echo "land-v4: $f -> ptx/src ($(echo $hits | wc -w) emulator files updated)"
+done
+rmdir ptx/staging 2>/dev/null || echo "land-v4: ptx/staging keeps: $(ls ptx/staging | tr '\n' ' ')"
+echo "land-v4: ptx/src/gdnkcp.cu now includes:"
+grep '^#include' ptx/src/gdnkcp.cu
