@@ -4,7 +4,7 @@
 # and bring the blobs back as $OUT/blobs.tar (install here with scripts/blobs-local.sh install).
 # Here first: scripts/gpu.sh build (or at least .gpu/kcp.test, .gpu/kcp, .gpu/ptxgen, .gpu/ptxcheck).
 # There: run(command="bash scripts/dev-cycle.sh 'TensorCore'", carry=[".gpu"])
-# Env: BENCH=1 runs `kcp bench` (KERNELS=tc|fp32); COMM=1 also runs .gpu/comm.test's GPU tests.
+# Env: BENCH=1 runs `kcp bench` (KERNELS: the sets, comma-separated, of fp32, tc, mma; default tc); COMM=1 also runs .gpu/comm.test's GPU tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
