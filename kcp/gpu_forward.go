@@ -16,11 +16,12 @@ import (
 )
 
 // GPUForwardStages are the stages of a rank's GPU forward in stream order, as
-// RankTiming reports them: uploads of tables and inputs (and the output
-// poison), the conv (module stage), the l2norm of q and k, the chunk prep,
-// the summary walk, the summary exchange through host memory, the compose,
-// the state walk and the output.
-var GPUForwardStages = []string{"upload", "conv", "l2norm", "prep", "summary walk", "exchange summaries", "compose", "state walk", "output"}
+// RankTiming reports them: the conv halo exchange (module stage; host memory,
+// the wait for the other ranks included), uploads of tables and inputs (and
+// the output poison), the conv (module stage), the l2norm of q and k, the
+// chunk prep, the summary walk, the summary exchange (device memory over
+// NCCL, else host memory), the compose, the state walk and the output.
+var GPUForwardStages = []string{"exchange halo", "upload", "conv", "l2norm", "prep", "summary walk", "exchange summaries", "compose", "state walk", "output"}
 
 // GPURecomputeStages are the stages of a rank's checkpoint recompute
 // (GPUCheckpoint.Recompute) in stream order, as RankTiming reports them: the
@@ -504,6 +505,13 @@ func (g *GPU) forwardRank(ctx context.Context, w *rankWork, in *Inputs, res *GPU
 	if !empty {
 		rr.in = gatherGPUInputs(p, r, g.opts.Stage, in)
 	}
+	if !empty {
+		// The timeline starts before the halo exchange, so that it (and
+		// the wait for the other ranks in it) is in the rank's total.
+		if err := rr.startClock(GPUForwardStages); err != nil {
+			return err
+		}
+	}
 	var halo []bf16.BF16
 	if g.opts.Stage == StageModule {
 		if halo, err = rr.exchangeHalo(ctx, in); err != nil {
@@ -514,6 +522,9 @@ func (g *GPU) forwardRank(ctx context.Context, w *rankWork, in *Inputs, res *GPU
 		}
 	}
 	if !empty {
+		if err := rr.mark(); err != nil { // exchange halo
+			return err
+		}
 		if err := rr.begin(GPUForwardStages, halo, nil); err != nil {
 			return err
 		}
@@ -627,12 +638,26 @@ func (rr *rankRun) vh(k sched.WalkKind) (int, error) {
 	return vh, nil
 }
 
-// begin makes the rank's stream and the events of stages, uploads the
-// tables and inputs (halo: the conv halo of the module stage; start, when
-// set, the segments' start states, [NS, HV, 128, 128], for a recompute) and
-// runs conv, l2norm and prep, marking the end of each of the first four
-// stages (upload, conv, l2norm, prep). The forward and the recompute share
-// it, so they launch the same kernels on the same inputs.
+// startClock makes the rank's stream and the events of stages, and marks
+// the start of the first stage.
+func (rr *rankRun) startClock(stages []string) (err error) {
+	rk := rr.rk
+	if rk.stream, err = rk.mem.stream(); err != nil {
+		return fmt.Errorf("rank %d: %w", rk.rank, err)
+	}
+	if rr.clk, err = newStageClock(rk.mem, rk.rank, rk.stream, stages, rr.st); err != nil {
+		return err
+	}
+	return rr.mark()
+}
+
+// begin uploads the tables and inputs (halo: the conv halo of the module
+// stage; start, when set, the segments' start states, [NS, HV, 128, 128],
+// for a recompute) and runs conv, l2norm and prep, marking the end of each
+// of the stages upload, conv, l2norm and prep. Unless startClock made the
+// rank's stream and clock already (the forward, whose first stage is the
+// halo exchange), it makes them for stages first. The forward and the
+// recompute share it, so they launch the same kernels on the same inputs.
 func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (err error) {
 	rk, g := rr.rk, rr.g
 	m, tb := rk.mem, rk.tb
@@ -647,14 +672,10 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 		}
 		return fmt.Errorf("rank %d: %w", rk.rank, err)
 	}
-	if rk.stream, err = m.stream(); err != nil {
-		return wrap(err)
-	}
-	if rr.clk, err = newStageClock(m, rk.rank, rk.stream, stages, rr.st); err != nil {
-		return err
-	}
-	if err := rr.mark(); err != nil {
-		return err
+	if rr.clk == nil {
+		if err := rr.startClock(stages); err != nil {
+			return err
+		}
 	}
 	s := rk.stream
 	i32 := func(name string, src []int32) (*loader.Buffer, error) { return upload(m, s, name, src, 4) }
