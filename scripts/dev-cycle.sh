@@ -4,7 +4,8 @@
 # and bring the blobs back as $OUT/blobs.tar (install here with scripts/blobs-local.sh install).
 # Here first: scripts/gpu.sh build (or at least .gpu/kcp.test, .gpu/kcp, .gpu/ptxgen, .gpu/ptxcheck).
 # There: run(command="bash scripts/dev-cycle.sh 'TensorCore'", carry=[".gpu"])
-# Env: BENCH=1 runs `kcp bench` (KERNELS: the sets, comma-separated, of fp32, tc, mma; default tc); COMM=1 also runs .gpu/comm.test's GPU tests.
+# Env: BENCH=1 runs `kcp bench` (KERNELS: the sets, comma-separated, of fp32, tc, mma; default tc; BENCH_DOCS,
+# BENCH_MODES, BENCH_REPS, BENCH_TIMEOUT: see below); COMM=1 also runs .gpu/comm.test's GPU tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
@@ -38,5 +39,10 @@ if [ "${COMM:-0}" = 1 ] && [ -x .gpu/comm.test ]; then
 	echo "comm tests rc=$?"; grep -E "^(--- |FAIL|ok)" "$out/comm-gpu.log"
 fi
 if [ "${BENCH:-0}" = 1 ]; then
-	.gpu/kcp bench --kernels ${KERNELS:-tc} --reps 10 --warmup 2 2>/dev/null
+	# BENCH_DOCS: document sets separated by spaces (each comma-separated: one bench each);
+	# BENCH_MODES: the bench's --modes. Each bench is bounded by BENCH_TIMEOUT seconds (default 240).
+	for docs in ${BENCH_DOCS:-32768}; do
+		timeout ${BENCH_TIMEOUT:-240} .gpu/kcp bench --docs "$docs" --kernels ${KERNELS:-tc} --modes ${BENCH_MODES:-core} \
+			--reps ${BENCH_REPS:-10} --warmup 2 2>/dev/null || echo "bench --docs $docs: rc=$?"
+	done
 fi
