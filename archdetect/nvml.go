@@ -22,3 +22,8 @@ var ErrNVMLNeedsCgo = errors.New("archdetect: NVML needs a cgo build (go-nvml is
 // ErrNoNVML is returned (wrapped) by NVMLInfo when libnvidia-ml.so.1
 // cannot be loaded.
 var ErrNoNVML = errors.New("archdetect: NVML library libnvidia-ml.so.1 not found")
+
+// ErrNVMLNoDriver is returned (wrapped) by NVMLInfo when libnvidia-ml.so.1
+// loads but the NVIDIA kernel driver is not (a machine or container with
+// the user-space libraries and no GPU).
+var ErrNVMLNoDriver = errors.New("archdetect: NVML is installed but the NVIDIA kernel driver is not loaded")

@@ -10,12 +10,15 @@ import (
 
 // NVMLInfo returns every GPU as NVML sees it and the driver version (e.g.
 // "580.159.04"). It creates no CUDA context. Without libnvidia-ml.so.1 it
-// returns an error wrapping ErrNoNVML.
+// returns an error wrapping ErrNoNVML; with it but without the kernel
+// driver, one wrapping ErrNVMLNoDriver.
 func NVMLInfo() ([]NVMLDevice, string, error) {
 	switch ret := nvml.Init(); ret {
 	case nvml.SUCCESS:
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
 		return nil, "", fmt.Errorf("%w: nvml.Init: %v", ErrNoNVML, ret)
+	case nvml.ERROR_DRIVER_NOT_LOADED:
+		return nil, "", fmt.Errorf("%w: nvml.Init: %v", ErrNVMLNoDriver, ret)
 	default:
 		return nil, "", fmt.Errorf("archdetect: nvml.Init: %v", ret)
 	}

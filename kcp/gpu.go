@@ -86,6 +86,12 @@ const (
 	entryOutputMMA  = "gdn_output_mma"
 	entryOffsetMMA  = "gdn_offset_walk_mma"
 	entryTapeMMA    = "gdn_tape_walk_mma"
+	entryDVLocalMMA = "gdn_dvlocal_mma"
+	entryGradsMMA   = "gdn_chunk_grads_mma"
+	// The v5 forward path (MMAOutput16): the state walk that also writes
+	// bf16 copies of H and V' (transposed) and the output that reads them.
+	entryStateMMA16  = "gdn_state_walk_mma16"
+	entryOutputMMA16 = "gdn_output_mma16"
 
 	// prepMMASmem is kPrepMMASmem (gdn_prep_mma.cu): k fp32, L / the
 	// inverse fp32 [64][68], three bf16 hi/lo stages and the per-row
@@ -94,6 +100,15 @@ const (
 	// outputMMASmem is kOutputMMASmem (gdn_output_mma.cu): 98560 (two CTAs
 	// an SM).
 	outputMMASmem = 98560
+	// dvlocalMMASmem is kDvlMMASmem (gdn_dvlocal_mma.cu): q and k as bf16
+	// hi/lo, dO bf16 and gamma: 82176 (two CTAs an SM).
+	dvlocalMMASmem = 82176
+	// chunkGradMMASmem is kGradMMASmem (gdn_chunk_grads_mma.cu): 227136
+	// (one CTA an SM).
+	chunkGradMMASmem = 227136
+	// outputMMA16Smem is kOutputMMA16Smem (gdn_output_mma.cu): 82176 (two
+	// CTAs an SM).
+	outputMMA16Smem = 82176
 )
 
 // walkMMASmem is walk_mma_smem(vh) of gdn_walk_mma.cu: 214016 bytes at vh
@@ -105,20 +120,24 @@ func walkMMASmem(vh int) int { return 196608 + 256*(vh+4) }
 func bwdWalkMMASmem(vh int) int { return 196608 + 128*(vh+8) }
 
 // KernelSets are the names SetKernels takes.
-var KernelSets = []string{"fp32", "tc", "mma"}
+var KernelSets = []string{"fp32", "tc", "mma", "mma16"}
 
 // SetKernels selects a named kernel set: "fp32" (every kernel on the CUDA
 // cores), "tc" (the v3 tensor-core forward: TensorCoreWalks and
 // TensorCoreChunk; fp32 backward) or "mma" (the v4 kernels: MMAWalks,
-// MMAChunk and MMABackwardWalks). It clears the other sets' switches.
+// MMAChunk, MMABackwardWalks and MMABackwardChunk) or "mma16" (the v4
+// kernels and MMAOutput16). It clears the other sets' switches.
 func (o *GPUOptions) SetKernels(name string) error {
-	o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks = false, false, false, false, false
+	o.TensorCoreWalks, o.TensorCoreChunk = false, false
+	o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk, o.MMAOutput16 = false, false, false, false, false
 	switch name {
 	case "fp32":
 	case "tc":
 		o.TensorCoreWalks, o.TensorCoreChunk = true, true
 	case "mma":
-		o.MMAWalks, o.MMAChunk, o.MMABackwardWalks = true, true, true
+		o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk = true, true, true, true
+	case "mma16":
+		o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk, o.MMAOutput16 = true, true, true, true, true
 	default:
 		return fmt.Errorf("kcp: kernel set %q: want one of %s", name, strings.Join(KernelSets, ", "))
 	}
@@ -126,8 +145,9 @@ func (o *GPUOptions) SetKernels(name string) error {
 }
 
 // kernelFlags are the kernel switches of o, for comparing choices.
-func (o GPUOptions) kernelFlags() [5]bool {
-	return [5]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks}
+func (o GPUOptions) kernelFlags() [7]bool {
+	return [7]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
+		o.MMAOutput16}
 }
 
 // gpuEntry is a kernel the backend resolves and the most dynamic shared
@@ -145,6 +165,11 @@ type kernelSet struct {
 	walkSmem                     func(vh int) int
 	offset, tape                 string           // the backward walks
 	bwdWalkSmem                  func(vh int) int // theirs
+	dvlocal, grads               string           // the backward's chunk-parallel kernels
+	dvlocalSmem, gradsSmem       int              // theirs
+	// out16: state is gdn_state_walk_mma16 (two more arguments: bf16 H^T
+	// and V'^T) and output gdn_output_mma16, which reads those.
+	out16 bool
 }
 
 // kernelSet returns the kernels the options select: the fp32 CUDA-core
@@ -154,7 +179,8 @@ type kernelSet struct {
 func (o GPUOptions) kernelSet() kernelSet {
 	ks := kernelSet{prep: entryPrep, summary: entrySummary, state: entryState, output: entryOutput,
 		prepSmem: prepSmem, outputSmem: outputSmem, walkSmem: walkSmem,
-		offset: entryOffset, tape: entryTape, bwdWalkSmem: bwdWalkSmem}
+		offset: entryOffset, tape: entryTape, bwdWalkSmem: bwdWalkSmem,
+		dvlocal: entryDVLocal, grads: entryChunkGrads, dvlocalSmem: dvlocalSmem, gradsSmem: chunkGradSmem}
 	switch {
 	case o.MMAWalks:
 		ks.summary, ks.state, ks.walkSmem = entrySummaryMMA, entryStateMMA, walkMMASmem
@@ -169,6 +195,12 @@ func (o GPUOptions) kernelSet() kernelSet {
 	}
 	if o.MMABackwardWalks {
 		ks.offset, ks.tape, ks.bwdWalkSmem = entryOffsetMMA, entryTapeMMA, bwdWalkMMASmem
+	}
+	if o.MMABackwardChunk {
+		ks.dvlocal, ks.grads, ks.dvlocalSmem, ks.gradsSmem = entryDVLocalMMA, entryGradsMMA, dvlocalMMASmem, chunkGradMMASmem
+	}
+	if o.MMAOutput16 {
+		ks.state, ks.walkSmem, ks.output, ks.outputSmem, ks.out16 = entryStateMMA16, walkMMASmem, entryOutputMMA16, outputMMA16Smem, true
 	}
 	return ks
 }
@@ -268,11 +300,23 @@ type GPUOptions struct {
 	// MMAWalks launches the v4 summary and state walks on mma.sync
 	// (gdn_summary_walk_mma, gdn_state_walk_mma), MMAChunk the v4 chunk
 	// prep and output (gdn_prep_mma, gdn_output_mma), MMABackwardWalks the
-	// v4 offset and tape walks (gdn_offset_walk_mma, gdn_tape_walk_mma);
-	// each wins over the TensorCore switch of the same stage. SetKernels
-	// ("mma") sets all three. Blobs built before these kernels lack them:
-	// NewGPU then fails with ErrMissingKernels.
-	MMAWalks, MMAChunk, MMABackwardWalks bool
+	// v4 offset and tape walks (gdn_offset_walk_mma, gdn_tape_walk_mma),
+	// MMABackwardChunk the backward's dV'_local and chunk gradients
+	// (gdn_dvlocal_mma, gdn_chunk_grads_mma); each wins over the TensorCore
+	// switch of the same stage. SetKernels("mma") sets all four. Blobs built
+	// before these kernels lack them: NewGPU then fails with
+	// ErrMissingKernels.
+	MMAWalks, MMAChunk, MMABackwardWalks, MMABackwardChunk bool
+	// MMAOutput16 runs the v5 forward path between the state walk and the
+	// output: the walk (gdn_state_walk_mma16, whatever MMAWalks says for the
+	// summary walk) also writes H and V' as bf16, transposed, and the output
+	// (gdn_output_mma16) reads those, H and V' as plain bf16 operands: half
+	// the bytes between the two, an output error of ~2e-3 of float64 instead
+	// of ~1e-3 (the 5e-3 budget allows it). The fp32 H and V' are written
+	// only when a backward needs them (KeepDevice, Recompute), so a forward
+	// and its recompute compute the output from the same bf16 bits.
+	// SetKernels("mma16") sets it with the "mma" switches.
+	MMAOutput16 bool
 
 	// Devices are the CUDA devices the ranks run on: rank r of an R-rank
 	// plan runs on Devices[r*len(Devices)/R], in contiguous blocks (R = 4 on
@@ -533,7 +577,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	if (opts.Device != 0 && opts.Device != g.gopts.Device) || (opts.Blob != "" && opts.Blob != g.gopts.Blob) ||
 		(len(opts.Devices) > 0 && !slices.Equal(opts.Devices, g.fleet.order)) ||
-		(opts.kernelFlags() != [5]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) {
+		(opts.kernelFlags() != [7]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) {
 		return nil, errors.New("kcp: gpu: ForPlan keeps the devices, blob and kernels; make a new backend with NewGPU to change them")
 	}
 	if _, err := opts.Options.normalize(); err != nil {

@@ -57,6 +57,17 @@ func argsState(w, u, kt, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start,
 		DevicePtr(vnew).DevicePtr(final).I32(int32(HV)).I32(int32(vh))
 }
 
+// argsState16: gdn_state_walk_mma16(w, u, kt, gcum, chunk_tok0, chunk_len,
+// seg_chunk0, seg_nchunk, start, h_out, vnew, final_state, h16, vnew16, HV,
+// vh): argsState's with the bf16 H^T and V'^T after final_state; any of
+// h_out, vnew, h16, vnew16 may be 0 (not written).
+func argsState16(w, u, kt, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start, hOut, vnew, final, h16, vnew16 uintptr,
+	HV, vh int) *loader.Args {
+	return loader.NewArgs().DevicePtr(w).DevicePtr(u).DevicePtr(kt).DevicePtr(gcum).DevicePtr(chunkTok0).
+		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(start).DevicePtr(hOut).
+		DevicePtr(vnew).DevicePtr(final).DevicePtr(h16).DevicePtr(vnew16).I32(int32(HV)).I32(int32(vh))
+}
+
 // argsOutput: gdn_output_fwd(qn, kn, gcum, vnew, h_state, chunk_tok0, chunk_len, o, HQK, HV, scale).
 func argsOutput(qn, kn, gcum, vnew, h, chunkTok0, chunkLen, o uintptr, HQK, HV int, scale float32) *loader.Args {
 	return loader.NewArgs().DevicePtr(qn).DevicePtr(kn).DevicePtr(gcum).DevicePtr(vnew).DevicePtr(h).
@@ -85,5 +96,8 @@ func gpuArgSamples() map[string]*loader.Args {
 		entrySummaryMMA: argsSummary(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryStateMMA:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+
+		entryStateMMA16:  argsState16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputMMA16: argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
 	}
 }

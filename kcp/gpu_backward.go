@@ -40,10 +40,10 @@ const PoisonF32 = 0x7fc0dead
 func (ks kernelSet) backwardEntries() []gpuEntry {
 	walk := max(ks.bwdWalkSmem(64), ks.bwdWalkSmem(128))
 	return []gpuEntry{
-		{entryDVLocal, dvlocalSmem},
+		{ks.dvlocal, ks.dvlocalSmem},
 		{ks.offset, walk},
 		{ks.tape, walk},
-		{entryChunkGrads, chunkGradSmem},
+		{ks.grads, ks.gradsSmem},
 		{entryQKBwd, 0},
 		{entryConvBwd, 0},
 		{entryDWReduce, 0},
@@ -433,7 +433,8 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 	if err := b.mark(); err != nil { // upload
 		return err
 	}
-	if err := b.launch(entryDVLocal, [3]uint32{uint32(NC), uint32(HV), 1}, dvlocalSmem,
+	ks := b.rk.dev.ks
+	if err := b.launch(ks.dvlocal, [3]uint32{uint32(NC), uint32(HV), 1}, ks.dvlocalSmem,
 		argsDVLocal(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), b.dout.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))); err != nil {
 		return err
@@ -508,7 +509,7 @@ func (b *bwdRun) tapeAndGrads() error {
 	} else {
 		dvp = b.dv.Ptr()
 	}
-	if err := b.launch(entryChunkGrads, [3]uint32{uint32(NC), uint32(HV), 1}, chunkGradSmem, argsChunkGrads(chunkGradArgs{
+	if err := b.launch(ks.grads, [3]uint32{uint32(NC), uint32(HV), 1}, ks.gradsSmem, argsChunkGrads(chunkGradArgs{
 		qn: rk.qn.Ptr(), kn: rk.kn.Ptr(), v: vp, vStride: vst, gcum: rk.gcum.Ptr(), beta: rk.beta.Ptr(), h: rk.h.Ptr(),
 		vnew: rk.vnew.Ptr(), dChunk: b.dchunk.Ptr(), dvnew: b.dvnew.Ptr(), dout: b.dout.Ptr(),
 		chunkTok0: rk.chunkTok0.Ptr(), chunkLen: rk.chunkLen.Ptr(), dqv: b.dqv.Ptr(), dkv: b.dkv.Ptr(),
@@ -940,6 +941,7 @@ func (f *GPUForward) deviceBytes(rank int) (map[string][]byte, error) {
 	for name, b := range map[string]*loader.Buffer{
 		"o": rk.o, "start": rk.start, "final": rk.final, "h": rk.h, "vnew": rk.vnew, "qn": rk.qn, "kn": rk.kn,
 		"q_rstd": rk.qRstd, "k_rstd": rk.kRstd, "gcum": rk.gcum, "w": rk.w, "u": rk.u, "kt": rk.kt, "y": rk.y,
+		"h16": rk.h16, "vnew16": rk.vnew16,
 	} {
 		if b == nil {
 			continue

@@ -26,7 +26,7 @@ func TestGPUBackwardABI(t *testing.T) {
 	src := string(raw)
 
 	var got []string
-	for _, m := range regexp.MustCompile(`extern "C" __global__ void __launch_bounds__\(\w+\)\s+(\w+)\(`).FindAllStringSubmatch(src, -1) {
+	for _, m := range regexp.MustCompile(`extern "C" __global__ void __launch_bounds__\([^)]*\)\s+(\w+)\(`).FindAllStringSubmatch(src, -1) {
 		got = append(got, m[1])
 	}
 	want := []string{entryDVLocal, entryOffset, entryTape, entryChunkGrads, entryQKBwd, entryConvBwd, entryDWReduce,

@@ -116,6 +116,8 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryOffsetMMA:  argsOffset(bwdWalkArgs{}, 0, 0, 0),
 		entryTapeMMA:    argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
 		entryChunkGrads: argsChunkGrads(chunkGradArgs{}),
+		entryDVLocalMMA: argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryGradsMMA:   argsChunkGrads(chunkGradArgs{}),
 		entryQKBwd:      argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
 		entryConvBwd:    argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDWReduce:   argsDWReduce(0, 0, 0, 0),

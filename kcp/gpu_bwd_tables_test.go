@@ -240,8 +240,8 @@ func TestGPUGatherDOut(t *testing.T) {
 // layout of its extern "C" signature in ptx/src and of the manifest.
 func TestGPUBwdArgsMatchContract(t *testing.T) {
 	samples := gpuBwdArgSamples()
-	fp32, mma := GPUOptions{}.kernelSet(), GPUOptions{MMABackwardWalks: true}.kernelSet()
-	require.Len(t, samples, len(fp32.backwardEntries())+2) // + the v4 offset and tape walks
+	fp32, mma := GPUOptions{}.kernelSet(), GPUOptions{MMABackwardWalks: true, MMABackwardChunk: true}.kernelSet()
+	require.Len(t, samples, len(fp32.backwardEntries())+4) // + the v4 offset and tape walks, dV'_local and chunk gradients
 	for _, ks := range []kernelSet{fp32, mma} {
 		for _, e := range ks.backwardEntries() {
 			require.Contains(t, samples, e.name)
@@ -260,9 +260,19 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 		}
 		doc[m[1]] = params
 	}
+	// A v4 kernel takes its fp32 twin's arguments.
+	twin := func(name string) string {
+		switch name {
+		case entryDVLocalMMA:
+			return entryDVLocal
+		case entryGradsMMA:
+			return entryChunkGrads
+		}
+		return strings.TrimSuffix(name, "_mma")
+	}
 	for name, args := range samples {
 		require.NoError(t, args.Err(), name)
-		want, ok := doc[strings.TrimSuffix(name, "_mma")] // a v4 walk takes its fp32 twin's arguments
+		want, ok := doc[twin(name)]
 		require.True(t, ok, "%s: no signature in docs/gpu-backward.md", name)
 		require.Len(t, args.Layout(), len(want), "%s: parameters %v", name, want)
 	}
@@ -291,7 +301,7 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 		for i := range want {
 			require.Equal(t, want[i].Size, got[i].Size, "%s parameter %d (%s)", name, i, want[i].Name)
 			require.Equal(t, want[i].Offset, got[i].Offset, "%s parameter %d (%s)", name, i, want[i].Name)
-			if d := doc[strings.TrimSuffix(name, "_mma")]; d[i] != want[i].Name {
+			if d := doc[twin(name)]; d[i] != want[i].Name {
 				t.Logf("%s parameter %d: the source names it %s, the contract %s", name, i, want[i].Name, d[i])
 			}
 		}
@@ -337,11 +347,22 @@ func TestGPUBackwardEntries(t *testing.T) {
 	for _, e := range (GPUOptions{}).kernelSet().backwardEntries() {
 		require.GreaterOrEqual(t, e.smem, 0, e.name)
 	}
-	// The v4 set swaps the offset and tape walks and their shared memory.
+	// The v4 set swaps the offset and tape walks, dV'_local and the chunk
+	// gradients, and their shared memory; each switch only its own.
 	mma := GPUOptions{MMABackwardWalks: true}.kernelSet().backwardEntries()
+	require.Equal(t, gpuEntry{entryDVLocal, dvlocalSmem}, mma[0])
 	require.Equal(t, gpuEntry{entryOffsetMMA, bwdWalkMMASmem(128)}, mma[1])
 	require.Equal(t, gpuEntry{entryTapeMMA, bwdWalkMMASmem(128)}, mma[2])
+	require.Equal(t, gpuEntry{entryChunkGrads, chunkGradSmem}, mma[3])
 	require.Equal(t, []int{205824, 214016}, []int{bwdWalkMMASmem(64), bwdWalkMMASmem(128)})
+	chunk := GPUOptions{MMABackwardChunk: true}.kernelSet().backwardEntries()
+	require.Equal(t, []gpuEntry{{entryDVLocalMMA, dvlocalMMASmem}, {entryOffset, bwdWalkSmem(128)},
+		{entryTape, bwdWalkSmem(128)}, {entryGradsMMA, chunkGradMMASmem}}, chunk[:4])
+	require.Equal(t, []int{82176, 227136}, []int{dvlocalMMASmem, chunkGradMMASmem})
+	for _, s := range []int{dvlocalMMASmem, chunkGradMMASmem} {
+		require.LessOrEqual(t, s, 232448)
+	}
+	require.LessOrEqual(t, 2*(dvlocalMMASmem+1024), 233472, "gdn_dvlocal_mma: two CTAs an SM")
 }
 
 // Backward, ForwardCheckpoint and Recompute refuse what they cannot run with

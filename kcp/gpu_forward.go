@@ -106,6 +106,7 @@ type gpuRank struct {
 	q, k, v, g, beta                                                  *loader.Buffer
 	qn, kn, qRstd, kRstd, gcum, w, u, kt                              *loader.Buffer
 	sumP, sumQ, allP, allQ, start, final, h, vnew, o                  *loader.Buffer
+	h16, vnew16                                                       *loader.Buffer // bf16 H^T, V'^T (MMAOutput16)
 }
 
 // qkv returns where the chunk kernels read q, k and v and their row strides
@@ -454,6 +455,9 @@ type rankRun struct {
 	res *GPUForward
 	clk *stageClock
 	st  *stageTracker
+	// keepStates: a backward will read the fp32 per-chunk states and V'
+	// (KeepDevice, Recompute); with MMAOutput16 they are written only then.
+	keepStates bool
 }
 
 // newRankRun lays out the tables of w's rank and starts its device state on
@@ -501,6 +505,7 @@ func (g *GPU) forwardRank(ctx context.Context, w *rankWork, in *Inputs, res *GPU
 		return err
 	}
 	defer rr.release(&err, keep)
+	rr.keepStates = keep
 	empty := rr.rk.tb.Tokens == 0
 	if !empty {
 		rr.in = gatherGPUInputs(p, r, g.opts.Stage, in)
@@ -575,6 +580,7 @@ func (g *GPU) recomputeRank(ctx context.Context, w *rankWork, ck *GPUCheckpoint,
 		return err
 	}
 	defer rr.release(&err, true)
+	rr.keepStates = true
 	if rr.rk.tb.Tokens > 0 {
 		rr.in = gatherGPUInputs(g.plan, r, g.opts.Stage, ck.in)
 		if err := rr.begin(GPURecomputeStages, ck.halos[r], ck.starts[r]); err != nil {
@@ -746,9 +752,27 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 		{&rk.qn, "qn", Tr * nq}, {&rk.kn, "kn", Tr * nq}, {&rk.qRstd, "q_rstd", Tr * HQK}, {&rk.kRstd, "k_rstd", Tr * HQK},
 		{&rk.gcum, "gcum", Tr * HV}, {&rk.w, "w", Tr * nv}, {&rk.u, "u", Tr * nv}, {&rk.kt, "kt", Tr * nv},
 		{&rk.start, "start states", NS * summarySlot(HV)}, {&rk.final, "final states", NS * summarySlot(HV)},
-		{&rk.h, "chunk states", NC * summarySlot(HV)}, {&rk.vnew, "vnew", Tr * nv},
 	} {
 		if *t.dst, err = f32(t.nm, t.n); err != nil {
+			return wrap(err)
+		}
+	}
+	// The per-chunk states and V': fp32 for the output and the backward;
+	// with MMAOutput16 bf16 copies for the output, and the fp32 ones only
+	// where a backward reads them.
+	if !ks.out16 || rr.keepStates {
+		if rk.h, err = f32("chunk states", NC*summarySlot(HV)); err != nil {
+			return wrap(err)
+		}
+		if rk.vnew, err = f32("vnew", Tr*nv); err != nil {
+			return wrap(err)
+		}
+	}
+	if ks.out16 {
+		if rk.h16, err = m.alloc("chunk states bf16", 2*NC*summarySlot(HV)); err != nil {
+			return wrap(err)
+		}
+		if rk.vnew16, err = m.alloc("vnew bf16", 2*NC*HV*gpuD*ChunkSize); err != nil {
 			return wrap(err)
 		}
 	}
@@ -987,16 +1011,23 @@ func (rr *rankRun) finish() error {
 	if err != nil {
 		return err
 	}
-	if err := rr.launch(ks.state, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.walkSmem(vh),
-		argsState(rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
-			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), rk.vnew.Ptr(), rk.final.Ptr(), HV, vh)); err != nil {
+	stateArgs := argsState(rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+		rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), rk.vnew.Ptr(), rk.final.Ptr(), HV, vh)
+	outH, outV := rk.h.Ptr(), rk.vnew.Ptr()
+	if ks.out16 {
+		stateArgs = argsState16(rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), rk.vnew.Ptr(), rk.final.Ptr(),
+			rk.h16.Ptr(), rk.vnew16.Ptr(), HV, vh)
+		outH, outV = rk.h16.Ptr(), rk.vnew16.Ptr()
+	}
+	if err := rr.launch(ks.state, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.walkSmem(vh), stateArgs); err != nil {
 		return err
 	}
 	if err := rr.mark(); err != nil { // state walk
 		return err
 	}
 	if err := rr.launch(ks.output, [3]uint32{uint32(NC), uint32(HV), 1}, ks.outputSmem,
-		argsOutput(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), rk.vnew.Ptr(), rk.h.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+		argsOutput(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), outV, outH, rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			rk.o.Ptr(), HQK, HV, gpuScale(g.opts))); err != nil {
 		return err
 	}

@@ -412,6 +412,12 @@ func TestGPUSharedMemorySizes(t *testing.T) {
 		{"gdn_bwalk_mma.cu", `bwalk_mma_smem\(128\) == (\d+)`, bwdWalkMMASmem(128)},
 		{"gdn_prep_mma.cu", `kPrepMMASmem\s*=\s*(\d+)\s*\n`, prepMMASmem},
 		{"gdn_output_mma.cu", `kOutputMMASmem = (\d+) bytes`, outputMMASmem},
+		{"gdn_output_mma.cu", `kOutputMMA16Smem = (\d+) bytes`, outputMMA16Smem},
+		{"gdn_output_mma.cu", `static_assert\(kOutputMMA16Smem == (\d+)`, outputMMA16Smem},
+		{"gdn_dvlocal_mma.cu", `kDvlMMASmem = (\d+) bytes`, dvlocalMMASmem},
+		{"gdn_dvlocal_mma.cu", `static_assert\(kDvlMMASmem == (\d+)`, dvlocalMMASmem},
+		{"gdn_chunk_grads_mma.cu", `kGradMMASmem = (\d+) bytes`, chunkGradMMASmem},
+		{"gdn_chunk_grads_mma.cu", `static_assert\(kGradMMASmem == (\d+)`, chunkGradMMASmem},
 	} {
 		// A v4 kernel's source is in ptx/src once built, in ptx/staging before.
 		raw, err := os.ReadFile(filepath.Join("..", "ptx", "src", c.file))
@@ -429,8 +435,9 @@ func TestGPUSharedMemorySizes(t *testing.T) {
 	}
 }
 
-// NewGPU refuses bad plans and options before touching the driver, and
-// without a driver returns an error wrapping loader.ErrNoDriver.
+// NewGPU refuses bad plans and options before touching the driver; without
+// a driver library it returns an error wrapping loader.ErrNoDriver, and with
+// one but no GPU the driver's CUDA_ERROR_NO_DEVICE.
 func TestNewGPUErrors(t *testing.T) {
 	p128, err := NewPlan(PlanConfig{Docs: []int{10}, Ranks: 1, Layout: LayoutC})
 	require.NoError(t, err)
@@ -462,15 +469,28 @@ func TestNewGPUErrors(t *testing.T) {
 	_, _, err = f.SegmentStates(0, 0, 0)
 	require.Error(t, err)
 
-	if _, derr := loader.DeviceCount(); derr == nil {
-		t.Skip("a CUDA driver is present: the no-driver error is not testable here")
+	_, derr := loader.DeviceCount()
+	switch {
+	case errors.Is(derr, loader.ErrNoDriver):
+		// No driver library: every GPU entry point says so.
+		g, err = NewGPU(p128, GPUOptions{})
+		require.Error(t, err)
+		require.Nil(t, g)
+		require.True(t, errors.Is(err, loader.ErrNoDriver), "want an error wrapping loader.ErrNoDriver, got %v", err)
+		_, err = ProbeGPU(0, "")
+		require.True(t, errors.Is(err, loader.ErrNoDriver), "%v", err)
+	case loader.IsCode(derr, loader.ErrorNoDevice):
+		// A driver library but no GPU (a container with the driver mounted,
+		// a machine with the toolkit installed): the driver's own error.
+		g, err = NewGPU(p128, GPUOptions{})
+		require.Error(t, err)
+		require.Nil(t, g)
+		require.True(t, loader.IsCode(err, loader.ErrorNoDevice), "want CUDA_ERROR_NO_DEVICE, got %v", err)
+		_, err = ProbeGPU(0, "")
+		require.True(t, loader.IsCode(err, loader.ErrorNoDevice), "%v", err)
+	default:
+		t.Logf("a CUDA device is present (%v): the no-driver and no-device errors are not testable here", derr)
 	}
-	g, err = NewGPU(p128, GPUOptions{})
-	require.Error(t, err)
-	require.Nil(t, g)
-	require.True(t, errors.Is(err, loader.ErrNoDriver), "want an error wrapping loader.ErrNoDriver, got %v", err)
-	_, err = ProbeGPU(0, "")
-	require.True(t, errors.Is(err, loader.ErrNoDriver), "%v", err)
 }
 
 // Every entry is listed once, and missingEntries names the ones a blob
@@ -496,24 +516,37 @@ func TestGPUEntries(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		want  []string // the forward's missing entries
-		bwalk [2]string
+		bwalk [4]string
 	}{
-		{"fp32", []string{entryL2Norm, entryPrep, entrySummary, entryCompose, entryState, entryOutput}, [2]string{entryOffset, entryTape}},
-		{"tc", []string{entryL2Norm, entryPrepTC, entrySummaryTC, entryCompose, entryStateTC, entryOutputTC}, [2]string{entryOffset, entryTape}},
-		{"mma", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA, entryCompose, entryStateMMA, entryOutputMMA}, [2]string{entryOffsetMMA, entryTapeMMA}},
+		{"fp32", []string{entryL2Norm, entryPrep, entrySummary, entryCompose, entryState, entryOutput},
+			[4]string{entryOffset, entryTape, entryDVLocal, entryChunkGrads}},
+		{"tc", []string{entryL2Norm, entryPrepTC, entrySummaryTC, entryCompose, entryStateTC, entryOutputTC},
+			[4]string{entryOffset, entryTape, entryDVLocal, entryChunkGrads}},
+		{"mma", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA, entryCompose, entryStateMMA, entryOutputMMA},
+			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
+		{"mma16", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA, entryCompose, entryStateMMA16, entryOutputMMA16},
+			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
 		require.NoError(t, o.SetKernels(c.name))
 		ks := o.kernelSet()
 		require.Equal(t, c.want, missingEntries(b, ks.entries()), c.name)
-		require.Equal(t, c.bwalk, [2]string{ks.offset, ks.tape}, c.name)
+		require.Equal(t, c.bwalk, [4]string{ks.offset, ks.tape, ks.dvlocal, ks.grads}, c.name)
+		require.Equal(t, c.name == "mma16", ks.out16, c.name)
 	}
 	both := GPUOptions{TensorCoreWalks: true, TensorCoreChunk: true, MMAWalks: true, MMAChunk: true}.kernelSet()
 	require.Equal(t, [4]string{entryPrepMMA, entrySummaryMMA, entryStateMMA, entryOutputMMA}, [4]string{both.prep, both.summary, both.state, both.output})
 	require.Equal(t, [2]int{prepMMASmem, outputMMASmem}, [2]int{both.prepSmem, both.outputSmem})
 	require.Equal(t, walkMMASmem(128), both.walkSmem(128))
 	var o GPUOptions
-	require.ErrorContains(t, o.SetKernels("v4"), `kernel set "v4": want one of fp32, tc, mma`)
+	require.ErrorContains(t, o.SetKernels("v4"), `kernel set "v4": want one of fp32, tc, mma, mma16`)
+	// MMAOutput16 alone swaps the state walk and the output, with their
+	// shared memory.
+	o16 := GPUOptions{MMAOutput16: true}.kernelSet()
+	require.Equal(t, [5]string{entryPrep, entrySummary, entryStateMMA16, entryOutputMMA16, entryOffset},
+		[5]string{o16.prep, o16.summary, o16.state, o16.output, o16.offset})
+	require.Equal(t, [3]int{walkMMASmem(64), walkMMASmem(128), outputMMA16Smem}, [3]int{o16.walkSmem(64), o16.walkSmem(128), o16.outputSmem})
+	require.True(t, o16.out16)
 }
 
 // The CPU accessor returns the start and final states of a segment: zero at

@@ -41,8 +41,14 @@ func (c *Context) Alloc(size int) (*Buffer, error) {
 	return b, nil
 }
 
-// Ptr returns the device address (CUdeviceptr).
-func (b *Buffer) Ptr() uintptr { return b.ptr }
+// Ptr returns the device address (CUdeviceptr); 0 for a nil buffer, the
+// null pointer a kernel takes for an output it should not write.
+func (b *Buffer) Ptr() uintptr {
+	if b == nil {
+		return 0
+	}
+	return b.ptr
+}
 
 // Size returns the buffer's length in bytes.
 func (b *Buffer) Size() int { return b.size }

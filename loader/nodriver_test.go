@@ -67,3 +67,10 @@ func TestMissingSymbol(t *testing.T) {
 	e := d.newError("cuX", ErrorInvalidContext)
 	assert.Equal(t, "cuX: CUDA_ERROR_INVALID_CONTEXT (201)", e.Error())
 }
+
+// A nil buffer's address is the null pointer kernels take for an output
+// they should not write.
+func TestNilBufferPtr(t *testing.T) {
+	var b *Buffer
+	require.Zero(t, b.Ptr())
+}

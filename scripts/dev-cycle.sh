@@ -5,16 +5,29 @@
 # Here first: scripts/gpu.sh build (or at least .gpu/kcp.test, .gpu/kcp, .gpu/ptxgen, .gpu/ptxcheck).
 # There: run(command="bash scripts/dev-cycle.sh 'TensorCore'", carry=[".gpu"])
 # Env: BENCH=1 runs `kcp bench` (KERNELS: the sets, comma-separated, of fp32, tc, mma; default tc; BENCH_DOCS,
-# BENCH_MODES, BENCH_REPS, BENCH_TIMEOUT: see below); COMM=1 also runs .gpu/comm.test's GPU tests.
+# BENCH_MODES, BENCH_REPS, BENCH_TIMEOUT: see below); COMM=1 also runs .gpu/comm.test's GPU tests;
+# SANITIZE=1 runs compute-sanitizer (racecheck, then memcheck) over a small `kcp run` of each KERNELS set
+# (module stage, B1 and B3, 3 ranks on one GPU, documents shorter than, equal to and longer than a chunk);
+# NCU=1 profiles one launch of each kernel matching NCU_KERNELS (default _mma) in a 32K-token core+bwd bench
+# of the last KERNELS set (SpeedOfLight, MemoryWorkloadAnalysis, WarpStateStats, LaunchStats) into
+# $OUT/ncu.txt and prints its key lines (needs hardware counters: Firecracker yes, gVisor no);
+# NOBUILD=1 skips ptxgen and runs on the blobs embedded in the carried binaries (a second call after
+# `scripts/blobs-local.sh install` and a rebuild of .gpu). Test regex NONE runs no kcp test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
 blobs=/tmp/gdnkcp-blobs
-rm -rf "$blobs" && mkdir -p "$blobs"
-t0=$(date +%s)
-.gpu/ptxgen -src ptx/src -out "$blobs" >"$out/ptxgen.log" 2>&1 || { tail -30 "$out/ptxgen.log"; exit 1; }
-echo "ptxgen: $(( $(date +%s) - t0 )) s"
+if [ "${NOBUILD:-0}" = 1 ]; then
+	# The binaries' embedded blobs (install the last build's blobs.tar and rebuild .gpu first).
+	blobs=ptx/blobs
+	echo "NOBUILD: the embedded blobs (ptx/blobs as carried)"
+else
+	rm -rf "$blobs" && mkdir -p "$blobs"
+	t0=$(date +%s)
+	.gpu/ptxgen -src ptx/src -out "$blobs" >"$out/ptxgen.log" 2>&1 || { tail -30 "$out/ptxgen.log"; exit 1; }
+	echo "ptxgen: $(( $(date +%s) - t0 )) s"
+fi
 # Registers, spills and shared memory per entry (sm_90a), and any spill on any target.
 python3 - "$blobs/manifest.json" <<'PY'
 import json, sys
@@ -27,8 +40,10 @@ for b in m["blobs"]:
         elif r.get("spill_stores") or r.get("spill_loads"):
             print(f'  SPILL {b["target"]} {e["name"]}: {r.get("spill_stores")}/{r.get("spill_loads")}')
 PY
-tar -C "$blobs" -cf "$out/blobs.tar" .
-export GDNKCP_BLOB_DIR=$blobs
+if [ "${NOBUILD:-0}" != 1 ]; then
+	tar -C "$blobs" -cf "$out/blobs.tar" .
+	export GDNKCP_BLOB_DIR=$blobs
+fi
 t0=$(date +%s)
 (cd kcp && ../.gpu/kcp.test -test.run "${1:-GPU}" -test.v -test.timeout ${TEST_TIMEOUT:-400}s >"$out/kcp-gpu.log" 2>&1)
 echo "kcp tests rc=$? ($(( $(date +%s) - t0 )) s)"; grep -E "^(--- |FAIL|ok|panic)" "$out/kcp-gpu.log" | grep -v "^    ---" | head -40
@@ -45,4 +60,27 @@ if [ "${BENCH:-0}" = 1 ]; then
 		timeout ${BENCH_TIMEOUT:-240} .gpu/kcp bench --docs "$docs" --kernels ${KERNELS:-tc} --modes ${BENCH_MODES:-core} \
 			--reps ${BENCH_REPS:-10} --warmup 2 2>/dev/null || echo "bench --docs $docs: rc=$?"
 	done
+fi
+if [ "${SANITIZE:-0}" = 1 ]; then
+	for ks in ${KERNELS//,/ }; do
+		for tool in racecheck memcheck; do
+			for mode in b1 b3; do
+				t0=$(date +%s)
+				timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+					.gpu/kcp run --backend gpu --kernels "$ks" --docs 1,63,64,65,130,7 --cp 3 --layout Z --stage module \
+					--mode $mode --no-progress >"$out/sanitize-$ks-$tool-$mode.log" 2>&1
+				rc=$?
+				echo "compute-sanitizer $tool $ks $mode: rc=$rc ($(( $(date +%s) - t0 )) s) $(grep -E "ERROR SUMMARY|relative error" "$out/sanitize-$ks-$tool-$mode.log" | tr '\n' ' ' | cut -c1-160)"
+			done
+		done
+	done
+fi
+if [ "${NCU:-0}" = 1 ]; then
+	ks=${KERNELS##*,}
+	t0=$(date +%s)
+	timeout ${NCU_TIMEOUT:-240} ncu --clock-control none --kernel-name "regex:${NCU_KERNELS:-_mma}" --launch-count ${NCU_COUNT:-8} \
+		--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
+		.gpu/kcp bench --docs ${NCU_DOCS:-32768} --kernels "$ks" --modes core+bwd --reps 1 --warmup 0 >"$out/ncu.txt" 2>&1
+	echo "ncu ($ks): rc=$? ($(( $(date +%s) - t0 )) s)"
+	grep -E "^  gdn_|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Shared Memory Configuration Size|Bank|Warp Cycles Per Issued|==PROF==|==ERROR==" "$out/ncu.txt" | head -${NCU_LINES:-80}
 fi

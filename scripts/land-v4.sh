@@ -6,7 +6,7 @@
 #
 #   scripts/land-v4.sh [FILE.cu ...]   # default: every .cu of ptx/staging, in dependency order
 #
-# For each file: git mv to ptx/src; its includes of ../src/X become X; an #include of it joins
+# First every ptx/staging/*.patch is applied (git apply) and removed. For each file: git mv to ptx/src; its includes of ../src/X become X; an #include of it joins
 # ptx/src/gdnkcp.cu (before util.cu); the cpuemu runner's #include "../../staging/F" becomes "F" (the
 # emulator compiles with -I ptx/src) and the Go test's const "../staging/F" becomes "../src/F"; comments
 # naming ptx/staging/F name ptx/src/F. It stops at the first thing it does not find as expected.
@@ -19,7 +19,7 @@
 # and update ptx/staging/README.md (drop the landed sections), ptx/cpuemu/doc.go and docs/perf-notes.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-order=(gdn_walk_mma.cu gdn_bwalk_mma.cu gdn_prep_mma.cu gdn_output_mma.cu gdn_chunk_grads_mma.cu)
+order=(gdn_walk_mma.cu gdn_bwalk_mma.cu gdn_prep_mma.cu gdn_output_mma.cu gdn_dvlocal_mma.cu gdn_chunk_grads_mma.cu)
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
 	for f in "${order[@]}"; do [ -f "ptx/staging/$f" ] && files+=("$f"); done
@@ -28,7 +28,15 @@ if [ ${#files[@]} -eq 0 ]; then
 		[[ " ${order[*]} " == *" $b "* ]] || files+=("$b")
 	done
 fi
-[ ${#files[@]} -gt 0 ] || { echo "land-v4: nothing staged in ptx/staging"; exit 0; }
+# Staged changes to kernels already in ptx/src (ptx/staging/*.patch, made with git diff from the root)
+# go in first: ptx/src must keep matching the committed blobs until the blobs are rebuilt.
+for p in ptx/staging/*.patch; do
+	[ -e "$p" ] || continue
+	git apply "$p" || { echo "land-v4: $p does not apply" >&2; exit 1; }
+	git rm -q "$p"
+	echo "land-v4: applied $p"
+done
+[ ${#files[@]} -gt 0 ] || { echo "land-v4: no kernel staged in ptx/staging"; exit 0; }
 for f in "${files[@]}"; do
 	src=ptx/staging/$f
 	[ -f "$src" ] || { echo "land-v4: $src does not exist" >&2; exit 1; }

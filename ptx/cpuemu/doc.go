@@ -109,6 +109,26 @@
 //     body with cp.async immediate (5.7e-6 normwise), the entry bit for bit
 //     the probe's bf16, the output poisoned first and fully written; it
 //     registers runner_output_mma and skips when nothing is staged.
+//   - TestMMADvLocalOnCPU: the staged tensor-core dV'_local of
+//     ptx/staging/gdn_dvlocal_mma.cu beside the fp32 gdn_dvlocal_bwd on
+//     chunks of 1..64 rows, each followed by tokens no chunk owns (NaN
+//     inputs, poisoned outputs), HQK 1 / HV 2 and HQK 2 / HV 4, cp.async
+//     immediate and deferred, against the formula in float64 from the same
+//     inputs (3e-5 normwise, no element beyond 3e-4 of the rms); it
+//     registers runner_dvlocal_mma.
+//   - TestMMAChunkGradsOnCPU: the staged tensor-core chunk gradients of
+//     ptx/staging/gdn_chunk_grads_mma.cu beside the fp32 gdn_chunk_grads on
+//     the same buffers, chunks of 1..64 rows with owner-less gap tokens,
+//     padded v / dv strides, grouped heads, both cp.async modes, against
+//     gdnref.ChunkGrads fed the same fp32 / bf16 inputs (dq, dk, dv, dg,
+//     dbeta within 3e-5 normwise, no element beyond 3e-4 of the rms); it
+//     registers runner_grads_mma.
+//   - TestMMA16OnCPU: the staged v5 hand-over (gdn_state_walk_mma16 beside
+//     gdn_state_walk_mma, then gdn_output_mma16 on its bf16 H^T and V'^T):
+//     the walk's fp32 outputs bitwise gdn_state_walk_mma's at both widths,
+//     its bf16 copies bitwise the rounding of the fp32 ones, null outputs
+//     untouched, the output's rows written and gap rows untouched, its
+//     error against gdnref within the budget; it registers runner_mma16.
 //
 // Every test skips when no C++ compiler is installed. The environment variable
 // CPUEMU_SRC points the build at another kernel directory than ptx/src (to

@@ -99,6 +99,8 @@ using walkmma::kD;
 using walkmma::kThreads;
 using walkmma::kTile;
 using walkmma::swz;
+using walkmma::ctaid_y;
+using walkmma::ctaid_z;
 using walkmma::U32x2;
 
 __host__ __device__ constexpr int bwalk_mma_smem(int vh) { return 6 * kTile * 2 + 3 * kTile * 4 + kC * (vh + 8) * 2; }
@@ -305,7 +307,7 @@ __device__ __forceinline__ void offset_walk_mma(float* smem, const float* w, con
 	wk.init_state(nullptr, isP, c0);
 	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0,
 	        scale, !isP, nullptr, nullptr);
-	wk.store_state((isP ? out_pt : out_r) + ((long long)li * HV + h) * kD * kD, c0);
+	wk.store_state((isP ? out_pt : out_r) + ((long long)ctaid_y() * HV + ctaid_z()) * kD * kD, c0);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
@@ -335,7 +337,7 @@ __device__ __forceinline__ void tape_walk_mma(float* smem, const float* w, const
 	wk.init_state(dend + ((long long)seg * HV + h) * kD * kD, false, c0);
 	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0,
 	        scale, true, d_chunk, dvnew);
-	wk.store_state(dstart + ((long long)seg * HV + h) * kD * kD, c0);
+	wk.store_state(dstart + ((long long)ctaid_y() * HV + ctaid_z()) * kD * kD, c0);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)

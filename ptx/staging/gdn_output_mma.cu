@@ -3,7 +3,9 @@
 // grid and output as gdn_output_fwd of gdn_fwd.cu (block 256):
 //   gdn_output_mma   grid (NC, HV)   kOutputMMASmem = 98560 bytes (two CTAs an SM)
 //   O = scale ((Q e^gamma) H + (Q K^T ⊙ e^(gamma_i - gamma_j), j <= i < n) V'), written bf16,
-// rows past a short chunk's end neither read nor written.
+// rows past a short chunk's end neither read nor written. And the same output from the bf16 H^T and V'^T
+// of gdn_state_walk_mma16 (gdn_walk_mma.cu), H and V' plain bf16 operands (its own section at the end):
+//   gdn_output_mma16   grid (NC, HV)   kOutputMMA16Smem = 82176 bytes (two CTAs an SM)
 //
 // ---- The data flow -----------------------------------------------------------------------------------
 // Warp w owns the output tile rows 16 rt .. 16 rt + 15 (rt = w % 4) x columns c0 .. c0 + 63 (c0 = 64 (w / 4)):
@@ -71,8 +73,10 @@
 //   tensor   24576 x 12.2 MFLOP = 3.0e11 at ~60% of 1 PFLOP/s      ~0.5 ms (0.17 ms with plain bf16)
 // Predicted ~0.9-1.0 ms (v3 2.2 ms), bound by HBM and shared memory together (the fp32 H, 64 KB a chunk
 // and head, is half the bytes; a bf16 H from the state walk would halve that and drop H's split).
-// Registers (estimate): O 32 + S 32 + A hi/lo 8 + B hi/lo 8 + ~25: ~110, no spills expected under the
-// 128 a thread that two CTAs of 256 threads allow (__launch_bounds__(256, 2)).
+// Registers (estimate): O 32 + S 32 + A hi/lo 8 + B hi/lo 8 + ~25: ~110 under the 128 a thread that two
+// CTAs of 256 threads allow (__launch_bounds__(256, 2)). With phase (1)'s k loop unrolled ptxas hoisted
+// the next k steps' ldmatrix and spilled (11.8: 24 bytes on sm_90, 76 on sm_80); `#pragma unroll 1` on
+// it gives 124 registers and no spill on either (scripts/nvcc-check.sh), the same sums in the same order.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -190,6 +194,57 @@ __device__ __forceinline__ void bn_frag(unsigned bh[4], unsigned bl[4], const bf
 	if (SPLIT) tc::ldmatrix_x4(bl, tile + unit(r, cb, 1));
 }
 
+// scale_rows_exp multiplies a warp's accumulator rows by e^gamma: row i0 (elements 0, 1 of every tile)
+// by e^g0, row i1 (elements 2, 3) by e^g1, making Q H into (Q e^gamma) H.
+__device__ __forceinline__ void scale_rows_exp(float acc[8][4], float g0, float g1) {
+	const float e0 = expf(g0), e1 = expf(g1);
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt) {
+		acc[nt][0] *= e0;
+		acc[nt][1] *= e0;
+		acc[nt][2] *= e1;
+		acc[nt][3] *= e1;
+	}
+}
+
+// masked_scores computes the warp's scores S = Q K^T (rows 16 rt .. of the Q stage Qb, keys j < 16 (rt + 1)
+// of the K stage Kb, both split in place; SQ / SK: with their lo parts) and turns them in place into
+// P = S e^(gamma_i - gamma_j) where j <= i < n, exactly 0 elsewhere (a select). The tiles past the
+// diagonal block stay 0. Both outputs run it, so they share its bits.
+template <bool SQ, bool SK>
+__device__ __forceinline__ void masked_scores(float s[8][4], const bf16* Qb, const bf16* Kb, const float* gam, int rt,
+                                              int lane, int n) {
+	const int g = lane >> 2, t = lane & 3, i0 = 16 * rt + g, i1 = i0 + 8;
+	const float g0 = gam[i0], g1 = gam[i1];
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+		for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+#pragma unroll
+	for (int kk = 0; kk < 8; ++kk) {
+		unsigned ah[4], al[4];
+		a_frag<SQ>(ah, al, Qb, rt, kk, lane);
+#pragma unroll
+		for (int jp = 0; jp < 4; ++jp) {
+			if (jp > rt) break;  // warp-uniform
+			unsigned bh[4], bl[4];
+			bn_frag<SK>(bh, bl, Kb, jp, kk, lane);
+			mma_terms<SQ, SK>(s[2 * jp], ah, al, bh, bl);
+			mma_terms<SQ, SK>(s[2 * jp + 1], ah, al, bh + 2, bl + 2);
+		}
+	}
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt) {
+		if (nt / 2 > rt) break;
+		const int j0 = 8 * nt + 2 * t, j1 = j0 + 1;
+		const float gj0 = gam[j0], gj1 = gam[j1];
+		s[nt][0] = (j0 <= i0 && i0 < n) ? s[nt][0] * expf(g0 - gj0) : 0.f;
+		s[nt][1] = (j1 <= i0 && i0 < n) ? s[nt][1] * expf(g0 - gj1) : 0.f;
+		s[nt][2] = (j0 <= i1 && i1 < n) ? s[nt][2] * expf(g1 - gj0) : 0.f;
+		s[nt][3] = (j1 <= i1 && i1 < n) ? s[nt][3] * expf(g1 - gj1) : 0.f;
+	}
+}
+
 __device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) {
 	*reinterpret_cast<unsigned*>(p) = tc::pack_bf16x2(a, b);
 }
@@ -233,7 +288,7 @@ __device__ __forceinline__ void output_mma(float* smem, const float* qn, const f
 	for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
 		for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-#pragma unroll
+#pragma unroll 1
 	for (int kk = 0; kk < 8; ++kk) {
 		unsigned ah[4], al[4];
 		a_frag<SQ>(ah, al, Qb, rt, kk, lane);
@@ -246,17 +301,7 @@ __device__ __forceinline__ void output_mma(float* smem, const float* qn, const f
 		}
 	}
 	const int i0 = 16 * rt + g, i1 = i0 + 8;
-	const float g0 = gam[i0], g1 = gam[i1];
-	{
-		const float e0 = expf(g0), e1 = expf(g1);
-#pragma unroll
-		for (int nt = 0; nt < 8; ++nt) {
-			acc[nt][0] *= e0;
-			acc[nt][1] *= e0;
-			acc[nt][2] *= e1;
-			acc[nt][3] *= e1;
-		}
-	}
+	scale_rows_exp(acc, gam[i0], gam[i1]);
 	__syncthreads();  // (2) every warp done with H: XR is free
 
 	copy_tile<kC>(XR, kn + ((long long)t0 * HQK + qh) * kD, qk, n);
@@ -269,33 +314,7 @@ __device__ __forceinline__ void output_mma(float* smem, const float* qn, const f
 
 	// (2) S = Q K^T over keys j < 16 (rt + 1), masked and decayed into P in place.
 	float s[8][4];
-#pragma unroll
-	for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-		for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
-#pragma unroll
-	for (int kk = 0; kk < 8; ++kk) {
-		unsigned ah[4], al[4];
-		a_frag<SQ>(ah, al, Qb, rt, kk, lane);
-#pragma unroll
-		for (int jp = 0; jp < 4; ++jp) {
-			if (jp > rt) break;  // warp-uniform
-			unsigned bh[4], bl[4];
-			bn_frag<SK>(bh, bl, Xb, jp, kk, lane);
-			mma_terms<SQ, SK>(s[2 * jp], ah, al, bh, bl);
-			mma_terms<SQ, SK>(s[2 * jp + 1], ah, al, bh + 2, bl + 2);
-		}
-	}
-#pragma unroll
-	for (int nt = 0; nt < 8; ++nt) {
-		if (nt / 2 > rt) break;
-		const int j0 = 8 * nt + 2 * t, j1 = j0 + 1;
-		const float gj0 = gam[j0], gj1 = gam[j1];
-		s[nt][0] = (j0 <= i0 && i0 < n) ? s[nt][0] * expf(g0 - gj0) : 0.f;
-		s[nt][1] = (j1 <= i0 && i0 < n) ? s[nt][1] * expf(g0 - gj1) : 0.f;
-		s[nt][2] = (j0 <= i1 && i1 < n) ? s[nt][2] * expf(g1 - gj0) : 0.f;
-		s[nt][3] = (j1 <= i1 && i1 < n) ? s[nt][3] * expf(g1 - gj1) : 0.f;
-	}
+	masked_scores<SQ, SK>(s, Qb, Xb, gam, rt, lane, n);
 
 	// (3) O += P V' over k steps kj <= rt.
 #pragma unroll
@@ -339,6 +358,209 @@ gdn_output_mma(const float* __restrict__ qn, const float* __restrict__ kn, const
                __nv_bfloat16* __restrict__ o, int HQK, int HV, float scale) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	output_mma<kOutputPrec>(smem, qn, kn, gcum, vnew, h_state, chunk_tok0, chunk_len, o, HQK, HV, scale);
+}
+
+// ==== gdn_output_mma16: the output from bf16 H^T and V'^T ================================================
+//   gdn_output_mma16   grid (NC, HV)   kOutputMMA16Smem = 82176 bytes (two CTAs an SM)
+// Arguments: gdn_output_mma's, in its order, with vnew and h_state retyped to the bf16 tiles of
+// gdn_state_walk_mma16 (gdn_walk_mma.cu): (qn, kn, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV,
+// scale), block 256. h16 is [NC, HV, 128 (column), 128 (key)] (H^T of chunk c's start state), vnew16
+// [NC, HV, 128 (column), 64 (token)] (V'^T, tokens past a short chunk's end 0: they are read, so they must
+// be finite; the walk writes zeros). The same O = scale ((Q e^gamma) H + (Q K^T ⊙ e^(gamma_i - gamma_j),
+// j <= i < n) V') in bf16, rows past n neither read (q, k, gamma) nor written.
+//
+// ---- Design ----------------------------------------------------------------------------------------------
+// gdn_output_mma's warps, tiles and phases: warp w owns rows 16 rt .. (rt = w % 4) x columns 64 wc ..
+// (wc = w / 4), 8 accumulator tiles; (1) O = Q H, rows times e^gamma; (2) S = Q K^T over the causal key
+// tiles, masked and decayed into P in the registers; (3) O += P V'; times scale, bf16, stored by its owner.
+// What changes: H and V' arrive as bf16 and enter the tensor cores as they are (one operand of a product
+// plain: ah b + al b, two mma.sync instead of three); Q, K and P stay split hi/lo (Q, K staged fp32 and
+// split in place by copy_tile / convert_tile as in gdn_output_mma, P split in registers).
+// The bf16 tiles are copied by cp.async straight into their stages, no conversion pass: both are stored
+// with the n index (column) as the row, so B = tile^T comes from ldmatrix.x4 without .trans (lanes 0-7:
+// columns 16 jp .. + 7 at k unit 2 kk, 8-15: the same columns at unit 2 kk + 1, 16-31: columns + 8), and
+// each row's 16-byte unit u is stored at unit u ^ (row % 8) (sw16): the 8 rows of an 8x8 matrix, 256 (H^T)
+// or 128 (V'^T) bytes apart, fall in 8 different 16-byte bank groups; a warp's cp.async writes (two rows
+// of H^T, four of V'^T, a row's units permuted) are conflict-free as well.
+// Block order: lin = blockIdx.y gridDim.x + blockIdx.x, c = lin / HV, h = lin % HV (gridDim is (NC, HV) by
+// the ABI): the HV / HQK value heads that read the same q, k rows run back to back and find them in L2
+// (gdn_prep_mma does the same), so Q and K cost HBM once per QK head, not once per value head.
+// Regions: QR [64][128] fp32 (Q, split in place) | XR 32 KB (H^T bf16 [128][128], then K [64][128] fp32,
+// split in place) | VT [128][64] bf16 (V'^T) | gam [64].
+//   copy Q, H^T (group 1), V'^T (group 2); gamma; wait_group 1; convert Q        __syncthreads (1)
+//   (1) O = Q H; rows times e^gamma                                            __syncthreads (2): H freed
+//   copy K (group 3); wait_group 0 (K and V'^T); convert K                     __syncthreads (3)
+//   (2), mask, (3), store
+// V'^T lands during phase (1). Three block barriers, no warp barrier, no atomics; every sum in a fixed
+// order (k steps ascending; per step ah b, then al b; S as ah bh + ah bl + al bh).
+// Shared memory 4 (64 128) + 2 (128 128) + 2 (128 64) + 4 64 = 32768 + 32768 + 16384 + 256 = 82176 bytes
+// (gdn_output_mma: 98560): two CTAs an SM (2 (82176 + 1024 reserved) = 166400 of 233472 bytes); three
+// would need <= 76800 bytes and <= 80 registers a thread (the accumulators of O and S alone are 64), so
+// two it is. Giving K its own 32 KB (114944 bytes, still two CTAs an SM) would let K's copy overlap
+// phase (1) and drop barrier (2): the alternative to try on the GPU if the exposed K copy shows.
+//
+// ---- Precision -------------------------------------------------------------------------------------------
+// H and V' are plain bf16 now (the walk rounded them, 2^-9 relative: there is no lo part to keep); Q, K
+// and P stay split (the measurement of gdn_output_mma's PREC bits above: each plain operand costs
+// ~1.1-1.4e-3, so splitting Q, K, P keeps the kernel's own error ~100x below the bf16 hand-over).
+// Measured on the emulator (TestMMA16OnCPU: segments of 1..200 tokens, HQK 1 / HV 1 and HQK 2 / HV 4,
+// q, k l2-normalised, H and V' from gdn_state_walk_mma16 on random non-zero start states; normwise
+// relative error against gdnref.Output in float64):
+//   O before its bf16 rounding (fp32 probe) vs gdnref from the bf16 H, V' it read   4.1e-6 (the kernel's own)
+//   O before its bf16 rounding vs gdnref from the walk's fp32 H, V'                 1.69e-3 (the hand-over)
+//     of which H's rounding alone 1.1-1.2e-3, V''s alone 1.15-1.26e-3 (gdnref with one of them rounded)
+//   O in bf16 (the entry) vs gdnref from the fp32 H, V'                             2.34-2.36e-3 (total)
+//   O in bf16 vs gdnref from the bf16 H, V'                                         1.64-1.65e-3 (O's rounding)
+// gdn_output_mma (fp32 H, V', every operand split): 5.7e-6 before and ~1.67e-3 after O's rounding. The
+// bf16 hand-over adds ~0.7e-3 to the output's total (errors of independent roundings add in quadrature:
+// sqrt(1.69^2 + 1.65^2) = 2.36), about half of the forward's 5e-3 budget against the ~1/3 before.
+//
+// ---- Cost, predicted for an H200 (132 SMs, ~4 TB/s HBM) at 32K tokens (512 chunks x 48 value heads) ---
+// Per CTA (one chunk, one value head), bytes: Q and K 32 KB each fp32 (one HBM read per QK head through
+// the head-fastest block order, so ~21.3 KB a CTA of the 3 value heads that share them), h16 32 KB,
+// vnew16 16 KB, O 16 KB bf16 written, gamma 256: 128 KB moved, ~85.6 KB unique in HBM (gdn_output_mma:
+// H 64 KB + V' 32 KB fp32, ~133.6 KB unique with the same L2 reuse of Q and K, ~176 KB without it).
+// Shared memory: cp.async writes 112 KB, the in-place splits of Q and K read and write 64 KB each, the
+// ldmatrix.x4 read per warp Q twice (8 KB each as hi + lo), its half of H^T 16 KB, K ~20 KB (hi + lo, the
+// causal skips) and V'^T ~5 KB: ~700 KB a CTA (gdn_output_mma ~1.1 MB). Tensor cores: Q H 1024, Q K^T
+// 960, P V' 320 = 2304 mma.sync m16n8k16 (9.4 MFLOP; gdn_output_mma ~3000).
+// 24576 CTAs, 186 an SM:
+//   HBM      24576 x 85.6 KB = 2.15 GB / ~4 TB/s                   ~0.54 ms   (gdn_output_mma ~0.84)
+//   smem     186 x ~700 KB / (128 B/clk at ~1.8 GHz)                 ~0.57 ms   (~0.9)
+//   tensor   24576 x 9.4 MFLOP = 2.3e11 at ~60% of ~1 PFLOP/s       ~0.39 ms   (~0.5)
+// Predicted ~0.6-0.7 ms at 32K (gdn_output_mma ~0.9-1.0 ms), bound by shared memory and HBM together.
+// With the walk's halved stores (gdn_state_walk_mma16 with h_out and vnew null: 48 KB a chunk and head
+// written instead of 96) the H / V' hand-over moves 96 KB less per chunk and head, 2.4 GB at 32K: ~0.6 ms
+// of HBM time, of which the output keeps ~0.3 ms and the walk ~0.1-0.2 ms (it becomes bound by its
+// shared memory, ~2.1 us a chunk at vh 64, instead of HBM, ~2.3 us). Core forward at 32K: ~3.3 ->
+// ~2.8-2.9 ms predicted, still over the 2.0 ms target (next: W, U, Kt, the prep's fp32 outputs).
+// Registers: 118 (sm_90) / 109 (sm_80, compute_80 PTX) with ptxas 11.8, no spill, under the 128 of
+// __launch_bounds__(256, 2); phase (1)'s k loop keeps gdn_output_mma's `#pragma unroll 1`.
+template <int UNITS>
+__device__ __forceinline__ int sw16(int r, int u) {
+	return r * 8 * UNITS + 8 * (u ^ (r & 7));
+}
+
+// copy_bf16_tile issues the cp.async copies of a whole [ROWS][8 UNITS] bf16 tile (contiguous in global
+// memory) into its swizzled stage; thread tid copies the units tid + 256 k (a warp: 512 contiguous bytes).
+template <int ROWS, int UNITS>
+__device__ __forceinline__ void copy_bf16_tile(bf16* dst, const bf16* src) {
+#pragma unroll
+	for (int k = 0; k < ROWS * UNITS / kThreads; ++k) {
+		const int p = threadIdx.x + kThreads * k;
+		tc::cp_async16(dst + sw16<UNITS>(p / UNITS, p % UNITS), src + 8 * p);
+	}
+}
+
+// bn16_frag loads the B fragments of a swizzled bf16 tile whose rows are the n index (B = tile^T): n rows
+// 16 jp .. (two n-tiles: b[0..1] and b[2..3]), k columns 16 kk .., by ldmatrix not transposed.
+template <int UNITS>
+__device__ __forceinline__ void bn16_frag(unsigned b[4], const bf16* tile, int jp, int kk, int lane) {
+	const int r = 16 * jp + (lane & 7) + 8 * (lane >> 4), u = 2 * kk + ((lane >> 3) & 1);
+	tc::ldmatrix_x4(b, tile + sw16<UNITS>(r, u));
+}
+
+constexpr int kOutputMMA16Smem = 4 * kC * kD + 2 * kD * kD + 2 * kD * kC + 4 * kC;
+static_assert(kOutputMMA16Smem == 82176, "kOutputMMA16Smem: the header says 82176 bytes");
+static_assert(4 * kC * kD == 2 * kD * kD, "K [64][128] fp32 takes H^T's [128][128] bf16 place exactly");
+
+// output_mma16: the kernel body; OutT is __nv_bfloat16 for the entry (float only for the emulator's
+// precision probe of ptx/cpuemu/testdata/kernels_mma16.cpp).
+template <typename OutT>
+__device__ __forceinline__ void output_mma16(float* smem, const float* qn, const float* kn, const float* gcum,
+                                             const bf16* vnew16, const bf16* h16, const int* chunk_tok0,
+                                             const int* chunk_len, OutT* o, int HQK, int HV, float scale) {
+	float* QR = smem;                    // [64][128] fp32: Q, split in place
+	float* XR = QR + kC * kD;            // H^T [128][128] bf16, then K [64][128] fp32 split in place
+	bf16* VT = reinterpret_cast<bf16*>(XR + kC * kD);  // [128][64] bf16: V'^T
+	float* gam = reinterpret_cast<float*>(VT + kD * kC);  // [64]
+	const bf16* Qb = reinterpret_cast<const bf16*>(QR);
+	const bf16* Xb = reinterpret_cast<const bf16*>(XR);
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x, c = lin / HV, h = lin % HV;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int g = lane >> 2, t = lane & 3, rt = warp & 3, wc = warp >> 2;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int qh = h / (HV / HQK);
+	const long long qk = (long long)HQK * kD, blk = (long long)c * HV + h;
+
+	copy_tile<kC>(QR, qn + ((long long)t0 * HQK + qh) * kD, qk, n);
+	copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16 + blk * kD * kD);
+	tc::cp_async_commit();
+	copy_bf16_tile<kD, kC / 8>(VT, vnew16 + blk * kD * kC);
+	tc::cp_async_commit();
+	if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
+	tc::cp_async_wait<1>();  // Q and H^T (V'^T may still be in flight)
+	convert_tile<kC, true>(QR);
+	__syncthreads();  // (1) Q, H^T and gamma staged
+
+	// (1) O = Q H over the warp's 16 rows x 64 columns: A = Q hi/lo, B = H^T rows 64 wc + 16 np ...
+	float acc[8][4];
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+		for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+#pragma unroll 1
+	for (int kk = 0; kk < 8; ++kk) {
+		unsigned ah[4], al[4];
+		a_frag<true>(ah, al, Qb, rt, kk, lane);
+#pragma unroll
+		for (int np = 0; np < 4; ++np) {
+			unsigned b[4];
+			bn16_frag<kD / 8>(b, Xb, 4 * wc + np, kk, lane);
+			mma_terms<true, false>(acc[2 * np], ah, al, b, b);
+			mma_terms<true, false>(acc[2 * np + 1], ah, al, b + 2, b + 2);
+		}
+	}
+	const int i0 = 16 * rt + g, i1 = i0 + 8;
+	scale_rows_exp(acc, gam[i0], gam[i1]);
+	__syncthreads();  // (2) every warp done with H^T: XR is free
+
+	copy_tile<kC>(XR, kn + ((long long)t0 * HQK + qh) * kD, qk, n);
+	tc::cp_async_commit();
+	tc::cp_async_wait<0>();  // K and V'^T
+	convert_tile<kC, true>(XR);
+	__syncthreads();  // (3) K and V'^T staged
+
+	// (2) S = Q K^T over keys j < 16 (rt + 1), masked and decayed into P in place.
+	float s[8][4];
+	masked_scores<true, true>(s, Qb, Xb, gam, rt, lane, n);
+
+	// (3) O += P V' over k steps kj <= rt: A = P hi/lo (from the S tiles), B = V'^T rows 64 wc + 16 np ...
+	const bf16* Vb = VT;
+#pragma unroll
+	for (int kj = 0; kj < 4; ++kj) {
+		if (kj > rt) break;
+		unsigned ah[4], al[4];
+		const int k0 = 2 * kj, k1 = 2 * kj + 1;  // constant indices after unrolling: s stays in registers
+		tc::split_bf16x2(s[k0][0], s[k0][1], ah[0], al[0]);
+		tc::split_bf16x2(s[k0][2], s[k0][3], ah[1], al[1]);
+		tc::split_bf16x2(s[k1][0], s[k1][1], ah[2], al[2]);
+		tc::split_bf16x2(s[k1][2], s[k1][3], ah[3], al[3]);
+#pragma unroll
+		for (int np = 0; np < 4; ++np) {
+			unsigned b[4];
+			bn16_frag<kC / 8>(b, Vb, 4 * wc + np, kj, lane);
+			mma_terms<true, false>(acc[2 * np], ah, al, b, b);
+			mma_terms<true, false>(acc[2 * np + 1], ah, al, b + 2, b + 2);
+		}
+	}
+
+	// Store: row i0 / i1, columns 64 wc + 8 nt + 2t, +1.
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt) {
+		const int d = 64 * wc + 8 * nt + 2 * t;
+		if (i0 < n) store2(o + ((long long)(t0 + i0) * HV + h) * kD + d, scale * acc[nt][0], scale * acc[nt][1]);
+		if (i1 < n) store2(o + ((long long)(t0 + i1) * HV + h) * kD + d, scale * acc[nt][2], scale * acc[nt][3]);
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_output_mma16(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ gcum,
+                 const __nv_bfloat16* __restrict__ vnew16, const __nv_bfloat16* __restrict__ h16,
+                 const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+                 __nv_bfloat16* __restrict__ o, int HQK, int HV, float scale) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	output_mma16(smem, qn, kn, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV, scale);
 }
 
 }  // namespace outmma

@@ -3,6 +3,8 @@
 // arguments, grids and outputs as gdn_summary_walk / gdn_state_walk of gdn_fwd.cu (block 256):
 //   gdn_summary_walk_mma   grid (2*128/vh, nlist, HV)   walk_mma_smem(vh)
 //   gdn_state_walk_mma     grid (128/vh, NS, HV)        walk_mma_smem(vh)
+//   gdn_state_walk_mma16   grid (128/vh, NS, HV)        walk_mma_smem(vh)   (+ bf16 H^T, V'^T for the output;
+//                                                                           see its section at the end)
 // walk_mma_smem(vh) = 196608 + 256*(vh+4) bytes (214016 at vh 64, 230400 at vh 128).
 //
 // ---- The data flow: the state never leaves the registers -------------------------------------------
@@ -104,6 +106,28 @@ __host__ __device__ constexpr int walk_mma_smem(int vh) {
 // swz: the element offset of (row, col) in a swizzled [64][128] bf16 array: the 16-byte unit col / 8
 // of a row is stored at unit (col / 8) ^ (row % 8).
 __device__ __forceinline__ int swz(int row, int col) { return row * kD + (((col >> 3) ^ (row & 7)) << 3) + (col & 7); }
+
+// ctaid_y, ctaid_z: blockIdx.y and .z read afresh (volatile asm, never merged with an earlier read), so
+// that the address of the final store is computed after the walk instead of being held in registers
+// across it: at 255 registers that held offset was the state walk's one spill (8 bytes, ptxas 11.8).
+__device__ __forceinline__ int ctaid_y() {
+#if defined(GDNKCP_CPU_EMULATOR)
+	return blockIdx.y;
+#else
+	unsigned r;
+	asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(r));
+	return static_cast<int>(r);
+#endif
+}
+__device__ __forceinline__ int ctaid_z() {
+#if defined(GDNKCP_CPU_EMULATOR)
+	return blockIdx.z;
+#else
+	unsigned r;
+	asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(r));
+	return static_cast<int>(r);
+#endif
+}
 
 struct alignas(8) U32x2 {
 	unsigned x, y;
@@ -296,11 +320,44 @@ struct Walker {
 		}
 	}
 
+	// store_state16 writes S^T as bf16 (round to nearest even) into dst, one chunk's [128 (column)]
+	// [128 (key)] block of h16: keys 2t, 2t+1 of a column are this lane's s[nt][0..1] (column g) and
+	// s[nt][2..3] (column g + 8), one packed 4-byte store each.
+	__device__ __forceinline__ void store_state16(bf16* dst, int c0) const {
+		if (!holds()) return;
+#pragma unroll
+		for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+			for (int hf = 0; hf < 2; ++hf) {
+				const int col = c0 + 16 * warp + g + 8 * hf, key = 8 * nt + 2 * t;
+				*reinterpret_cast<unsigned*>(dst + col * kD + key) = tc::pack_bf16x2(s[nt][2 * hf], s[nt][2 * hf + 1]);
+			}
+		}
+	}
+
+	// store_vprime16 writes V'^T as bf16 into dst, one chunk's [128 (column)][64 (token)] block of
+	// vnew16, tokens from n on as 0: packed 4-byte stores of tokens 2t, 2t+1 as in store_state16.
+	__device__ __forceinline__ void store_vprime16(bf16* dst, int n, int c0) const {
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+			for (int hf = 0; hf < 2; ++hf) {
+				const int col = c0 + 16 * warp + g + 8 * hf, i = 8 * nt + 2 * t;
+				const float a = i < n ? v[nt][2 * hf] : 0.f, b = i + 1 < n ? v[nt][2 * hf + 1] : 0.f;
+				*reinterpret_cast<unsigned*>(dst + col * kC + i) = tc::pack_bf16x2(a, b);
+			}
+		}
+	}
+
 	// walk runs the chunks [ch0, ch0 + nch) from the state in the registers; with h_out set (the state
-	// walk) it writes each chunk's start state and V'.
+	// walk) it writes each chunk's start state and V'; with h16 / vnew16 set (gdn_state_walk_mma16)
+	// also their bf16 copies for the output, H^T and V'^T, each where set. The arithmetic does not
+	// depend on which outputs are set: the fp32 results are the same bits, and the entries that pass
+	// no bf16 pointers compile to the code they had before these stores existed.
 	__device__ __forceinline__ void walk(const float* w, const float* u, const float* kt, const float* gcum,
 	                                     const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h, int HV,
-	                                     int c0, float* h_out, float* vnew) {
+	                                     int c0, float* h_out, float* vnew, bf16* h16 = nullptr,
+	                                     bf16* vnew16 = nullptr) {
 		if (nch <= 0) return;
 		issue(w, u, kt, chunk_tok0[ch0], chunk_len[ch0], h, HV, c0);
 		land(0, u, gcum, chunk_tok0[ch0], chunk_len[ch0], h, HV);
@@ -311,9 +368,12 @@ struct Walker {
 			__syncthreads();
 			if (ci + 1 < nch) issue(w, u, kt, chunk_tok0[c + 1], chunk_len[c + 1], h, HV, c0);
 			if (holds()) {
-				if (h_out != nullptr) store_state(h_out + ((long long)c * HV + h) * kD * kD, c0);
+				const long long blk = (long long)c * HV + h;
+				if (h_out != nullptr) store_state(h_out + blk * kD * kD, c0);
+				if (h16 != nullptr) store_state16(h16 + blk * kD * kD, c0);
 				vprime(x, n);
 				if (vnew != nullptr) store_vprime(vnew, chunk_tok0[c], n, h, HV, c0);
+				if (vnew16 != nullptr) store_vprime16(vnew16 + blk * kD * kC, n, c0);
 				update(x, n);
 			}
 			if (ci + 1 < nch) land(1 - x, u, gcum, chunk_tok0[c + 1], chunk_len[c + 1], h, HV);
@@ -334,7 +394,7 @@ __device__ __forceinline__ void summary_walk_mma(float* smem, const float* w, co
 	wk.init_state(nullptr, isP, c0);
 	wk.walk(w, isP ? nullptr : u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0,
 	        nullptr, nullptr);
-	wk.store_state((isP ? out_p : out_q) + ((long long)li * HV + h) * kD * kD, c0);
+	wk.store_state((isP ? out_p : out_q) + ((long long)ctaid_y() * HV + ctaid_z()) * kD * kD, c0);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
@@ -359,7 +419,7 @@ __device__ __forceinline__ void state_walk_mma(float* smem, const float* w, cons
 	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
 	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, false, c0);
 	wk.walk(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0, h_out, vnew);
-	wk.store_state(final_state + ((long long)seg * HV + h) * kD * kD, c0);
+	wk.store_state(final_state + ((long long)ctaid_y() * HV + ctaid_z()) * kD * kD, c0);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
@@ -376,6 +436,59 @@ gdn_state_walk_mma(const float* __restrict__ w, const float* __restrict__ u, con
 	else
 		state_walk_mma<128>(smem, w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
 		                    final_state, HV);
+}
+
+// ---- gdn_state_walk_mma16: the state walk with bf16 copies of H and V' for the output ---------------
+// gdn_state_walk_mma's arguments with two bf16 outputs after final_state, same grid (128/vh, NS, HV),
+// block 256 and shared memory walk_mma_smem(vh):
+//   h16     [NC, HV, 128 (column), 128 (key)]: chunk c's start state TRANSPOSED, element (key, col) of H
+//           at h16[((c HV + h) 128 + col) 128 + key], rounded to nearest even;
+//   vnew16  [NC, HV, 128 (column), 64 (token)]: chunk c's V'^T, token i of column col at
+//           vnew16[((c HV + h) 128 + col) 64 + i], tokens from chunk_len[c] on stored as 0.
+// Any of h_out, vnew, h16, vnew16 may be null (that store is skipped); final_state may not. h_out, vnew
+// and final_state are gdn_state_walk_mma's bits (the same instructions; the bf16 stores only read the
+// registers), and vh 64 and vh 128 give the same bits in all five outputs. The layouts are the
+// accumulators' own: a lane holds keys (tokens) 2t, 2t+1 of columns g and g + 8, so every bf16 store is
+// one packed 4-byte word; a warp instruction fills 16 contiguous bytes of 8 columns, the next nt the
+// other half of those 32-byte sectors. gdn_output_mma16 (gdn_output_mma.cu) reads both tiles by
+// cp.async as they lie (32 KB and 16 KB contiguous a chunk and head) and ldmatrix without .trans.
+// Bytes a chunk and head: h16 32 KB, vnew16 16 KB against h_out 64 KB and vnew 32 KB (fp32); with h_out
+// and vnew null (what the forward needs when nothing else reads fp32 H) the walk writes half as much.
+// Predicted at 32K tokens (96 CTAs of vh 64, 512 chunks each; H200 ~4 TB/s): per chunk step 48 heads x
+// (W, Kt, U 96 KB read + h16, vnew16 48 KB written) = 6.9 MB, ~1.7 us of HBM, under the ~2.1 us a chunk
+// that shared memory costs at vh 64: ~1.1 ms, bound by the SM (gdn_state_walk_mma with fp32 H and V':
+// 192 KB, ~2.3-2.5 us, ~1.2-1.3 ms, bound by HBM). Writing h_out and vnew as well costs 240 KB, ~2.9 us
+// a chunk step, ~1.5 ms: only for a caller that needs the fp32 states too.
+// Registers (ptxas 11.8): 254 on sm_90, 255 on sm_80 (compute_80 PTX), no spill; the final-state
+// address is read after the walk through ctaid_y / ctaid_z, as in gdn_state_walk_mma.
+template <int VH>
+__device__ __forceinline__ void state_walk_mma16(float* smem, const float* w, const float* u, const float* kt,
+                                                 const float* gcum, const int* chunk_tok0, const int* chunk_len,
+                                                 const int* seg_chunk0, const int* seg_nchunk, const float* start,
+                                                 float* h_out, float* vnew, float* final_state, bf16* h16,
+                                                 bf16* vnew16, int HV) {
+	Walker<VH> wk(smem);
+	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
+	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, false, c0);
+	wk.walk(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0, h_out, vnew, h16,
+	          vnew16);
+	wk.store_state(final_state + ((long long)ctaid_y() * HV + ctaid_z()) * kD * kD, c0);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+gdn_state_walk_mma16(const float* __restrict__ w, const float* __restrict__ u, const float* __restrict__ kt,
+                     const float* __restrict__ gcum, const int* __restrict__ chunk_tok0,
+                     const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
+                     const int* __restrict__ seg_nchunk, const float* __restrict__ start,
+                     float* __restrict__ h_out, float* __restrict__ vnew, float* __restrict__ final_state,
+                     __nv_bfloat16* __restrict__ h16, __nv_bfloat16* __restrict__ vnew16, int HV, int vh) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	if (vh == 64)
+		state_walk_mma16<64>(smem, w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+		                     final_state, h16, vnew16, HV);
+	else
+		state_walk_mma16<128>(smem, w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+		                      final_state, h16, vnew16, HV);
 }
 
 }  // namespace walkmma

@@ -63,7 +63,8 @@ backward from dO to the gradients (l2norm backward included; uploads and the con
 module-b1 and module-b3 time the whole module layer (conv included) as a training step runs it: B1 the
 forward keeping activations then the backward, B3 the forward in checkpoint mode, the recompute and the
 backward, every upload, exchange and copy included. --kernels picks the forward's kernels (fp32, tc,
-mma) and, with mma, the backward walks' (the other backward kernels are fp32 on the CUDA cores).`,
+mma, mma16) and, with mma, the backward's walks, dV'_local and chunk gradients (l2norm backward, casts and the conv stay
+on the CUDA cores).`,
 		Example: `  kcp bench
   kcp bench --docs 40000,45000,35908 --kernels tc --modes core,core+bwd,module-b1,module-b3`,
 		Args: cobra.NoArgs,
@@ -71,7 +72,7 @@ mma) and, with mma, the backward walks' (the other backward kernels are fp32 on 
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.docs, "docs", "32768", "document lengths, comma-separated (one rank holds them all)")
-	f.StringVar(&o.kernels, "kernels", "fp32,tc", "kernel sets to time, comma-separated: fp32 (CUDA cores), tc (tensor-core forward), mma (v4 forward and backward walks on mma.sync; needs blobs built with them)")
+	f.StringVar(&o.kernels, "kernels", "fp32,tc", "kernel sets to time, comma-separated: fp32 (CUDA cores), tc (tensor-core forward), mma (v4: forward, backward walks, dV'_local and chunk gradients on mma.sync), mma16 (mma with bf16 H and V' for the output); mma and mma16 need blobs built with them")
 	f.StringVar(&o.modes, "modes", benchCore, "what to time, comma-separated: "+benchModesHelp)
 	f.StringVar(&o.blob, "blob", "", "force a blob slot (e.g. compute_80)")
 	f.IntVar(&o.reps, "reps", 20, "timed runs")
@@ -241,7 +242,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 	}
 	g, err := kcp.NewGPU(plan, gopts)
 	if err != nil {
-		if errors.Is(err, loader.ErrNoDriver) {
+		if errors.Is(err, loader.ErrNoDriver) || loader.IsCode(err, loader.ErrorNoDevice) {
 			return benchRow{}, fmt.Errorf("bench needs a CUDA GPU: %w", err)
 		}
 		return benchRow{}, err

@@ -28,6 +28,7 @@ type devicesJSON struct {
 	NVMLError   string       `json:"nvml_error,omitempty"`
 	Driver      bool         `json:"driver"` // a CUDA driver was found
 	DriverError string       `json:"driver_error,omitempty"`
+	NoGPU       bool         `json:"no_gpu,omitempty"` // a driver that sees no GPU (CUDA_ERROR_NO_DEVICE)
 	Devices     []deviceJSON `json:"devices"`
 }
 
@@ -101,8 +102,9 @@ exits 0. --blob (or the ` + archdetect.EnvBlob + ` environment variable) forces 
 	return cmd
 }
 
-// gatherDevices collects both views. A missing driver is not an error; any
-// other detection failure is returned after what could be collected.
+// gatherDevices collects both views. A missing driver, or a driver that sees
+// no GPU, is not an error; any other detection failure is returned after
+// what could be collected.
 func gatherDevices(opts archdetect.Options) (devicesJSON, error) {
 	dj := devicesJSON{Devices: []deviceJSON{}}
 	if devs, version, err := nvmlInfo(); err != nil {
@@ -137,8 +139,9 @@ func gatherDevices(opts archdetect.Options) (devicesJSON, error) {
 	}
 	if err != nil {
 		dj.DriverError = err.Error()
-		if !dj.Driver {
-			return dj, nil // no driver: said in the output, not a failure
+		dj.NoGPU = loader.IsCode(err, loader.ErrorNoDevice)
+		if !dj.Driver || dj.NoGPU {
+			return dj, nil // no driver or no GPU: said in the output, not a failure
 		}
 		return dj, err
 	}
@@ -171,6 +174,9 @@ func writeDevicesText(w io.Writer, dj devicesJSON) error {
 	switch {
 	case !dj.Driver:
 		fmt.Fprintf(tw, "CUDA driver: none (%s)\n", dj.DriverError)
+		fmt.Fprintln(tw, "  no GPU can be used here; kcp plan needs --arch")
+	case dj.NoGPU:
+		fmt.Fprintf(tw, "CUDA driver: present, but it sees no GPU (%s)\n", dj.DriverError)
 		fmt.Fprintln(tw, "  no GPU can be used here; kcp plan needs --arch")
 	default:
 		fmt.Fprintf(tw, "CUDA driver: %d GPU(s)\n", len(dj.Devices))

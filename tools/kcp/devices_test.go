@@ -57,6 +57,32 @@ func TestDevicesNoDriver(t *testing.T) {
 	assert.Contains(t, dj.DriverError, "CUDA driver library not found")
 }
 
+// A driver library with no GPU behind it (cuInit: CUDA_ERROR_NO_DEVICE, NVML:
+// driver not loaded) is reported, not a failure.
+func TestDevicesNoGPU(t *testing.T) {
+	fakeDevices(t,
+		func(archdetect.Options) ([]*archdetect.Profile, error) {
+			return nil, fmt.Errorf("archdetect: %w", &loader.Error{Call: "cuInit", Code: loader.ErrorNoDevice})
+		},
+		func() ([]archdetect.NVMLDevice, string, error) {
+			return nil, "", fmt.Errorf("%w: nvml.Init: Driver Not Loaded", archdetect.ErrNVMLNoDriver)
+		})
+	stdout, stderr, code := execute("devices")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "NVML: not available: archdetect: NVML is installed but the NVIDIA kernel driver is not loaded")
+	assert.Contains(t, stdout, "CUDA driver: present, but it sees no GPU (archdetect: cuInit: CUDA_ERROR_NO_DEVICE (100))")
+	assert.Contains(t, stdout, "kcp plan needs --arch")
+
+	stdout, _, code = execute("devices", "--json")
+	require.Equal(t, 0, code)
+	var dj devicesJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &dj))
+	assert.True(t, dj.Driver)
+	assert.True(t, dj.NoGPU)
+	assert.Empty(t, dj.Devices)
+	assert.Contains(t, dj.DriverError, "CUDA_ERROR_NO_DEVICE")
+}
+
 func TestDevicesOneGPU(t *testing.T) {
 	fakeDevices(t, h200, func() ([]archdetect.NVMLDevice, string, error) {
 		return []archdetect.NVMLDevice{{Index: 0, Name: "NVIDIA H200", UUID: "GPU-1", Major: 9, Architecture: "Hopper",

@@ -86,7 +86,7 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	addPlacementFlags(cmd, &o)
 	f.StringVar(&o.faultKill, "fault-kill", "", "fault test: RANK:STAGE, the process running RANK kills itself (SIGKILL) when the rank reaches STAGE (e.g. 1:tape walk)")
 	f.StringVar(&o.faultError, "fault-error", "", "fault test: RANK:STAGE, the rank fails with an error at STAGE")
-	f.StringVar(&o.kernels, "kernels", "fp32", "GPU backend: fp32 (CUDA-core kernels, the default), tc (tensor-core forward, ~4x faster, output error ~3.7e-3) or mma (v4 forward and backward walks on mma.sync; needs blobs built with them)")
+	f.StringVar(&o.kernels, "kernels", "fp32", "GPU backend: fp32 (CUDA-core kernels, the default), tc (tensor-core forward, ~4x faster, output error ~3.7e-3) , mma (v4: forward, backward walks, dV'_local and chunk gradients on mma.sync) or mma16 (mma with bf16 H and V' for the output); mma and mma16 need blobs built with them")
 	f.BoolVar(&o.check, "check", true, "compare the output and every gradient with the naive float64 reference")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
 	f.IntVar(&o.hqk, "hqk", kcp.DefaultHQK, "query/key heads")
@@ -184,7 +184,7 @@ func (r runReport) MarshalJSON() ([]byte, error) {
 type runGPU struct {
 	Device  string `json:"device"`  // archdetect's line: name, CC, SMs, blob and why
 	Blob    string `json:"blob"`    // the blob slot loaded
-	Kernels string `json:"kernels"` // the kernel set: fp32, tc or mma
+	Kernels string `json:"kernels"` // the kernel set: fp32, tc, mma or mma16
 	Reps    int    `json:"reps"`
 	Warmup  int    `json:"warmup"`
 	// Devices are this process's GPUs, RankDevices each rank's (-1: a rank
@@ -352,6 +352,8 @@ func (o *runOptions) chooseBackend(plan *kcp.Plan) (string, string) {
 	switch {
 	case errors.Is(err, loader.ErrNoDriver):
 		return "cpu", "auto: cpu (no CUDA driver)"
+	case loader.IsCode(err, loader.ErrorNoDevice):
+		return "cpu", "auto: cpu (a CUDA driver library but no GPU)"
 	case err != nil:
 		return "cpu", fmt.Sprintf("auto: cpu (no usable GPU: %v)", err)
 	}
@@ -517,6 +519,9 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 	if err != nil {
 		if errors.Is(err, loader.ErrNoDriver) {
 			return nil, fmt.Errorf("--backend gpu: no CUDA driver on this machine: %w; use --backend cpu", err)
+		}
+		if loader.IsCode(err, loader.ErrorNoDevice) {
+			return nil, fmt.Errorf("--backend gpu: the CUDA driver sees no GPU on this machine: %w; use --backend cpu", err)
 		}
 		return nil, fmt.Errorf("--backend gpu: %w", err)
 	}

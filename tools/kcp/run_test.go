@@ -157,20 +157,27 @@ func copyDir(t *testing.T, src, dst string) {
 	}
 }
 
-// --backend gpu without a CUDA driver is a clear error (skipped where a
-// driver is present).
+// --backend gpu without a CUDA driver, or with a driver library and no GPU,
+// is a clear error, and auto falls back to the CPU backend saying why
+// (skipped where a GPU is present).
 func TestRunGPUNoDriver(t *testing.T) {
-	if _, err := loader.DeviceCount(); err == nil {
-		t.Skip("a CUDA driver is present: the no-driver error is not testable here")
+	_, derr := loader.DeviceCount()
+	var gpuErr, autoChoice string
+	switch {
+	case errors.Is(derr, loader.ErrNoDriver):
+		gpuErr, autoChoice = "--backend gpu: no CUDA driver on this machine", "auto: cpu (no CUDA driver)"
+	case loader.IsCode(derr, loader.ErrorNoDevice):
+		gpuErr, autoChoice = "--backend gpu: the CUDA driver sees no GPU on this machine", "auto: cpu (a CUDA driver library but no GPU)"
+	default:
+		t.Skipf("a CUDA device is present (%v): the no-driver error is not testable here", derr)
 	}
 	_, stderr, code := runKCP(t, "run", "--backend", "gpu", "--docs", "100,30", "--cp", "2", "--no-progress")
 	require.Equal(t, 1, code)
-	require.Contains(t, stderr, "--backend gpu: no CUDA driver on this machine")
+	require.Contains(t, stderr, gpuErr)
 	require.Contains(t, stderr, "use --backend cpu")
-	// auto falls back to the CPU backend and says why.
 	rep := runJSON(t, "--docs", "100,30", "--cp", "2", "--no-progress", "--hqk", "1", "--hv", "1")
 	require.Equal(t, "cpu", rep.Backend)
-	require.Equal(t, "auto: cpu (no CUDA driver)", rep.BackendChoice)
+	require.Equal(t, autoChoice, rep.BackendChoice)
 }
 
 // auto picks gpu only when a usable GPU is present and the run is one the

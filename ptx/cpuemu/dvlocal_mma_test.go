@@ -1,0 +1,213 @@
+package cpuemu
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
+)
+
+// The staged tensor-core dV'_local of ptx/staging/gdn_dvlocal_mma.cu
+// (gdn_dvlocal_mma: mma.sync with hi/lo splits, cp.async stages) on the
+// emulator, against float64 computed here from the very fp32 q, k, gamma and
+// bf16 dO the kernel reads, and beside the fp32 gdn_dvlocal_bwd run on the
+// same buffers.
+
+// stagedDvLocalMMA is the staged source; runner_dvlocal_mma is registered
+// only while it (and the fp32 backward it builds with) is there.
+const stagedDvLocalMMA = "../staging/gdn_dvlocal_mma.cu"
+
+func haveStagedDvLocal() bool {
+	_, err := os.Stat(stagedDvLocalMMA)
+	return err == nil && haveBackward()
+}
+
+func init() {
+	if haveStagedDvLocal() {
+		binaries["runner_dvlocal_mma"] = []string{"emu", "runner", "kernels_dvlocal_mma"}
+	}
+}
+
+// dvlMMATol bounds the normwise relative error of dvl against float64 from
+// the same inputs. S = K Qᵀ runs as kh qh + kh ql + kl qh (each term off by
+// <= ~3 * 2^-16 of |k||q|, random in sign), P is split in registers and dO
+// enters exact (ph dO + pl dO): sums of up to 64 x 128 such terms land a few
+// 1e-6 off (measured: see the test's log and ptx/staging/README.md).
+// Dropping any one lo part gives ~1e-3, a wrong row of a chunk ~1/64.
+const dvlMMATol = 3e-5
+
+// dvlMMAElemTol bounds the worst element against the rms of dvl, so that
+// no wrong row or column hides in the norm.
+const dvlMMAElemTol = 3e-4
+
+// dvlMMAGap tokens follow each chunk: no chunk owns them, their q, k, gamma
+// and dO are NaN and their dvl rows poisoned (a read past a chunk's end
+// computes NaN, a write past it changes the poison).
+const dvlMMAGap = 3
+
+type dvlMMACase struct {
+	name     string
+	lens     []int // chunk lengths (each chunk followed by a gap)
+	hqk, hv  int
+	deferred bool
+	seed     uint64
+}
+
+// dvlMMACases: chunks of 1, 17, 40, 63 and 64 rows at HQK 1 / HV 2 with
+// cp.async landing at issue, and chunks of 64, 17, 1 and 63 rows at grouped
+// heads (HQK 2 / HV 4) with cp.async landing only at its wait
+// (EMU_CP_ASYNC=deferred). 26 CTAs in all.
+var dvlMMACases = []dvlMMACase{
+	{name: "hv2_immediate", lens: []int{1, 63, 64, 17, 40}, hqk: 1, hv: 2, seed: 41},
+	{name: "hv4_deferred", lens: []int{64, 17, 1, 63}, hqk: 2, hv: 4, deferred: true, seed: 42},
+}
+
+// TestMMADvLocalOnCPU runs gdn_dvlocal_mma and gdn_dvlocal_bwd on the cases
+// above: every element of a chunk's rows written (poison gone, no NaN/Inf),
+// the gap rows still poisoned, and dvl within dvlMMATol (normwise) and
+// dvlMMAElemTol (worst element over the rms) of the float64 formula
+// dvl_j = scale sum_{i=j..n-1} (q_i . k_j) e^(gamma_i - gamma_j) dO_i.
+func TestMMADvLocalOnCPU(t *testing.T) {
+	if !haveStagedDvLocal() {
+		t.Skipf("%s (or the fp32 backward) is not there: nothing staged to test", stagedDvLocalMMA)
+	}
+	built(t, "runner_dvlocal_mma")
+	for i := range dvlMMACases {
+		c := &dvlMMACases[i]
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			runDvLocalMMA(t, c)
+		})
+	}
+}
+
+func runDvLocalMMA(t *testing.T, c *dvlMMACase) {
+	bin := built(t, "runner_dvlocal_mma")
+	rng := rand.New(rand.NewPCG(c.seed, 11))
+	ch := newGappedChunks(c.lens, dvlMMAGap)
+	tok0, clen, T, owned := ch.tok0, ch.clen, ch.T, ch.owned
+	NC, HQK, HV := len(tok0), c.hqk, c.hv
+	nan32 := float32(math.NaN())
+	scale := float32(1 / math.Sqrt(dHead))
+	qn, kn := ch.unitRows(rng, T*HQK), ch.unitRows(rng, T*HQK)
+	dout := make([]bf16.BF16, T*HV*dHead)
+	for r := 0; r < T*HV; r++ {
+		for x := 0; x < dHead; x++ {
+			v := nan32
+			if owned[r/HV] {
+				v = float32(rng.NormFloat64())
+			}
+			dout[r*dHead+x] = bf16.Float32ToBF16(v) // NaN stays NaN
+		}
+	}
+	gcum := make([]float32, T*HV)
+	for i := range gcum {
+		gcum[i] = nan32
+	}
+	for ci := range tok0 {
+		t0, n := int(tok0[ci]), int(clen[ci])
+		for h := 0; h < HV; h++ {
+			var acc float32
+			for i := 0; i < n; i++ {
+				acc += float32(-0.01 - 0.29*rng.Float64())
+				gcum[(t0+i)*HV+h] = acc
+			}
+		}
+	}
+
+	j := newJob(t)
+	if c.deferred {
+		j.env = []string{cpAsyncDeferred}
+	}
+	j.i32("chunk_tok0", tok0)
+	j.i32("chunk_len", clen)
+	j.f32("qn", qn)
+	j.f32("kn", kn)
+	j.f32("gcum", gcum)
+	j.bf16("dout", dout)
+	elems := T * HV * dHead
+	for _, o := range []string{"dvl", "dvl_fp32"} {
+		j.out(o, 4*elems)
+		j.poison(o, poisonF32)
+	}
+	args := func(o string) []string {
+		return []string{buf("qn"), buf("kn"), buf("gcum"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"), buf(o),
+			i32a(HQK), i32a(HV), f32a(scale)}
+	}
+	j.launch("dvlocal_mma", "gdn_dvlocal_mma", grid3(NC, HV, 1), 256, "kDvlMMASmem", args("dvl")...)
+	j.launch("dvlocal_fp32", "gdn_dvlocal_bwd", grid3(NC, HV, 1), 256, "kDvlSmem", args("dvl_fp32")...)
+	r := j.run(bin)
+	t.Logf("runner:\n%s", r.log)
+
+	// Owned rows: written, finite; gap rows still poisoned. got gathers
+	// (chunk, head, row, column) order.
+	got := map[string][]float64{}
+	for _, o := range []string{"dvl", "dvl_fp32"} {
+		b := r.raw[o]
+		require.Len(t, b, 4*elems)
+		for e := 0; e < elems; e++ {
+			tk := e / (HV * dHead)
+			u := binary.LittleEndian.Uint32(b[4*e:])
+			x := float64(math.Float32frombits(u))
+			if !owned[tk] {
+				require.Equalf(t, poisonF32, u, "%s: token %d element %d outside the chunks written", o, tk, e%(HV*dHead))
+				continue
+			}
+			require.NotEqualf(t, poisonF32, u, "%s: token %d element %d never written", o, tk, e%(HV*dHead))
+			require.Falsef(t, math.IsNaN(x) || math.IsInf(x, 0), "%s: token %d element %d is %g", o, tk, e%(HV*dHead), x)
+		}
+		var vals []float64
+		for ci := range tok0 {
+			for h := 0; h < HV; h++ {
+				for i := 0; i < int(clen[ci]); i++ {
+					for x := 0; x < dHead; x++ {
+						vals = append(vals, float64(f32Of(b, ((int(tok0[ci])+i)*HV+h)*dHead+x)))
+					}
+				}
+			}
+		}
+		got[o] = vals
+	}
+
+	// float64 from the same fp32 / bf16 inputs, in the order of got.
+	var want []float64
+	for ci := range tok0 {
+		t0, n := int(tok0[ci]), int(clen[ci])
+		for h := 0; h < HV; h++ {
+			qh := h / (HV / HQK)
+			row := func(v []float32, tk int) []float32 { return v[((t0+tk)*HQK+qh)*dHead:][:dHead] }
+			gam := func(i int) float64 { return float64(gcum[(t0+i)*HV+h]) }
+			for jr := 0; jr < n; jr++ {
+				acc := make([]float64, dHead)
+				kj := row(kn, jr)
+				for i := jr; i < n; i++ {
+					qi := row(qn, i)
+					var dot float64
+					for x := range dHead {
+						dot += float64(qi[x]) * float64(kj[x])
+					}
+					p := dot * math.Exp(gam(i)-gam(jr))
+					for x := range dHead {
+						acc[x] += p * float64(dout[((t0+i)*HV+h)*dHead+x].Float32())
+					}
+				}
+				for x := range acc {
+					want = append(want, float64(scale)*acc[x])
+				}
+			}
+		}
+	}
+	et := &errTable{}
+	requireRel(t, et, "dvlocal_mma", got["dvl"], want, dvlMMATol)
+	worst := maxOverRMS(got["dvl"], want)
+	et.note("dvlocal_mma max/rms", worst)
+	require.Lessf(t, worst, dvlMMAElemTol, "dvl: an element is %.3g of the rms off", worst)
+	requireRel(t, et, "dvlocal_fp32", got["dvl_fp32"], want, dvlMMATol)
+	et.note("dvlocal_fp32 max/rms", maxOverRMS(got["dvl_fp32"], want))
+	et.log(t)
+}

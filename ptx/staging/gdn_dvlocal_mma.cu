@@ -1,0 +1,236 @@
+// gdn_dvlocal_mma.cu (staged: proven on the CPU emulator and compiled by nvcc 11.8, not yet in a blob nor
+// run on a GPU): the backward's dV'_local on mma.sync m16n8k16 (bf16 in, fp32 accumulate, hi/lo splits),
+// first tensor-core version of gdn_dvlocal_bwd (gdn_bwd.cu, docs/gpu-backward.md item 1). Same arguments,
+// grid and output:
+//   gdn_dvlocal_mma   grid (NC, HV), block 256, kDvlMMASmem = 82176 bytes (two CTAs an SM)
+//   gdn_dvlocal_mma(qn, kn, gcum, dout bf16, chunk_tok0, chunk_len, dvl, int HQK, int HV, float scale)
+//   dvl [Tr, HV, 128]:  dvl_j = scale * sum_{i=j..n-1} (q_i . k_j) e^(gamma_i - gamma_j) dO_i
+// i.e. per chunk dvl = scale P^T dO with P^T = (K Q^T) ⊙ e^(gamma_i - gamma_j) on j <= i < n. qn, kn fp32
+// [Tr, HQK, 128] (value head h reads QK head h / (HV / HQK)), gcum fp32 [Tr, HV], dout bf16 [Tr, HV, 128].
+// Rows past a short chunk's end are neither read (their inputs may be NaN) nor written. The block index is
+// read linearly with the head fastest (lin = blockIdx.y * NC + blockIdx.x, c = lin / HV, h = lin % HV, as
+// gdn_prep_mma): the HV / HQK value heads that read the same q, k rows run back to back and find them in L2.
+// It relies on gridDim.x being NC, as the ABI says.
+//
+// ---- The data flow: one block barrier ----------------------------------------------------------------
+// Warp w owns the result rows j = 16 rt .. 16 rt + 15 and the columns 64 hf .. 64 hf + 63, hf = w / 4,
+// rt = w % 4 for w < 4 and 3 - w % 4 for w >= 4 (warp w runs on SM sub-partition w % 4, so warps w and
+// w + 4 share one: rt and 3 - rt give each sub-partition the same 5 units of causal work, 4 - rt column
+// tiles of (1) and k steps of (2) a warp; rt = w % 4 for both halves would put 8 units on the first
+// sub-partition and 2 on the last).
+//   S   cp.async q and k (fp32, group 1) into stages of their size; dO (bf16, group 2) into a [64][128]
+//       stage with the 16-byte units XOR-swizzled by row % 8; rows >= n zero-filled: for dO the fill is
+//       load-bearing (a row past n may hold NaN and masked P^T x NaN is NaN), for q, k it is a guard (the
+//       mask is a select, so S^T of a row or column past n never reaches (2)); gamma.
+//       wait group 1; each thread splits the q, k pairs it copied to bf16 hi/lo IN PLACE (as
+//       gdn_output_mma: the 8 fp32 of columns 8cb .. 8cb+7 of row r become a 16-byte hi unit and a 16-byte
+//       lo unit in the same 32 bytes, pair slot cb ^ ((r >> 1) & 3), hi first on even rows); wait group 0.
+//                                                                                        __syncthreads
+//   (1) S^T = K Q^T   rows j of the warp x columns i >= 16 rt (causal: 1..4 of the 4 column tiles of 16,
+//                     and none at or past n): A = K rows (ldmatrix.x4), B = rows of Q (the n index;
+//                     ldmatrix.x4 not transposed); kh qh + kh ql + kl qh per k step of 16, k ascending.
+//                     Both column halves compute it (16 x 64 x 128 a warp is cheaper than a barrier
+//                     and a stage).
+//       P^T_ji = S^T_ji e^(gamma_i - gamma_j) where j <= i < n, else exactly 0 (a select), in the registers.
+//   (2) dvl = P^T dO  A = P^T: the accumulator tiles 2ki, 2ki + 1 of S^T are the A fragment of k step ki
+//                     (the m16n8 C layout of two adjacent n-tiles is the m16k16 A layout), split in
+//                     registers; B = dO rows (k = i, n = column, ldmatrix.x4.trans of the swizzled stage);
+//                     ph dO + pl dO per k step, k steps ki = rt .. (n - 1) / 16 ascending.
+//   dvl = scale * acc, stored from the registers (8-byte stores, rows < n). Every output element has
+//   exactly one owner lane and one fixed instruction sequence: no atomics, bitwise reproducible.
+// A warp whose rows all lie at or past n (16 rt >= n) does nothing after the barrier.
+//
+// ---- Precision --------------------------------------------------------------------------------------
+// q, k are fp32: x = hi + lo, hi = rn(x), lo = rn(x - hi) keeps ~16 bits, and S^T = K Q^T runs as three
+// products (each term off by <= ~3 2^-16 |k||q|, random in sign); P^T is split in registers the same way;
+// dO is exact bf16 and enters as one part (two products). Measured on the emulator
+// (TestMMADvLocalOnCPU, normwise against float64 from the same fp32 q, k, gamma and bf16 dO; chunks of
+// 1, 17, 40, 63, 64 rows): 5.0e-6, worst element 3.5e-5 of the rms (the fp32 gdn_dvlocal_bwd on the same
+// buffers: 2.5e-7, 2.4e-6). Each dropped lo part costs 1.6e-3-1.7e-3 on its own (K's, Q's or P's): the
+// bf16 rounding of one operand (2^-9) at full weight; no plain operand comes near the ~1e-5 class of the
+// other backward kernels' inputs, and the kernel is bound by HBM and shared memory, not by the tensor cores.
+//
+// ---- Cost per CTA (n = 64) and at 32K tokens (512 chunks x 48 heads = 24576 CTAs), predicted for an H200
+// (132 SMs, ~1.8 GHz, ~1 PFLOP/s dense bf16 ~ 1 m16n8k16 a clock an SM, ~4 TB/s) ----------------------------
+// Math: S^T and P^T dO on the causal triangle, 2 x 2 x 128 x 64 x 65 / 2 = 1.06 MFLOP (gdn_dvlocal_bwd's
+// count); 26 GFLOP at 32K. mma.sync issued: (1) 48 a column tile of 16 and warp (8 k steps x 2 n-tiles x 3),
+// 2 x 48 x (4 + 3 + 2 + 1) = 960; (2) 16 a k step and warp (8 n-tiles x 2), 2 x 16 x 10 = 320: 1280
+// m16n8k16 = 5.2 MFLOP a CTA (5x the math: the split products, the causal waste inside 16 x 16 tiles, the
+// duplicated S^T), 320 a sub-partition; 1.3e11 FLOP at 32K: 0.13 ms at the dense peak, ~0.2 ms at
+// mma.sync's ~60%.
+// Global bytes a CTA: q, k 64 KB (one in HV / HQK = 3 value heads from HBM, the rest from L2 through the
+// head-fastest block order), dO 16 KB, gamma 0.25 KB read; dvl 32 KB written: 112 KB, ~70 KB of it HBM.
+// At 32K: 1.7 GB of HBM traffic, ~0.43 ms at ~4 TB/s (2.75 GB, 0.69 ms if the L2 reuse fails).
+// Shared memory a CTA: cp.async 80 KB; the in-place split reads 64 KB and writes 64 KB; ldmatrix (1) K
+// 8 KB a warp plus Q 8 KB a column tile, 64 + 160 = 224 KB; (2) dO 2 KB a k step and warp, 40 KB:
+// ~470 KB, ~3.7k clocks at 128 B a clock; 186 CTAs an SM at 32K: ~0.38 ms.
+// Latency of one CTA: the copies' round trip ~1-1.5 us, the split, then a sub-partition's 320 mma
+// (~1300 clocks at a quarter of the SM's rate, ~0.7 us) behind its ldmatrix: ~3 us, serial; two CTAs an SM
+// (82 KB each; __launch_bounds__(256, 2): <= 128 registers; ptxas of CUDA 11.8: 87 on sm_90, 96 on
+// sm_80 from the compute_80 PTX, no spills, no stack frame) overlap one's copies with the
+// other's math. The SM's share of HBM (~30 KB/us) makes one CTA's ~70 KB ~2.3 us, a round of two ~4.7 us,
+// the shared memory ~4 us of a round: 93 rounds of ~5 us.
+// Predicted ~0.45-0.6 ms at 32K tokens (fp32 gdn_dvlocal_bwd: 5.1 ms measured), bound by HBM with the
+// shared memory close behind (staging q, k through registers instead of the in-place split would save
+// ~130 KB of it a CTA; computing S^T once, split over the warps through a P^T stage, another ~110 KB and
+// 480 mma, at the price of a second barrier and 16 KB).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "../src/gdn_fwd.cu"
+#include "../src/mma.cuh"
+#include "gdn_output_mma.cu"
+
+namespace gdnkcp {
+namespace dvlmma {
+
+using tc::bf16;
+constexpr int kD = fwd::kD, kC = fwd::kC, kThreads = fwd::kThreads;
+static_assert(kThreads == 256 && kD == 128 && kC == 64, "the fragment bookkeeping below assumes these");
+
+// Shared memory: QR, KR fp32 [64][128] (split in place) | DO bf16 [64][128] swizzled | gam fp32 [64].
+constexpr int kDvlMMASmem = 4 * 2 * kC * kD + 2 * kC * kD + 4 * kC;
+static_assert(kDvlMMASmem == 82176, "kDvlMMASmem: keep the header and kcp in step");
+
+// The in-place hi/lo staging of q and k (pair, unit, copy_tile, convert_tile) and the fragment loads
+// (a_frag, bn_frag) and products (mma_terms) are gdn_output_mma's: one scheme for both kernels.
+using outmma::a_frag;
+using outmma::bn_frag;
+using outmma::copy_tile;
+using outmma::convert_tile;
+using outmma::mma_terms;
+
+// swz: the bf16 offset of (row, col) in the swizzled [64][128] bf16 dO stage: the 16-byte unit col / 8 of a
+// row is stored at unit (col / 8) ^ (row % 8).
+__device__ __forceinline__ int swz(int row, int col) { return row * kD + (((col >> 3) ^ (row & 7)) << 3) + (col & 7); }
+
+// copy_do issues the cp.async copies of the rows < n of the chunk's bf16 dO (row stride `stride` elements)
+// into the swizzled stage and zero-fills the rows >= n; thread tid owns the 16-byte units tid + 256 k.
+__device__ __forceinline__ void copy_do(bf16* dst, const bf16* src, long long stride, int n) {
+#pragma unroll
+	for (int k = 0; k < kC * 16 / kThreads; ++k) {
+		const int p = threadIdx.x + kThreads * k, r = p >> 4, cb = p & 15;
+		bf16* d = dst + swz(r, 8 * cb);
+		if (r < n)
+			tc::cp_async16(d, src + r * stride + 8 * cb);
+		else
+			*reinterpret_cast<float4*>(d) = make_float4(0.f, 0.f, 0.f, 0.f);
+	}
+}
+
+// do_frag loads the B fragments of the swizzled dO stage (k = row i, n = column): k rows 16 ki .., columns
+// 8 cb0 .. 8 cb0 + 15 (two n-tiles: r[0..1] and r[2..3]) by ldmatrix.trans.
+__device__ __forceinline__ void do_frag(unsigned b[4], const bf16* DO, int ki, int cb0, int lane) {
+	const int r = 16 * ki + (lane & 7) + 8 * ((lane >> 3) & 1), cb = cb0 + (lane >> 4);
+	tc::ldmatrix_x4_trans(b, DO + swz(r, 8 * cb));
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_dvlocal_mma(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ gcum,
+                const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                const int* __restrict__ chunk_len, float* __restrict__ dvl, int HQK, int HV, float scale) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	float* QR = smem;                // [64][128] q, split in place
+	float* KR = QR + kC * kD;        // [64][128] k, split in place
+	bf16* DO = reinterpret_cast<bf16*>(KR + kC * kD);  // [64][128] dO, swizzled
+	float* gam = reinterpret_cast<float*>(DO + kC * kD);  // [64]
+	const bf16* Qb = reinterpret_cast<const bf16*>(QR);
+	const bf16* Kb = reinterpret_cast<const bf16*>(KR);
+	// (chunk, head) from the linear block index with the head fastest.
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+	const int c = lin / HV, h = lin % HV;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+	const int hf = warp >> 2, rt = hf ? 3 - (warp & 3) : (warp & 3), cb0 = 8 * hf;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int qh = h / (HV / HQK);
+	const long long qk = (long long)HQK * kD;
+
+	copy_tile<kC>(QR, qn + ((long long)t0 * HQK + qh) * kD, qk, n);
+	copy_tile<kC>(KR, kn + ((long long)t0 * HQK + qh) * kD, qk, n);
+	tc::cp_async_commit();  // group 1: q, k
+	copy_do(DO, dout + ((long long)t0 * HV + h) * kD, (long long)HV * kD, n);
+	tc::cp_async_commit();  // group 2: dO
+	if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
+	tc::cp_async_wait<1>();  // this thread's q, k pairs have landed
+	convert_tile<kC, true>(QR);
+	convert_tile<kC, true>(KR);
+	tc::cp_async_wait<0>();  // and its dO units
+	__syncthreads();         // q, k split, dO and gamma staged
+
+	const int last = (n - 1) >> 4;  // the last 16-row tile holding a row < n
+	if (rt > last) return;          // warp-uniform: every row of the warp is at or past n
+
+	// (1) S^T = K Q^T over the warp's rows j x the column tiles rt .. last.
+	float s[8][4];
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+		for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+#pragma unroll
+	for (int kk = 0; kk < 8; ++kk) {
+		unsigned ah[4], al[4];
+		a_frag<true>(ah, al, Kb, rt, kk, lane);
+#pragma unroll
+		for (int ip = 0; ip < 4; ++ip) {
+			if (ip < rt || ip > last) continue;  // warp-uniform
+			unsigned bh[4], bl[4];
+			bn_frag<true>(bh, bl, Qb, ip, kk, lane);
+			mma_terms<true, true>(s[2 * ip], ah, al, bh, bl);
+			mma_terms<true, true>(s[2 * ip + 1], ah, al, bh + 2, bl + 2);
+		}
+	}
+	// P^T_ji = S^T_ji e^(gamma_i - gamma_j) on j <= i < n, else 0 (rows j0, j1; columns i0, i1).
+	const int j0 = 16 * rt + g, j1 = j0 + 8;
+	const float gj0 = gam[j0], gj1 = gam[j1];
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt) {
+		if (nt / 2 < rt || nt / 2 > last) continue;
+		const int i0 = 8 * nt + 2 * t, i1 = i0 + 1;
+		const float gi0 = gam[i0], gi1 = gam[i1];
+		s[nt][0] = (j0 <= i0 && i0 < n) ? s[nt][0] * expf(gi0 - gj0) : 0.f;
+		s[nt][1] = (j0 <= i1 && i1 < n) ? s[nt][1] * expf(gi1 - gj0) : 0.f;
+		s[nt][2] = (j1 <= i0 && i0 < n) ? s[nt][2] * expf(gi0 - gj1) : 0.f;
+		s[nt][3] = (j1 <= i1 && i1 < n) ? s[nt][3] * expf(gi1 - gj1) : 0.f;
+	}
+
+	// (2) dvl = P^T dO over the k steps rt .. last, the warp's 64 columns.
+	float o[8][4];
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+		for (int e = 0; e < 4; ++e) o[nt][e] = 0.f;
+#pragma unroll
+	for (int ki = 0; ki < 4; ++ki) {
+		if (ki < rt || ki > last) continue;  // warp-uniform
+		const int k0 = 2 * ki, k1 = 2 * ki + 1;  // constant indices after unrolling: s stays in registers
+		unsigned ah[4], al[4];
+		tc::split_bf16x2(s[k0][0], s[k0][1], ah[0], al[0]);
+		tc::split_bf16x2(s[k0][2], s[k0][3], ah[1], al[1]);
+		tc::split_bf16x2(s[k1][0], s[k1][1], ah[2], al[2]);
+		tc::split_bf16x2(s[k1][2], s[k1][3], ah[3], al[3]);
+#pragma unroll
+		for (int np = 0; np < 4; ++np) {
+			unsigned b[4];
+			do_frag(b, DO, ki, cb0 + 2 * np, lane);
+			mma_terms<true, false>(o[2 * np], ah, al, b, b);
+			mma_terms<true, false>(o[2 * np + 1], ah, al, b + 2, b + 2);
+		}
+	}
+
+	// Store: rows j0 / j1 < n, columns 8 (cb0 + nt) + 2t, +1.
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt) {
+		const int d = 8 * (cb0 + nt) + 2 * t;
+		if (j0 < n)
+			*reinterpret_cast<float2*>(dvl + ((long long)(t0 + j0) * HV + h) * kD + d) =
+			    make_float2(scale * o[nt][0], scale * o[nt][1]);
+		if (j1 < n)
+			*reinterpret_cast<float2*>(dvl + ((long long)(t0 + j1) * HV + h) * kD + d) =
+			    make_float2(scale * o[nt][2], scale * o[nt][3]);
+	}
+}
+
+}  // namespace dvlmma
+}  // namespace gdnkcp
