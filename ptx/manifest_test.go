@@ -107,3 +107,33 @@ func TestEmbeddedWalksDoNotSpill(t *testing.T) {
 	}
 	require.NotZero(t, walks, "no walk entry with ptxas resources in the embedded manifest")
 }
+
+// TestEmbeddedBlobsMatchSources holds the rule that the committed blobs are
+// built from the committed kernels: every source the embedded manifest
+// records has the same sha256 in ptx/src, and every .cu file of ptx/src is
+// recorded. A kernel change therefore lands with its blobs (tools/ptxgen
+// writes both); changes waiting for a GPU stay in ptx/staging (as files, or
+// as patches that scripts/land-v4.sh applies), and after landing them this
+// test fails until the blobs are rebuilt.
+func TestEmbeddedBlobsMatchSources(t *testing.T) {
+	ents, err := os.ReadDir("src")
+	if os.IsNotExist(err) {
+		t.Skipf("needs ptx/src (run from the package directory of a full checkout): %v", err)
+	}
+	require.NoError(t, err)
+	m, err := Embedded().Manifest()
+	require.NoError(t, err)
+	require.NotEmpty(t, m.Sources, "the embedded manifest records no sources")
+	for name, want := range m.Sources {
+		data, err := os.ReadFile(filepath.Join("src", name))
+		require.NoError(t, err, "the manifest records ptx/src/%s", name)
+		assert.Equal(t, want, SHA256(data), "ptx/src/%s differs from what the embedded blobs were built from: rebuild them (tools/ptxgen on the GPU machine)", name)
+	}
+	for _, e := range ents {
+		if filepath.Ext(e.Name()) != ".cu" {
+			continue
+		}
+		_, ok := m.Sources[e.Name()]
+		assert.True(t, ok, "ptx/src/%s is in no blob: rebuild the blobs, or keep it in ptx/staging until a GPU session can", e.Name())
+	}
+}
