@@ -138,17 +138,8 @@ func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {
 		j.out(o.name, 4*o.elems)
 		j.poison(o.name, poisonF32)
 	}
-	l2 := 0
-	if c.l2norm {
-		l2 = 1
-	}
 	scale := f32a(d.scale)
-	j.launch("l2norm", "gdn_l2norm_fwd", grid1(ceilDiv(T*HQK*2, 8)), 256, "0",
-		bufAt("qkv", 2*d.qOff), bufAt("qkv", 2*d.kOff), i32a(d.qStride), i32a(d.qStride),
-		buf("qn"), buf("kn"), buf("q_rstd"), buf("k_rstd"), i32a(T), i32a(HQK), i32a(l2))
-	j.launch("prep", "gdn_prep_fwd", grid3(l.NC, HV, 1), 256, "kPrepSmem",
-		buf("kn"), bufAt("qkv", 2*d.vOff), i32a(d.vStride), buf("g"), buf("beta"), buf("chunk_tok0"), buf("chunk_len"),
-		buf("gcum"), buf("w"), buf("u"), buf("kt"), i32a(HQK), i32a(HV))
+	launchL2NormPrep(j, d)
 	j.launch("dvlocal", "gdn_dvlocal_bwd", grid3(l.NC, HV, 1), 256, "kDvlSmem",
 		buf("qn"), buf("kn"), buf("gcum"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"), buf("dvl"),
 		i32a(HQK), i32a(HV), scale)

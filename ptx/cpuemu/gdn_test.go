@@ -260,23 +260,10 @@ func addForward(j *job, d *gdnData) {
 	}
 	j.out("o", 2*T*HV*dHead)
 
-	l2 := 0
-	if c.l2norm {
-		l2 = 1
-	}
-	j.poison("qn", poisonF32)
-	j.poison("kn", poisonF32)
-	j.poison("q_rstd", poisonF32)
-	j.poison("k_rstd", poisonF32)
-	j.launch("l2norm", "gdn_l2norm_fwd", grid1(ceilDiv(T*HQK*2, 8)), 256, "0",
-		bufAt("qkv", 2*d.qOff), bufAt("qkv", 2*d.kOff), i32a(d.qStride), i32a(d.qStride),
-		buf("qn"), buf("kn"), buf("q_rstd"), buf("k_rstd"), i32a(T), i32a(HQK), i32a(l2))
-	for _, o := range []string{"gcum", "w", "u", "kt"} {
+	for _, o := range []string{"qn", "kn", "q_rstd", "k_rstd", "gcum", "w", "u", "kt"} {
 		j.poison(o, poisonF32)
 	}
-	j.launch("prep", "gdn_prep_fwd", grid3(l.NC, HV, 1), 256, "kPrepSmem",
-		buf("kn"), bufAt("qkv", 2*d.vOff), i32a(d.vStride), buf("g"), buf("beta"), buf("chunk_tok0"), buf("chunk_len"),
-		buf("gcum"), buf("w"), buf("u"), buf("kt"), i32a(HQK), i32a(HV))
+	launchL2NormPrep(j, d)
 	for _, vh := range []int{64, 128} {
 		sfx := vhName(vh)
 		j.poison("out_p"+sfx, poisonF32)
@@ -458,4 +445,22 @@ func requireBF16Close(t *testing.T, et *errTable, name string, got []bf16.BF16, 
 	for i, w := range want {
 		require.LessOrEqualf(t, math.Abs(g[i]-w), math.Ldexp(math.Abs(w), -8)+abs, "%s[%d]: %g, want %g", name, i, g[i], w)
 	}
+}
+
+// launchL2NormPrep launches the fp32 l2norm (qn, kn, q_rstd, k_rstd) and
+// chunk prep (gcum, w, u, kt) of d: the walks' inputs, into outputs the
+// caller has added (and poisoned, where it checks them).
+func launchL2NormPrep(j *job, d *gdnData) {
+	c, l := d.c, d.l
+	T, HQK, HV := l.T, c.hqk, c.hv
+	l2 := 0
+	if c.l2norm {
+		l2 = 1
+	}
+	j.launch("l2norm", "gdn_l2norm_fwd", grid1(ceilDiv(T*HQK*2, 8)), 256, "0",
+		bufAt("qkv", 2*d.qOff), bufAt("qkv", 2*d.kOff), i32a(d.qStride), i32a(d.qStride),
+		buf("qn"), buf("kn"), buf("q_rstd"), buf("k_rstd"), i32a(T), i32a(HQK), i32a(l2))
+	j.launch("prep", "gdn_prep_fwd", grid3(l.NC, HV, 1), 256, "kPrepSmem",
+		buf("kn"), bufAt("qkv", 2*d.vOff), i32a(d.vStride), buf("g"), buf("beta"), buf("chunk_tok0"), buf("chunk_len"),
+		buf("gcum"), buf("w"), buf("u"), buf("kt"), i32a(HQK), i32a(HV))
 }

@@ -146,16 +146,7 @@ func addWalks16(j *job, d *gdnData, start []float32, walks []mma16Walk) {
 		j.out(p+"vnew16", 2*l.NC*HV*dHead*chunk)
 		j.poison(p+"vnew16", poisonBF16x2)
 	}
-	l2 := 0
-	if c.l2norm {
-		l2 = 1
-	}
-	j.launch("l2norm", "gdn_l2norm_fwd", grid1(ceilDiv(T*HQK*2, 8)), 256, "0",
-		bufAt("qkv", 2*d.qOff), bufAt("qkv", 2*d.kOff), i32a(d.qStride), i32a(d.qStride),
-		buf("qn"), buf("kn"), buf("q_rstd"), buf("k_rstd"), i32a(T), i32a(HQK), i32a(l2))
-	j.launch("prep", "gdn_prep_fwd", grid3(l.NC, HV, 1), 256, "kPrepSmem",
-		buf("kn"), bufAt("qkv", 2*d.vOff), i32a(d.vStride), buf("g"), buf("beta"), buf("chunk_tok0"), buf("chunk_len"),
-		buf("gcum"), buf("w"), buf("u"), buf("kt"), i32a(HQK), i32a(HV))
+	launchL2NormPrep(j, d)
 	in := []string{buf("w"), buf("u"), buf("kt"), buf("gcum"), buf("chunk_tok0"), buf("chunk_len"), buf("seg_chunk0"),
 		buf("seg_nchunk"), buf("start")}
 	j.launch("ref_state_mma128", "gdn_state_walk_mma", grid3(1, l.NS, HV), 256, smemOf("walk_mma_smem", 128),
