@@ -7,7 +7,8 @@
 # Env: BENCH=1 runs `kcp bench` (KERNELS: the sets, comma-separated, of fp32, tc, mma; default tc; BENCH_DOCS,
 # BENCH_MODES, BENCH_REPS, BENCH_TIMEOUT: see below); COMM=1 also runs .gpu/comm.test's GPU tests;
 # SANITIZE=1 runs compute-sanitizer (racecheck, then memcheck) over a small `kcp run` of each KERNELS set
-# (module stage, B1 and B3, 3 ranks on one GPU, documents shorter than, equal to and longer than a chunk);
+# (module stage, B1 and B3, 3 ranks on one GPU, heads 1/2, documents shorter than, equal to and longer than a
+# chunk; each run bounded by SANITIZE_TIMEOUT seconds, default 150);
 # NCU=1 profiles one launch of each kernel matching NCU_KERNELS (default _mma) in a 32K-token core+bwd bench
 # of the last KERNELS set (SpeedOfLight, MemoryWorkloadAnalysis, WarpStateStats, LaunchStats) into
 # $OUT/ncu.txt and prints its key lines (needs hardware counters: Firecracker yes, gVisor no);
@@ -67,7 +68,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 			for mode in b1 b3; do
 				t0=$(date +%s)
 				timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
-					.gpu/kcp run --backend gpu --kernels "$ks" --docs 1,63,64,65,130,7 --cp 3 --layout Z --stage module \
+					.gpu/kcp run --backend gpu --kernels "$ks" --docs 1,63,64,65,130,7 --cp 3 --layout Z --stage module --hqk 1 --hv 2 \
 					--mode $mode --no-progress >"$out/sanitize-$ks-$tool-$mode.log" 2>&1
 				rc=$?
 				echo "compute-sanitizer $tool $ks $mode: rc=$rc ($(( $(date +%s) - t0 )) s) $(grep -E "ERROR SUMMARY|relative error" "$out/sanitize-$ks-$tool-$mode.log" | tr '\n' ' ' | cut -c1-160)"
