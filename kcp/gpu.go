@@ -88,10 +88,16 @@ const (
 	entryTapeMMA    = "gdn_tape_walk_mma"
 	entryDVLocalMMA = "gdn_dvlocal_mma"
 	entryGradsMMA   = "gdn_chunk_grads_mma"
-	// The v5 forward path (MMAOutput16): the state walk that also writes
-	// bf16 copies of H and V' (transposed) and the output that reads them.
-	entryStateMMA16  = "gdn_state_walk_mma16"
-	entryOutputMMA16 = "gdn_output_mma16"
+	// The v5 forward path (MMAForward5): walks that rebuild Kt from kn and
+	// gcum (no per-value-head Kt from the prep), the state walk also
+	// writing bf16 copies of H and V' (transposed), and the output that
+	// reads those.
+	entrySummaryMMA16 = "gdn_summary_walk_mma16"
+	entryStateMMA16   = "gdn_state_walk_mma16"
+	entryOutputMMA16  = "gdn_output_mma16"
+	// The v5 chunk gradients (MMAGroupedGrads): one CTA per chunk and QK
+	// head, the value heads summed inside it and the l2norm backward fused.
+	entryGradsMMA5 = "gdn_chunk_grads_mma5"
 
 	// prepMMASmem is kPrepMMASmem (gdn_prep_mma.cu): k fp32, L / the
 	// inverse fp32 [64][68], three bf16 hi/lo stages and the per-row
@@ -106,6 +112,9 @@ const (
 	// chunkGradMMASmem is kGradMMASmem (gdn_chunk_grads_mma.cu): 227136
 	// (one CTA an SM).
 	chunkGradMMASmem = 227136
+	// chunkGradMMA5Smem is kGradMMA5Smem (gdn_chunk_grads_mma5.cu): 227136
+	// (one CTA an SM).
+	chunkGradMMA5Smem = 227136
 	// outputMMA16Smem is kOutputMMA16Smem (gdn_output_mma.cu): 82176 (two
 	// CTAs an SM).
 	outputMMA16Smem = 82176
@@ -120,24 +129,27 @@ func walkMMASmem(vh int) int { return 196608 + 256*(vh+4) }
 func bwdWalkMMASmem(vh int) int { return 196608 + 128*(vh+8) }
 
 // KernelSets are the names SetKernels takes.
-var KernelSets = []string{"fp32", "tc", "mma", "mma16"}
+var KernelSets = []string{"fp32", "tc", "mma", "v5"}
 
 // SetKernels selects a named kernel set: "fp32" (every kernel on the CUDA
 // cores), "tc" (the v3 tensor-core forward: TensorCoreWalks and
 // TensorCoreChunk; fp32 backward) or "mma" (the v4 kernels: MMAWalks,
-// MMAChunk, MMABackwardWalks and MMABackwardChunk) or "mma16" (the v4
-// kernels and MMAOutput16). It clears the other sets' switches.
+// MMAChunk, MMABackwardWalks and MMABackwardChunk) or "v5" (the v4
+// kernels with MMAForward5 and MMAGroupedGrads). It clears the other sets'
+// switches.
 func (o *GPUOptions) SetKernels(name string) error {
 	o.TensorCoreWalks, o.TensorCoreChunk = false, false
-	o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk, o.MMAOutput16 = false, false, false, false, false
+	o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk = false, false, false, false
+	o.MMAForward5, o.MMAGroupedGrads = false, false
 	switch name {
 	case "fp32":
 	case "tc":
 		o.TensorCoreWalks, o.TensorCoreChunk = true, true
 	case "mma":
 		o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk = true, true, true, true
-	case "mma16":
-		o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk, o.MMAOutput16 = true, true, true, true, true
+	case "v5":
+		o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk = true, true, true, true
+		o.MMAForward5, o.MMAGroupedGrads = true, true
 	default:
 		return fmt.Errorf("kcp: kernel set %q: want one of %s", name, strings.Join(KernelSets, ", "))
 	}
@@ -145,9 +157,9 @@ func (o *GPUOptions) SetKernels(name string) error {
 }
 
 // kernelFlags are the kernel switches of o, for comparing choices.
-func (o GPUOptions) kernelFlags() [7]bool {
-	return [7]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
-		o.MMAOutput16}
+func (o GPUOptions) kernelFlags() [8]bool {
+	return [8]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
+		o.MMAForward5, o.MMAGroupedGrads}
 }
 
 // gpuEntry is a kernel the backend resolves and the most dynamic shared
@@ -167,9 +179,14 @@ type kernelSet struct {
 	bwdWalkSmem                  func(vh int) int // theirs
 	dvlocal, grads               string           // the backward's chunk-parallel kernels
 	dvlocalSmem, gradsSmem       int              // theirs
-	// out16: state is gdn_state_walk_mma16 (two more arguments: bf16 H^T
-	// and V'^T) and output gdn_output_mma16, which reads those.
+	// out16: summary and state are the v5 walks (kn and HQK in place of
+	// kt; the state walk also takes bf16 H^T and V'^T) and output
+	// gdn_output_mma16, which reads those.
 	out16 bool
+	// grads5: grads is gdn_chunk_grads_mma5 (grid (NC, HQK), dq and dk
+	// summed over value heads and through the l2norm backward inside it),
+	// and the l2norm backward kernel does not run.
+	grads5 bool
 }
 
 // kernelSet returns the kernels the options select: the fp32 CUDA-core
@@ -199,8 +216,12 @@ func (o GPUOptions) kernelSet() kernelSet {
 	if o.MMABackwardChunk {
 		ks.dvlocal, ks.grads, ks.dvlocalSmem, ks.gradsSmem = entryDVLocalMMA, entryGradsMMA, dvlocalMMASmem, chunkGradMMASmem
 	}
-	if o.MMAOutput16 {
-		ks.state, ks.walkSmem, ks.output, ks.outputSmem, ks.out16 = entryStateMMA16, walkMMASmem, entryOutputMMA16, outputMMA16Smem, true
+	if o.MMAForward5 {
+		ks.summary, ks.state, ks.walkSmem = entrySummaryMMA16, entryStateMMA16, walkMMASmem
+		ks.output, ks.outputSmem, ks.out16 = entryOutputMMA16, outputMMA16Smem, true
+	}
+	if o.MMAGroupedGrads {
+		ks.grads, ks.gradsSmem, ks.grads5 = entryGradsMMA5, chunkGradMMA5Smem, true
 	}
 	return ks
 }
@@ -307,16 +328,25 @@ type GPUOptions struct {
 	// before these kernels lack them: NewGPU then fails with
 	// ErrMissingKernels.
 	MMAWalks, MMAChunk, MMABackwardWalks, MMABackwardChunk bool
-	// MMAOutput16 runs the v5 forward path between the state walk and the
-	// output: the walk (gdn_state_walk_mma16, whatever MMAWalks says for the
-	// summary walk) also writes H and V' as bf16, transposed, and the output
-	// (gdn_output_mma16) reads those, H and V' as plain bf16 operands: half
-	// the bytes between the two, an output error of ~2e-3 of float64 instead
-	// of ~1e-3 (the 5e-3 budget allows it). The fp32 H and V' are written
-	// only when a backward needs them (KeepDevice, Recompute), so a forward
-	// and its recompute compute the output from the same bf16 bits.
-	// SetKernels("mma16") sets it with the "mma" switches.
-	MMAOutput16 bool
+	// MMAForward5 runs the v5 forward path (whatever MMAWalks says): the
+	// summary and state walks rebuild Kt from kn and gcum, bit for bit the
+	// prep's (gdn_summary_walk_mma16, gdn_state_walk_mma16), so the prep
+	// writes Kt only for a backward; the state walk also writes H and V' as
+	// bf16, transposed, and the output (gdn_output_mma16) reads those, H
+	// and V' as plain bf16 operands: half the bytes between the two, an
+	// output error of ~2.4e-3 of float64 instead of ~1.7e-3 (the 5e-3 budget
+	// allows it). Kt and the fp32 H and V' are written only when a backward
+	// needs them (KeepDevice, Recompute), so a forward and its recompute
+	// compute the output from the same bits.
+	// SetKernels("v5") sets it with the "mma" switches and MMAGroupedGrads.
+	MMAForward5 bool
+	// MMAGroupedGrads runs the v5 chunk gradients (gdn_chunk_grads_mma5,
+	// whatever MMABackwardChunk says for dV'_local): one CTA per chunk and
+	// QK head loops over the QK head's value heads, sums dq and dk inside
+	// it and applies the l2norm backward itself, so the per-value-head
+	// dq / dk buffers and the l2norm backward kernel (stage "qk backward",
+	// then empty) go away.
+	MMAGroupedGrads bool
 
 	// Devices are the CUDA devices the ranks run on: rank r of an R-rank
 	// plan runs on Devices[r*len(Devices)/R], in contiguous blocks (R = 4 on
@@ -577,7 +607,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	if (opts.Device != 0 && opts.Device != g.gopts.Device) || (opts.Blob != "" && opts.Blob != g.gopts.Blob) ||
 		(len(opts.Devices) > 0 && !slices.Equal(opts.Devices, g.fleet.order)) ||
-		(opts.kernelFlags() != [7]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) {
+		(opts.kernelFlags() != [8]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) {
 		return nil, errors.New("kcp: gpu: ForPlan keeps the devices, blob and kernels; make a new backend with NewGPU to change them")
 	}
 	if _, err := opts.Options.normalize(); err != nil {

@@ -57,15 +57,25 @@ func argsState(w, u, kt, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start,
 		DevicePtr(vnew).DevicePtr(final).I32(int32(HV)).I32(int32(vh))
 }
 
-// argsState16: gdn_state_walk_mma16(w, u, kt, gcum, chunk_tok0, chunk_len,
-// seg_chunk0, seg_nchunk, start, h_out, vnew, final_state, h16, vnew16, HV,
-// vh): argsState's with the bf16 H^T and V'^T after final_state; any of
-// h_out, vnew, h16, vnew16 may be 0 (not written).
-func argsState16(w, u, kt, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start, hOut, vnew, final, h16, vnew16 uintptr,
-	HV, vh int) *loader.Args {
-	return loader.NewArgs().DevicePtr(w).DevicePtr(u).DevicePtr(kt).DevicePtr(gcum).DevicePtr(chunkTok0).
+// argsSummary16: gdn_summary_walk_mma16(w, u, kn, gcum, chunk_tok0,
+// chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV, vh):
+// argsSummary's with kn (Kt rebuilt from it) and HQK.
+func argsSummary16(w, u, kn, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, list, outP, outQ uintptr, HQK, HV, vh int) *loader.Args {
+	return loader.NewArgs().DevicePtr(w).DevicePtr(u).DevicePtr(kn).DevicePtr(gcum).DevicePtr(chunkTok0).
+		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(list).DevicePtr(outP).DevicePtr(outQ).
+		I32(int32(HQK)).I32(int32(HV)).I32(int32(vh))
+}
+
+// argsState16: gdn_state_walk_mma16(w, u, kn, gcum, chunk_tok0, chunk_len,
+// seg_chunk0, seg_nchunk, start, h_out, vnew, final_state, h16, vnew16, HQK,
+// HV, vh): argsState's with kn (Kt rebuilt from it), the bf16 H^T and V'^T
+// after final_state and HQK; any of h_out, vnew, h16, vnew16 may be 0 (not
+// written).
+func argsState16(w, u, kn, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start, hOut, vnew, final, h16, vnew16 uintptr,
+	HQK, HV, vh int) *loader.Args {
+	return loader.NewArgs().DevicePtr(w).DevicePtr(u).DevicePtr(kn).DevicePtr(gcum).DevicePtr(chunkTok0).
 		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(start).DevicePtr(hOut).
-		DevicePtr(vnew).DevicePtr(final).DevicePtr(h16).DevicePtr(vnew16).I32(int32(HV)).I32(int32(vh))
+		DevicePtr(vnew).DevicePtr(final).DevicePtr(h16).DevicePtr(vnew16).I32(int32(HQK)).I32(int32(HV)).I32(int32(vh))
 }
 
 // argsOutput: gdn_output_fwd(qn, kn, gcum, vnew, h_state, chunk_tok0, chunk_len, o, HQK, HV, scale).
@@ -97,7 +107,8 @@ func gpuArgSamples() map[string]*loader.Args {
 		entryStateMMA:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 
-		entryStateMMA16:  argsState16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOutputMMA16: argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
+		entrySummaryMMA16: argsSummary16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryStateMMA16:   argsState16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputMMA16:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
 	}
 }

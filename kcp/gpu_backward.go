@@ -375,8 +375,14 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 	}{
 		{&b.dvl, "dvl", Tr * nv}, {&b.dend, "terminal adjoints", NS * summarySlot(HV)},
 		{&b.dchunk, "chunk adjoints", NC * summarySlot(HV)}, {&b.dvnew, "dvnew", Tr * nv},
-		{&b.dstart, "start adjoints", NS * summarySlot(HV)}, {&b.dqv, "dqv", Tr * nv}, {&b.dkv, "dkv", Tr * nv},
-		{&b.dg, "dg", Tr * HV}, {&b.dbeta, "dbeta", Tr * HV},
+		{&b.dstart, "start adjoints", NS * summarySlot(HV)}, {&b.dg, "dg", Tr * HV}, {&b.dbeta, "dbeta", Tr * HV},
+	}
+	if !b.rk.dev.ks.grads5 { // the per-value-head dq, dk that gdn_qk_bwd sums
+		f32 = append(f32, []struct {
+			dst **loader.Buffer
+			nm  string
+			n   int
+		}{{&b.dqv, "dqv", Tr * nv}, {&b.dkv, "dkv", Tr * nv}}...)
 	}
 	if module {
 		f32 = append(f32, []struct {
@@ -509,16 +515,11 @@ func (b *bwdRun) tapeAndGrads() error {
 	} else {
 		dvp = b.dv.Ptr()
 	}
-	if err := b.launch(ks.grads, [3]uint32{uint32(NC), uint32(HV), 1}, ks.gradsSmem, argsChunkGrads(chunkGradArgs{
+	cg := chunkGradArgs{
 		qn: rk.qn.Ptr(), kn: rk.kn.Ptr(), v: vp, vStride: vst, gcum: rk.gcum.Ptr(), beta: rk.beta.Ptr(), h: rk.h.Ptr(),
 		vnew: rk.vnew.Ptr(), dChunk: b.dchunk.Ptr(), dvnew: b.dvnew.Ptr(), dout: b.dout.Ptr(),
 		chunkTok0: rk.chunkTok0.Ptr(), chunkLen: rk.chunkLen.Ptr(), dqv: b.dqv.Ptr(), dkv: b.dkv.Ptr(),
 		dv: dvp, dvStride: dvst, dg: b.dg.Ptr(), dbeta: b.dbeta.Ptr(), HQK: HQK, HV: HV, scale: gpuScale(b.f.opts),
-	})); err != nil {
-		return err
-	}
-	if err := b.mark(); err != nil { // chunk grads
-		return err
 	}
 	// dq, dk: core: fp32 [Tr, HQK*128]; module: the q and k columns of dy.
 	dqp, dkp, dqst := uintptr(0), uintptr(0), nq
@@ -526,6 +527,27 @@ func (b *bwdRun) tapeAndGrads() error {
 		dqp, dkp, dqst = b.dy.Ptr(), b.dy.Ptr()+uintptr(4*nq), C
 	} else {
 		dqp, dkp = b.dq.Ptr(), b.dk.Ptr()
+	}
+	if ks.grads5 {
+		// The value-head sum and the l2norm backward run inside the chunk
+		// gradients: the "qk backward" stage stays empty.
+		cg.dqv, cg.dkv = 0, 0
+		if err := b.launch(ks.grads, [3]uint32{uint32(NC), uint32(HQK), 1}, ks.gradsSmem, argsChunkGrads5(chunkGrad5Args{
+			chunkGradArgs: cg, qRstd: rk.qRstd.Ptr(), kRstd: rk.kRstd.Ptr(), dq: dqp, dk: dkp, dqStride: dqst,
+			l2norm: !b.f.opts.NoL2Norm,
+		})); err != nil {
+			return err
+		}
+		if err := b.mark(); err != nil { // chunk grads
+			return err
+		}
+		return b.mark() // qk backward
+	}
+	if err := b.launch(ks.grads, [3]uint32{uint32(NC), uint32(HV), 1}, ks.gradsSmem, argsChunkGrads(cg)); err != nil {
+		return err
+	}
+	if err := b.mark(); err != nil { // chunk grads
+		return err
 	}
 	if err := b.launch(entryQKBwd, [3]uint32{uint32(ceilDiv(Tr*HQK*2, gpuBlock/32)), 1, 1}, 0,
 		argsQKBwd(b.dqv.Ptr(), b.dkv.Ptr(), rk.qn.Ptr(), rk.kn.Ptr(), rk.qRstd.Ptr(), rk.kRstd.Ptr(), dqp, dkp, dqst,

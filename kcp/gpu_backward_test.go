@@ -403,7 +403,7 @@ func TestGPUTensorCoreBackward(t *testing.T) {
 		t.Skipf("needs libcuda.so.1 and a CUDA GPU: %v", err)
 	}
 	ctx := context.Background()
-	for _, set := range []string{"tc", "mma", "mma16"} {
+	for _, set := range []string{"tc", "mma", "v5"} {
 		t.Run(set, func(t *testing.T) {
 			var kopts GPUOptions
 			require.NoError(t, kopts.SetKernels(set))

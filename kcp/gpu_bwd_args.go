@@ -70,6 +70,32 @@ func argsChunkGrads(a chunkGradArgs) *loader.Args {
 		I32(int32(a.HQK)).I32(int32(a.HV)).F32(a.scale)
 }
 
+// chunkGrad5Args are gdn_chunk_grads_mma5's arguments: chunkGradArgs'
+// without dqv, dkv, with the l2norm backward's inputs (q_rstd, k_rstd) and
+// outputs (dq, dk at dq_stride, where gdn_qk_bwd writes them).
+type chunkGrad5Args struct {
+	chunkGradArgs
+	qRstd, kRstd, dq, dk uintptr
+	dqStride             int
+	l2norm               bool
+}
+
+// argsChunkGrads5: gdn_chunk_grads_mma5(qn, kn, v, v_stride, gcum, beta, h, vnew, d_chunk, dvnew, dout,
+// chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale,
+// l2norm).
+func argsChunkGrads5(a chunkGrad5Args) *loader.Args {
+	l2 := int32(0)
+	if a.l2norm {
+		l2 = 1
+	}
+	return loader.NewArgs().DevicePtr(a.qn).DevicePtr(a.kn).DevicePtr(a.v).I32(int32(a.vStride)).
+		DevicePtr(a.gcum).DevicePtr(a.beta).DevicePtr(a.h).DevicePtr(a.vnew).DevicePtr(a.dChunk).DevicePtr(a.dvnew).
+		DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).DevicePtr(a.qRstd).DevicePtr(a.kRstd).
+		DevicePtr(a.dq).DevicePtr(a.dk).I32(int32(a.dqStride)).
+		DevicePtr(a.dv).I32(int32(a.dvStride)).DevicePtr(a.dg).DevicePtr(a.dbeta).
+		I32(int32(a.HQK)).I32(int32(a.HV)).F32(a.scale).I32(l2)
+}
+
 // argsQKBwd: gdn_qk_bwd(dqv, dkv, qn, kn, q_rstd, k_rstd, dq, dk, dq_stride, T, HQK, HV, l2norm).
 func argsQKBwd(dqv, dkv, qn, kn, qRstd, kRstd, dq, dk uintptr, dqStride, T, HQK, HV int, l2norm bool) *loader.Args {
 	l2 := int32(0)
@@ -118,6 +144,7 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryChunkGrads: argsChunkGrads(chunkGradArgs{}),
 		entryDVLocalMMA: argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryGradsMMA:   argsChunkGrads(chunkGradArgs{}),
+		entryGradsMMA5:  argsChunkGrads5(chunkGrad5Args{}),
 		entryQKBwd:      argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
 		entryConvBwd:    argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDWReduce:   argsDWReduce(0, 0, 0, 0),

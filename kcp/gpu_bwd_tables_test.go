@@ -241,8 +241,9 @@ func TestGPUGatherDOut(t *testing.T) {
 func TestGPUBwdArgsMatchContract(t *testing.T) {
 	samples := gpuBwdArgSamples()
 	fp32, mma := GPUOptions{}.kernelSet(), GPUOptions{MMABackwardWalks: true, MMABackwardChunk: true}.kernelSet()
-	require.Len(t, samples, len(fp32.backwardEntries())+4) // + the v4 offset and tape walks, dV'_local and chunk gradients
-	for _, ks := range []kernelSet{fp32, mma} {
+	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients
+	require.Len(t, samples, len(fp32.backwardEntries())+5)
+	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet()} {
 		for _, e := range ks.backwardEntries() {
 			require.Contains(t, samples, e.name)
 		}
@@ -363,6 +364,13 @@ func TestGPUBackwardEntries(t *testing.T) {
 		require.LessOrEqual(t, s, 232448)
 	}
 	require.LessOrEqual(t, 2*(dvlocalMMASmem+1024), 233472, "gdn_dvlocal_mma: two CTAs an SM")
+	// The v5 chunk gradients replace the chunk gradients' entry and smem.
+	g5 := GPUOptions{MMABackwardChunk: true, MMAGroupedGrads: true}.kernelSet()
+	require.Equal(t, []gpuEntry{{entryDVLocalMMA, dvlocalMMASmem}, {entryOffset, bwdWalkSmem(128)},
+		{entryTape, bwdWalkSmem(128)}, {entryGradsMMA5, chunkGradMMA5Smem}}, g5.backwardEntries()[:4])
+	require.True(t, g5.grads5)
+	require.Positive(t, chunkGradMMA5Smem)
+	require.LessOrEqual(t, chunkGradMMA5Smem, 232448)
 }
 
 // Backward, ForwardCheckpoint and Recompute refuse what they cannot run with

@@ -106,7 +106,7 @@ type gpuRank struct {
 	q, k, v, g, beta                                                  *loader.Buffer
 	qn, kn, qRstd, kRstd, gcum, w, u, kt                              *loader.Buffer
 	sumP, sumQ, allP, allQ, start, final, h, vnew, o                  *loader.Buffer
-	h16, vnew16                                                       *loader.Buffer // bf16 H^T, V'^T (MMAOutput16)
+	h16, vnew16                                                       *loader.Buffer // bf16 H^T, V'^T (MMAForward5)
 }
 
 // qkv returns where the chunk kernels read q, k and v and their row strides
@@ -456,7 +456,7 @@ type rankRun struct {
 	clk *stageClock
 	st  *stageTracker
 	// keepStates: a backward will read the fp32 per-chunk states and V'
-	// (KeepDevice, Recompute); with MMAOutput16 they are written only then.
+	// (KeepDevice, Recompute); with MMAForward5 they are written only then.
 	keepStates bool
 }
 
@@ -750,16 +750,23 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 		n   int
 	}{
 		{&rk.qn, "qn", Tr * nq}, {&rk.kn, "kn", Tr * nq}, {&rk.qRstd, "q_rstd", Tr * HQK}, {&rk.kRstd, "k_rstd", Tr * HQK},
-		{&rk.gcum, "gcum", Tr * HV}, {&rk.w, "w", Tr * nv}, {&rk.u, "u", Tr * nv}, {&rk.kt, "kt", Tr * nv},
+		{&rk.gcum, "gcum", Tr * HV}, {&rk.w, "w", Tr * nv}, {&rk.u, "u", Tr * nv},
 		{&rk.start, "start states", NS * summarySlot(HV)}, {&rk.final, "final states", NS * summarySlot(HV)},
 	} {
 		if *t.dst, err = f32(t.nm, t.n); err != nil {
 			return wrap(err)
 		}
 	}
-	// The per-chunk states and V': fp32 for the output and the backward;
-	// with MMAOutput16 bf16 copies for the output, and the fp32 ones only
-	// where a backward reads them.
+	// Kt and the per-chunk states and V': fp32 for the walks, the output and
+	// the backward; with MMAForward5 the walks rebuild Kt from kn and the
+	// output reads bf16 copies of H and V', so the fp32 ones are made only
+	// where a backward reads them (and Kt also where the prep cannot skip
+	// it: only gdn_prep_mma takes a null Kt).
+	if !ks.out16 || rr.keepStates || ks.prep != entryPrepMMA {
+		if rk.kt, err = f32("kt", Tr*nv); err != nil {
+			return wrap(err)
+		}
+	}
 	if !ks.out16 || rr.keepStates {
 		if rk.h, err = f32("chunk states", NC*summarySlot(HV)); err != nil {
 			return wrap(err)
@@ -846,9 +853,13 @@ func (rr *rankRun) summaryWalk() (err error) {
 		if rk.sumQ, err = rk.mem.alloc("summary Q", 4*slots*summarySlot(HV)); err != nil {
 			return fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
-		if err := rr.launch(ks.summary, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.walkSmem(vh),
-			argsSummary(rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
-				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), HV, vh)); err != nil {
+		args := argsSummary(rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), HV, vh)
+		if ks.out16 {
+			args = argsSummary16(rk.w.Ptr(), rk.u.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh)
+		}
+		if err := rr.launch(ks.summary, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.walkSmem(vh), args); err != nil {
 			return err
 		}
 	}
@@ -1015,9 +1026,9 @@ func (rr *rankRun) finish() error {
 		rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), rk.vnew.Ptr(), rk.final.Ptr(), HV, vh)
 	outH, outV := rk.h.Ptr(), rk.vnew.Ptr()
 	if ks.out16 {
-		stateArgs = argsState16(rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+		stateArgs = argsState16(rk.w.Ptr(), rk.u.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), rk.vnew.Ptr(), rk.final.Ptr(),
-			rk.h16.Ptr(), rk.vnew16.Ptr(), HV, vh)
+			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh)
 		outH, outV = rk.h16.Ptr(), rk.vnew16.Ptr()
 	}
 	if err := rr.launch(ks.state, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.walkSmem(vh), stateArgs); err != nil {

@@ -418,6 +418,8 @@ func TestGPUSharedMemorySizes(t *testing.T) {
 		{"gdn_dvlocal_mma.cu", `static_assert\(kDvlMMASmem == (\d+)`, dvlocalMMASmem},
 		{"gdn_chunk_grads_mma.cu", `kGradMMASmem = (\d+) bytes`, chunkGradMMASmem},
 		{"gdn_chunk_grads_mma.cu", `static_assert\(kGradMMASmem == (\d+)`, chunkGradMMASmem},
+		{"gdn_chunk_grads_mma5.cu", `kGradMMA5Smem = (\d+) bytes`, chunkGradMMA5Smem},
+		{"gdn_chunk_grads_mma5.cu", `static_assert\(kGradMMA5Smem == (\d+)`, chunkGradMMA5Smem},
 	} {
 		// A v4 kernel's source is in ptx/src once built, in ptx/staging before.
 		raw, err := os.ReadFile(filepath.Join("..", "ptx", "src", c.file))
@@ -524,26 +526,27 @@ func TestGPUEntries(t *testing.T) {
 			[4]string{entryOffset, entryTape, entryDVLocal, entryChunkGrads}},
 		{"mma", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA, entryCompose, entryStateMMA, entryOutputMMA},
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
-		{"mma16", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA, entryCompose, entryStateMMA16, entryOutputMMA16},
-			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
+		{"v5", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA16, entryCompose, entryStateMMA16, entryOutputMMA16},
+			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA5}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
 		require.NoError(t, o.SetKernels(c.name))
 		ks := o.kernelSet()
 		require.Equal(t, c.want, missingEntries(b, ks.entries()), c.name)
 		require.Equal(t, c.bwalk, [4]string{ks.offset, ks.tape, ks.dvlocal, ks.grads}, c.name)
-		require.Equal(t, c.name == "mma16", ks.out16, c.name)
+		require.Equal(t, c.name == "v5", ks.out16, c.name)
+		require.Equal(t, c.name == "v5", ks.grads5, c.name)
 	}
 	both := GPUOptions{TensorCoreWalks: true, TensorCoreChunk: true, MMAWalks: true, MMAChunk: true}.kernelSet()
 	require.Equal(t, [4]string{entryPrepMMA, entrySummaryMMA, entryStateMMA, entryOutputMMA}, [4]string{both.prep, both.summary, both.state, both.output})
 	require.Equal(t, [2]int{prepMMASmem, outputMMASmem}, [2]int{both.prepSmem, both.outputSmem})
 	require.Equal(t, walkMMASmem(128), both.walkSmem(128))
 	var o GPUOptions
-	require.ErrorContains(t, o.SetKernels("v4"), `kernel set "v4": want one of fp32, tc, mma, mma16`)
-	// MMAOutput16 alone swaps the state walk and the output, with their
-	// shared memory.
-	o16 := GPUOptions{MMAOutput16: true}.kernelSet()
-	require.Equal(t, [5]string{entryPrep, entrySummary, entryStateMMA16, entryOutputMMA16, entryOffset},
+	require.ErrorContains(t, o.SetKernels("v4"), `kernel set "v4": want one of fp32, tc, mma, v5`)
+	// MMAForward5 alone swaps the walks and the output, with their shared
+	// memory.
+	o16 := GPUOptions{MMAForward5: true}.kernelSet()
+	require.Equal(t, [5]string{entryPrep, entrySummaryMMA16, entryStateMMA16, entryOutputMMA16, entryOffset},
 		[5]string{o16.prep, o16.summary, o16.state, o16.output, o16.offset})
 	require.Equal(t, [3]int{walkMMASmem(64), walkMMASmem(128), outputMMA16Smem}, [3]int{o16.walkSmem(64), o16.walkSmem(128), o16.outputSmem})
 	require.True(t, o16.out16)

@@ -335,7 +335,7 @@ func TestGPUTensorCoreForward(t *testing.T) {
 	in, _ := RandomInputs(p0, StageCore, seed)
 	ref, _, err := Reference(context.Background(), p0, in, nil, Options{})
 	require.NoError(t, err)
-	for _, set := range []string{"tc", "mma", "mma16"} {
+	for _, set := range []string{"tc", "mma", "v5"} {
 		t.Run(set, func(t *testing.T) {
 			var opts GPUOptions
 			require.NoError(t, opts.SetKernels(set))

@@ -19,7 +19,7 @@
 # and update ptx/staging/README.md (drop the landed sections), ptx/cpuemu/doc.go and docs/perf-notes.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-order=(gdn_walk_mma.cu gdn_bwalk_mma.cu gdn_prep_mma.cu gdn_output_mma.cu gdn_dvlocal_mma.cu gdn_chunk_grads_mma.cu)
+order=(gdn_walk_mma.cu gdn_bwalk_mma.cu gdn_prep_mma.cu gdn_output_mma.cu gdn_dvlocal_mma.cu gdn_chunk_grads_mma.cu gdn_chunk_grads_mma5.cu)
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
 	for f in "${order[@]}"; do [ -f "ptx/staging/$f" ] && files+=("$f"); done

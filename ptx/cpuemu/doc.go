@@ -129,6 +129,13 @@
 //     its bf16 copies bitwise the rounding of the fp32 ones, null outputs
 //     untouched, the output's rows written and gap rows untouched, its
 //     error against gdnref within the budget; it registers runner_mma16.
+//   - TestMMA5ChunkGradsOnCPU: the staged grouped chunk gradients of
+//     ptx/staging/gdn_chunk_grads_mma5.cu (one CTA per chunk and QK head, dq
+//     and dk summed over its value heads and put through the l2norm backward
+//     in the kernel) beside gdn_chunk_grads + gdn_qk_bwd on the same buffers,
+//     against gdnref.ChunkGrads summed and pushed through the l2norm backward
+//     in float64; three value heads per QK head, both cp.async modes, l2norm
+//     on and off (rstd NaN then: never read); it registers runner_grads_mma5.
 //
 // Every test skips when no C++ compiler is installed. The environment variable
 // CPUEMU_SRC points the build at another kernel directory than ptx/src (to

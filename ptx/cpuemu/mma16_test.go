@@ -10,14 +10,17 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/bf16"
 )
 
-// The bf16 hand-over between the staged state walk and the staged output:
-// gdn_state_walk_mma16 (ptx/staging/gdn_walk_mma.cu: gdn_state_walk_mma plus
-// bf16 copies of each chunk's start state H^T and of V'^T) and
-// gdn_output_mma16 (ptx/staging/gdn_output_mma.cu: the output reading them).
-// The walk is held bit for bit to gdn_state_walk_mma run beside it; the
-// output to gdnref.Output fed the walk's own fp32 H and V', rounded to bf16
-// as the output reads them (its own error) and not rounded (what the bf16
-// hand-over costs).
+// The v5 walks and the bf16 hand-over between the staged state walk and the
+// staged output: gdn_state_walk_mma16 (ptx/staging/gdn_walk_mma.cu:
+// gdn_state_walk_mma reading kn and gcum in place of the prep's Kt, which it
+// rebuilds, plus bf16 copies of each chunk's start state H^T and of V'^T),
+// gdn_summary_walk_mma16 (gdn_summary_walk_mma with the same Kt rebuild) and
+// gdn_output_mma16 (ptx/staging/gdn_output_mma.cu: the output reading the
+// bf16 copies). The walks are held bit for bit to gdn_state_walk_mma and
+// gdn_summary_walk_mma run beside them on the prep's Kt; the output to
+// gdnref.Output fed the walk's own fp32 H and V', rounded to bf16 as the
+// output reads them (its own error) and not rounded (what the bf16 hand-over
+// costs).
 
 func init() {
 	if haveStagedWalks() && haveStagedOutput() {
@@ -28,12 +31,14 @@ func init() {
 // mma16Cases: "core", the segments of TestForwardKernelsOnCPU's "core" case
 // (1, 63, 64, 65 and 200 tokens: chunks of 1, 8, 63 and 64 rows, random
 // non-zero start states) at one head (HQK 1 / HV 1, half the emulation of
-// its two heads), and "gva", grouped heads (HQK 2 / HV 4) on one segment of
-// 65 tokens (chunks of 64 and 1 rows), which checks the head indexing of
-// the walk's bf16 stores and the output's head-fastest block order and qh.
+// its two heads; summaries of the 63-, 65- and 200-token segments), and
+// "gva", grouped heads (HQK 2 / HV 4) on one segment of 65 tokens (chunks of
+// 64 and 1 rows), which checks the QK head the v5 walks read kn from, the
+// head indexing of the walk's bf16 stores and the output's head-fastest
+// block order and qh.
 var mma16Cases = []gdnCase{
-	{name: "core", lens: []int{1, 63, 64, 65, 200}, hqk: 1, hv: 1, l2norm: true, seed: 24},
-	{name: "gva", lens: []int{65}, hqk: 2, hv: 4, l2norm: true, seed: 23},
+	{name: "core", lens: []int{1, 63, 64, 65, 200}, sumList: []int{4, 1, 3}, hqk: 1, hv: 1, l2norm: true, seed: 24},
+	{name: "gva", lens: []int{65}, sumList: []int{0}, hqk: 2, hv: 4, l2norm: true, seed: 23},
 }
 
 // mma16Walk is one gdn_state_walk_mma16 launch: its width and the outputs
@@ -44,6 +49,16 @@ type mma16Walk struct {
 }
 
 func (w mma16Walk) name() string { return "w16_" + vhName(w.vh) + "_" + string(rune('a'+w.drop)) }
+
+// mma16Sums are the summary walks of a run: the reference
+// gdn_summary_walk_mma on the prep's Kt at vh ref ("ref_out_p", "ref_out_q")
+// and gdn_summary_walk_mma16 on kn at each of vhs ("s16_<vh>_out_p", ...).
+type mma16Sums struct {
+	ref int
+	vhs []int
+}
+
+func sum16Name(vh int) string { return "s16_" + vhName(vh) + "_" }
 
 // Bounds of the output's error against gdnref.Output fed the walk's fp32 H
 // and V' (normwise): the bf16 hand-over (each of H and V' rounded, 2^-9
@@ -61,23 +76,26 @@ const (
 // outputs poisoned (never to be written).
 const gapRows = 3
 
-// TestMMA16OnCPU runs gdn_state_walk_mma16 beside gdn_state_walk_mma on the
-// same inputs (made by the fp32 l2norm and prep; random non-zero start
-// states) and gdn_output_mma16 on the h16 and vnew16 it wrote, on
-// mma16Cases: "core" with cp.async landing at issue (walks at vh 128 with
-// every output and at vh 64 with h_out and vnew null, the forward's use),
-// "gva" with EMU_CP_ASYNC=deferred (vh 64 with every output, vh 128 with
-// h16 and vnew16 null). The walk: every output
+// TestMMA16OnCPU runs gdn_state_walk_mma16 and gdn_summary_walk_mma16 (fed
+// kn and gcum) beside gdn_state_walk_mma and gdn_summary_walk_mma (fed the
+// prep's Kt) on the same inputs (made by the fp32 l2norm and prep, whose Kt
+// and gcum are gdn_prep_mma's bits; random non-zero start states) and
+// gdn_output_mma16 on the h16 and vnew16 it wrote, on mma16Cases: "core"
+// with cp.async landing at issue (state walks at vh 128 with every output
+// and at vh 64 with h_out and vnew null, the forward's use; the summary at
+// vh 64 against the reference's vh 128), "gva" with EMU_CP_ASYNC=deferred
+// (vh 64 with every output, vh 128 with h16 and vnew16 null; the summary
+// at vh 128 against the reference's vh 64). The walks: every output
 // poisoned first; h_out, vnew and the final states bitwise gdn_state_walk_mma's
-// (vh 128) at vh 64 and 128; h16 and vnew16 bitwise the bf16 rounding of
-// that H (transposed) and V' (transposed, 0 past a chunk's end), fully
-// written; a null output left untouched. The output, on a buffer with
-// gapRows NaN rows after every chunk: every chunk row written, no gap row
-// written, no NaN; the fp32 probe (core) within outMMATol of gdnref.Output
-// from the bf16-rounded H and V' (its own error); the bf16 entry bit for bit
-// the probe's rounding (core), and within bf16 rounding of the same
-// reference; both within mma16HandOverTol / mma16TotalTol of gdnref.Output
-// from the unrounded fp32 H and V'.
+// (vh 128), P and Q bitwise gdn_summary_walk_mma's; h16 and vnew16 bitwise
+// the bf16 rounding of that H (transposed) and V' (transposed, 0 past a
+// chunk's end), fully written; a null output left untouched. The output,
+// on a buffer with gapRows NaN rows after every chunk: every chunk row
+// written, no gap row written, no NaN; the fp32 probe (core) within
+// outMMATol of gdnref.Output from the bf16-rounded H and V' (its own error);
+// the bf16 entry bit for bit the probe's rounding (core), and within bf16
+// rounding of the same reference; both within mma16HandOverTol /
+// mma16TotalTol of gdnref.Output from the unrounded fp32 H and V'.
 func TestMMA16OnCPU(t *testing.T) {
 	if !haveStagedWalks() || !haveStagedOutput() {
 		t.Skipf("%s or %s is not there (landed or removed): nothing staged to test", stagedWalkMMA, stagedOutputMMA)
@@ -88,10 +106,13 @@ func TestMMA16OnCPU(t *testing.T) {
 		c     *gdnCase
 		env   []string
 		walks []mma16Walk
+		sums  mma16Sums
 		probe bool
 	}{
-		{"core/cp_async_immediate", &mma16Cases[0], nil, []mma16Walk{{128, 0}, {64, 1 | 2}}, true},
-		{"gva/cp_async_deferred", &mma16Cases[1], []string{cpAsyncDeferred}, []mma16Walk{{64, 0}, {128, 4 | 8}}, false},
+		{"core/cp_async_immediate", &mma16Cases[0], nil, []mma16Walk{{128, 0}, {64, 1 | 2}},
+			mma16Sums{128, []int{64}}, true},
+		{"gva/cp_async_deferred", &mma16Cases[1], []string{cpAsyncDeferred}, []mma16Walk{{64, 0}, {128, 4 | 8}},
+			mma16Sums{64, []int{128}}, false},
 	} {
 		t.Run(rn.name, func(t *testing.T) {
 			t.Parallel()
@@ -100,11 +121,11 @@ func TestMMA16OnCPU(t *testing.T) {
 			start := randomStates(d.l.NS*rn.c.hv, 17)
 			j := newJob(t)
 			j.env = rn.env
-			addWalks16(j, d, start, rn.walks)
+			addWalks16(j, d, start, rn.walks, rn.sums)
 			r := j.run(bin)
 			t.Logf("walks:\n%s", r.log)
 			et := &errTable{}
-			in := checkWalks16(t, d, r, rn.walks)
+			in := checkWalks16(t, d, r, rn.walks, rn.sums)
 
 			j = newJob(t)
 			j.env = rn.env
@@ -118,9 +139,10 @@ func TestMMA16OnCPU(t *testing.T) {
 }
 
 // addWalks16 adds the fp32 l2norm and prep (the walks' inputs),
-// gdn_state_walk_mma at vh 128 ("ref_" outputs) and the launches of walks,
-// every output poisoned first.
-func addWalks16(j *job, d *gdnData, start []float32, walks []mma16Walk) {
+// gdn_state_walk_mma at vh 128 ("ref_" outputs) and the launches of walks
+// (on kn), gdn_summary_walk_mma at vh sums.ref and gdn_summary_walk_mma16
+// at each of sums.vhs, every output poisoned first.
+func addWalks16(j *job, d *gdnData, start []float32, walks []mma16Walk, sums mma16Sums) {
 	c, l := d.c, d.l
 	T, HQK, HV := l.T, c.hqk, c.hv
 	addTables(j, l)
@@ -128,6 +150,11 @@ func addWalks16(j *job, d *gdnData, start []float32, walks []mma16Walk) {
 	j.f32("g", d.g)
 	j.f32("beta", d.beta)
 	j.f32("start", start)
+	sum := make([]int32, len(c.sumList))
+	for i, s := range c.sumList {
+		sum[i] = int32(s)
+	}
+	j.i32("sum_list", sum)
 	outs := []bufSpec{
 		{"qn", T * HQK * dHead}, {"kn", T * HQK * dHead}, {"q_rstd", T * HQK}, {"k_rstd", T * HQK},
 		{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}, {"kt", T * HV * dHead},
@@ -135,6 +162,14 @@ func addWalks16(j *job, d *gdnData, start []float32, walks []mma16Walk) {
 	for _, p := range append([]string{"ref_"}, walkNames(walks)...) {
 		outs = append(outs, bufSpec{p + "h", l.NC * HV * dHead * dHead}, bufSpec{p + "vnew", T * HV * dHead},
 			bufSpec{p + "final", l.NS * HV * dHead * dHead})
+	}
+	sumPrefixes := []string{"ref_"}
+	for _, vh := range sums.vhs {
+		sumPrefixes = append(sumPrefixes, sum16Name(vh))
+	}
+	for _, p := range sumPrefixes {
+		outs = append(outs, bufSpec{p + "out_p", len(sum) * HV * dHead * dHead},
+			bufSpec{p + "out_q", len(sum) * HV * dHead * dHead})
 	}
 	for _, o := range outs {
 		j.out(o.name, 4*o.elems)
@@ -151,10 +186,23 @@ func addWalks16(j *job, d *gdnData, start []float32, walks []mma16Walk) {
 		buf("seg_nchunk"), buf("start")}
 	j.launch("ref_state_mma128", "gdn_state_walk_mma", grid3(1, l.NS, HV), 256, smemOf("walk_mma_smem", 128),
 		append(in, buf("ref_h"), buf("ref_vnew"), buf("ref_final"), i32a(HV), i32a(128))...)
+	sumArgs := func(kt, p string) []string {
+		return []string{buf("w"), buf("u"), buf(kt), buf("gcum"), buf("chunk_tok0"), buf("chunk_len"), buf("seg_chunk0"),
+			buf("seg_nchunk"), buf("sum_list"), buf(p + "out_p"), buf(p + "out_q")}
+	}
+	j.launch("ref_summary_mma"+vhName(sums.ref), "gdn_summary_walk_mma", grid3(2*dHead/sums.ref, len(sum), HV), 256,
+		smemOf("walk_mma_smem", sums.ref), append(sumArgs("kt", "ref_"), i32a(HV), i32a(sums.ref))...)
+	for _, vh := range sums.vhs {
+		j.launch(sum16Name(vh)+"summary", "gdn_summary_walk_mma16", grid3(2*dHead/vh, len(sum), HV), 256,
+			smemOf("walk_mma_smem", vh), append(sumArgs("kn", sum16Name(vh)), i32a(HQK), i32a(HV), i32a(vh))...)
+	}
+	// The v5 walks read kn (QK heads) where the reference reads kt.
+	in16 := append([]string{}, in...)
+	in16[2] = buf("kn")
 	for _, w := range walks {
 		p := w.name()
-		args := append(append([]string{}, in...), buf(p+"h"), buf(p+"vnew"), buf(p+"final"), buf(p+"h16"),
-			buf(p+"vnew16"), i32a(HV), i32a(w.vh))
+		args := append(append([]string{}, in16...), buf(p+"h"), buf(p+"vnew"), buf(p+"final"), buf(p+"h16"),
+			buf(p+"vnew16"), i32a(HQK), i32a(HV), i32a(w.vh))
 		if w.drop == 0 {
 			j.launch(p, "gdn_state_walk_mma16", grid3(dHead/w.vh, l.NS, HV), 256, smemOf("walk_mma_smem", w.vh), args...)
 		} else {
@@ -174,10 +222,18 @@ func walkNames(walks []mma16Walk) []string {
 
 // checkWalks16 checks the walks (see TestMMA16OnCPU) and returns the
 // output's fp32 inputs: qn, kn, gcum and the reference walk's H and V'.
-func checkWalks16(t *testing.T, d *gdnData, r *result, walks []mma16Walk) *outInputs {
+func checkWalks16(t *testing.T, d *gdnData, r *result, walks []mma16Walk, sums mma16Sums) *outInputs {
 	l, HV := d.l, d.c.hv
-	for _, n := range []string{"ref_h", "ref_vnew", "ref_final"} {
+	for _, n := range []string{"ref_h", "ref_vnew", "ref_final", "ref_out_p", "ref_out_q"} {
 		r.f32s(n) // fully written, no NaN or Inf
+	}
+	for _, vh := range sums.vhs {
+		for _, n := range []string{"out_p", "out_q"} {
+			p := sum16Name(vh) + n
+			r.f32s(p)
+			require.Equal(t, r.raw["ref_"+n], r.raw[p], "%s: not gdn_summary_walk_mma's bits (vh %d) on the prep's Kt",
+				p, sums.ref)
+		}
 	}
 	in := &outInputs{qn: r.f32s("qn"), kn: r.f32s("kn"), gcum: r.f32s("gcum"), vnew: r.f32s("ref_vnew"),
 		h: r.f32s("ref_h")}

@@ -60,26 +60,30 @@ type prepMMACase struct {
 	hqk, hv    int
 	vPad, vOff int // v row stride = HV*128 + vPad elements; v starts vOff elements into its buffer
 	deferred   bool
+	nokt       bool // also run gdn_prep_mma with kt null: gcum, w, u must be the same bits
 	seed       uint64
 }
 
 // prepMMACases: chunks of 1, 8, 63 and 64 rows (segments 1, 63, 64, 65, 200)
 // with cp.async landing at issue; grouped heads (HQK 2, HV 4; chunks of 64,
 // 1, 3 and 40 rows) with cp.async landing only at its wait
-// (EMU_CP_ASYNC=deferred); a v that is not 16-byte aligned (the kernel's
+// (EMU_CP_ASYNC=deferred), run a second time with kt null (the v5 forward,
+// whose walks rebuild Kt); a v that is not 16-byte aligned (the kernel's
 // plain-load path for v). Emulating gdn_prep_mma costs ~0.15 s of CPU a
-// block, so the cases hold 38 blocks (each mode once) to stay within a few
+// block, so the cases hold 54 blocks (each mode once) to stay within a few
 // seconds on 2 cores.
 var prepMMACases = []prepMMACase{
 	{name: "hv2_immediate", lens: []int{1, 63, 64, 65, 200}, hqk: 1, hv: 2, vPad: 8, seed: 21},
-	{name: "hv4_deferred", lens: []int{65, 3, 40}, hqk: 2, hv: 4, vPad: 0, deferred: true, seed: 22},
+	{name: "hv4_deferred", lens: []int{65, 3, 40}, hqk: 2, hv: 4, vPad: 0, deferred: true, nokt: true, seed: 22},
 	{name: "v_unaligned", lens: []int{40}, hqk: 1, hv: 2, vPad: 4, vOff: 4, seed: 23},
 }
 
 // TestMMAPrepOnCPU runs gdn_prep_mma and gdn_prep_fwd on the cases above:
 // every output row of a chunk written (poison gone, no NaN/Inf), the gap rows
 // neither read (NaN inputs) nor written (poison intact), gcum and Kt bitwise
-// equal to gdn_prep_fwd's, and gcum, W, U, Kt within prepMMATol of gdnref.
+// equal to gdn_prep_fwd's, and gcum, W, U, Kt within prepMMATol of gdnref;
+// with kt null (nokt cases), gcum, W and U bitwise those of the run with kt
+// (gap rows included).
 func TestMMAPrepOnCPU(t *testing.T) {
 	if !haveStagedPrep() {
 		t.Skipf("%s is not there (landed or removed): nothing staged to test", stagedPrepMMA)
@@ -180,8 +184,22 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 	}
 	j.launch("prep_mma", "gdn_prep_mma", grid3(NC, HV, 1), 256, "kPrepMMASmem", args("")...)
 	j.launch("prep_fp32", "gdn_prep_fwd", grid3(NC, HV, 1), 256, "kPrepSmem", args("_fp32")...)
+	if c.nokt {
+		for _, o := range outs[:3] {
+			j.out(o.name+"_nokt", 4*o.elems)
+			j.poison(o.name+"_nokt", poisonF32)
+		}
+		j.launch("prep_mma_nokt", "gdn_prep_mma_nokt", grid3(NC, HV, 1), 256, "kPrepMMASmem",
+			append(args("_nokt")[:10], i32a(HQK), i32a(HV))...)
+	}
 	r := j.run(bin)
 	t.Logf("runner:\n%s", r.log)
+	if c.nokt {
+		for _, o := range outs[:3] {
+			require.Equal(t, r.raw[o.name], r.raw[o.name+"_nokt"], "%s: gdn_prep_mma with kt null differs from its run with kt",
+				o.name)
+		}
+	}
 
 	// Owned rows: written, finite; gap rows: still poisoned.
 	got := map[string][]float64{}

@@ -4,7 +4,9 @@
 //   gdn_prep_mma   grid (NC, HV), 256 threads, dynamic shared memory kPrepMMASmem = 100096
 // Per (chunk, value head): gamma = in-chunk cumsum of g; L_ij = beta_i (k_i . k_j) e^(gamma_i - gamma_j)
 // for j < i; A = (I + L)^-1; W = A diag(beta e^gamma) K; U = A diag(beta) V; Kt = diag(e^(gamma_last -
-// gamma)) K; gcum, w, u, kt fp32. Rows past a short chunk's end are neither read nor written. The block
+// gamma)) K; gcum, w, u, kt fp32. Rows past a short chunk's end are neither read nor written. kt may be
+// null: then Kt is not computed nor stored, and gcum, w and u are the same bits (the v5 forward, whose
+// walks gdn_summary_walk_mma16 / gdn_state_walk_mma16 rebuild Kt from kn and gcum with this expression). The block
 // index is read linearly with the head fastest (c = lin / HV, h = lin % HV, lin = blockIdx.y * NC +
 // blockIdx.x): the HV / HQK value heads that read the same k rows run back to back and find them in L2.
 //
@@ -15,7 +17,7 @@
 //       once and lane 0 sums them in token order (gdn_prep_fwd's bits); warps 2-3 read beta. barrier 1
 //   P1  wait for group 1; each thread converts the k units it copied to bf16 hi/lo (KH, KL, swizzled,
 //       zeros from row n on) and writes Kt = e^(gl - gamma) k from the same fp32 registers
-//       (gdn_prep_fwd's bits); gcum; coef = beta e^gamma.                                   barrier 2
+//       (gdn_prep_fwd's bits; skipped when kt is null); gcum; coef = beta e^gamma.          barrier 2
 //   P2  L = K K^T on the 10 16x16 blocks on and below the diagonal (warp w: blocks w, w + 8) as
 //       KH KH^T + KH KL^T + KL KH^T, k ascending (ldmatrix, not transposed, of the row-major k rows gives
 //       both the A fragments and the B = K^T fragments); masked and scaled by beta_i e^(gamma_i -
@@ -56,7 +58,8 @@
 // ~60% of the dense peak.
 // Global bytes a CTA: k 32 KB + v 16 KB + g, beta 0.5 KB read; w, u, kt 96 KB + gcum written: ~145 KB,
 // 3.6 GB at 32K; with k read from L2 for two of every three value heads (16 QK heads), ~3.0 GB reach
-// HBM: ~0.72 ms at ~4.2 TB/s. Two thirds of it are the fp32 w, u, kt stores the ABI keeps.
+// HBM: ~0.72 ms at ~4.2 TB/s. Two thirds of it are the fp32 w, u, kt stores the ABI keeps. With kt null
+// (v5 forward without a backward): 32 KB less a CTA, 0.8 GB less at 32K, ~2.2 GB to HBM, ~0.53 ms floor.
 // Shared memory a CTA: cp.async 48 KB, the conversion 64 KB, L's ldmatrix 160 KB (10 blocks x 8 x 4 x
 // 512 B) and 16 KB of L stores, W/U's ldmatrix 120 KB (8 warps x 5 x 6 x 512 B) and fp32 A fragments
 // with their scales ~80 KB, P3/P4 ~20 KB: ~510 KB, ~4k clocks at 128 B/clock, 0.41 ms at 32K (186 CTAs
@@ -205,9 +208,11 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 			float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f);
 			if (i < n) {
 				k4 = *reinterpret_cast<const float4*>(KF + i * kD + d4);
-				const float e = expf(glast - gam[i]);
-				*reinterpret_cast<float4*>(kt + ((long long)(t0 + i) * HV + h) * kD + d4) =
-				    make_float4(k4.x * e, k4.y * e, k4.z * e, k4.w * e);
+				if (kt != nullptr) {  // null: a forward whose walks rebuild Kt from kn and gcum
+					const float e = expf(glast - gam[i]);
+					*reinterpret_cast<float4*>(kt + ((long long)(t0 + i) * HV + h) * kD + d4) =
+					    make_float4(k4.x * e, k4.y * e, k4.z * e, k4.w * e);
+				}
 			}
 			U32x2 hi, lo;
 			tc::split_bf16x2(k4.x, k4.y, hi.x, lo.x);

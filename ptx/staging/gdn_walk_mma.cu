@@ -3,8 +3,9 @@
 // arguments, grids and outputs as gdn_summary_walk / gdn_state_walk of gdn_fwd.cu (block 256):
 //   gdn_summary_walk_mma   grid (2*128/vh, nlist, HV)   walk_mma_smem(vh)
 //   gdn_state_walk_mma     grid (128/vh, NS, HV)        walk_mma_smem(vh)
-//   gdn_state_walk_mma16   grid (128/vh, NS, HV)        walk_mma_smem(vh)   (+ bf16 H^T, V'^T for the output;
-//                                                                           see its section at the end)
+//   gdn_state_walk_mma16   grid (128/vh, NS, HV)        walk_mma_smem(vh)   v5 (section at the end): Kt
+//   gdn_summary_walk_mma16 grid (2*128/vh, nlist, HV)   walk_mma_smem(vh)   rebuilt from kn and gcum; the state
+//                                                                           walk adds bf16 H^T, V'^T
 // walk_mma_smem(vh) = 196608 + 256*(vh+4) bytes (214016 at vh 64, 230400 at vh 128).
 //
 // ---- The data flow: the state never leaves the registers -------------------------------------------
@@ -133,7 +134,14 @@ struct alignas(8) U32x2 {
 	unsigned x, y;
 };
 
-template <int VH>
+// KN (gdn_summary_walk_mma16, gdn_state_walk_mma16): the kt argument of issue / land / walk is kn
+// [T, HQK, 128] (value head h reads QK head h / (HV / HQK)) and land rebuilds Kt from it, row i of the
+// chunk times e^(gcum[t0 + n - 1] - gcum[t0 + i]): gdn_prep_mma's (and gdn_prep_fwd's) fp32 Kt
+// expression, so the rebuilt rows are the bits those preps write (see the section at the end).
+// KN = false (the v4 entries, BWalker) compiles to the code the Walker had before the flag existed
+// (same SASS, sm_90 and sm_80). The flag is tested with a plain `if (KN)`: with `if constexpr` in land's
+// unrolled loop nvcc 11.8 stopped unrolling v4's conversion loop.
+template <int VH, bool KN = false>
 struct Walker {
 	static constexpr int kCW = VH / 16;  // warps that hold state columns
 	static constexpr int kLU = VH + 4;   // padded fp32 row of the U stage (conflict-free C loads)
@@ -186,13 +194,22 @@ struct Walker {
 
 	// issue starts the copies of chunk (t0, n): this thread's 16-byte units of W and Kt (rows warp +
 	// 8 x, unit lane) into R and, when u is set, this warp's 16 U columns into UR; one commit group.
+	// KN: kt is kn [T, HQK, 128] and the Kt rows are copied from kn's QK head qh = h / (HV / HQK).
 	__device__ __forceinline__ void issue(const float* w, const float* u, const float* kt, int t0, int n, int h, int HV,
-	                                      int c0) {
+	                                      int c0, int HQK = 0, int qh = 0) {
 #pragma unroll
 		for (int x = 0; x < 16; ++x) {
 			const int a = x / 8, i = warp + 8 * (x % 8);
-			if (i < n)
-				tc::cp_async16(R + a * kTile + i * kD + 4 * lane, (a ? kt : w) + ((long long)(t0 + i) * HV + h) * kD + 4 * lane);
+			if (KN) {
+				if (i < n)
+					tc::cp_async16(R + a * kTile + i * kD + 4 * lane,
+					               (a ? kt + ((long long)(t0 + i) * HQK + qh) * kD
+					                  : w + ((long long)(t0 + i) * HV + h) * kD) +
+					                   4 * lane);
+			} else {
+				if (i < n)
+					tc::cp_async16(R + a * kTile + i * kD + 4 * lane, (a ? kt : w) + ((long long)(t0 + i) * HV + h) * kD + 4 * lane);
+			}
 		}
 		if (u != nullptr && holds()) {
 #pragma unroll
@@ -207,14 +224,23 @@ struct Walker {
 	// land waits for this thread's copies of chunk (t0, n), converts its units of R into stage x of X
 	// (-W and Kt as bf16 hi/lo, zero rows from n on), loads U^T (zero past n) into the V'
 	// accumulators and reads gamma_last. R and UR may be refilled after the next __syncthreads.
+	// KN: R holds kn rows; each is multiplied by its factor e^(gamma_last - gcum[t0 + i]) (read here,
+	// never held across the chunk) before the split: kn_i * e as one rounded fp32 product (__fmul_rn,
+	// never fused with the split's subtraction), exactly the Kt element the prep stores.
 	__device__ __forceinline__ void land(int x, const float* u, const float* gcum, int t0, int n, int h, int HV) {
 		tc::cp_async_wait<0>();
 		bf16* xs = X + x * 4 * kTile;
+		if (KN) gl = gcum[(long long)(t0 + n - 1) * HV + h];
 #pragma unroll
 		for (int y = 0; y < 16; ++y) {
 			const int a = y / 8, i = warp + 8 * (y % 8);
 			float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
 			if (i < n) f = *reinterpret_cast<const float4*>(R + a * kTile + i * kD + 4 * lane);
+			if (KN && a == 1) {  // gdn_prep_mma P1: k * expf(glast - gam[i]), glast = gam[n - 1]
+				const int ir = i < n ? i : n - 1;  // rows past n: f = 0, any finite factor (here 1) keeps +0
+				const float e = expf(gl - gcum[(long long)(t0 + ir) * HV + h]);
+				f = make_float4(__fmul_rn(f.x, e), __fmul_rn(f.y, e), __fmul_rn(f.z, e), __fmul_rn(f.w, e));
+			}
 			const float sg = a ? 1.f : -1.f;  // -W: the sign is exact in the split
 			U32x2 hi, lo;
 			tc::split_bf16x2(sg * f.x, sg * f.y, hi.x, lo.x);
@@ -223,7 +249,7 @@ struct Walker {
 			*reinterpret_cast<U32x2*>(xs + (2 * a) * kTile + e) = hi;
 			*reinterpret_cast<U32x2*>(xs + (2 * a + 1) * kTile + e) = lo;
 		}
-		gl = gcum[(long long)(t0 + n - 1) * HV + h];
+		if (!KN) gl = gcum[(long long)(t0 + n - 1) * HV + h];
 		if (!holds()) return;
 		__syncwarp();  // the warp's U copies, each visible to its own lane after the wait, to the warp
 #pragma unroll
@@ -353,20 +379,22 @@ struct Walker {
 	// walk) it writes each chunk's start state and V'; with h16 / vnew16 set (gdn_state_walk_mma16)
 	// also their bf16 copies for the output, H^T and V'^T, each where set. The arithmetic does not
 	// depend on which outputs are set: the fp32 results are the same bits, and the entries that pass
-	// no bf16 pointers compile to the code they had before these stores existed.
+	// no bf16 pointers compile to the code they had before these stores existed. KN: kt is kn with
+	// HQK QK heads (Kt rebuilt in land, the same bits).
 	__device__ __forceinline__ void walk(const float* w, const float* u, const float* kt, const float* gcum,
 	                                     const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h, int HV,
 	                                     int c0, float* h_out, float* vnew, bf16* h16 = nullptr,
-	                                     bf16* vnew16 = nullptr) {
+	                                     bf16* vnew16 = nullptr, int HQK = 0) {
 		if (nch <= 0) return;
-		issue(w, u, kt, chunk_tok0[ch0], chunk_len[ch0], h, HV, c0);
+		const int qh = KN ? h / (HV / HQK) : 0;
+		issue(w, u, kt, chunk_tok0[ch0], chunk_len[ch0], h, HV, c0, HQK, qh);
 		land(0, u, gcum, chunk_tok0[ch0], chunk_len[ch0], h, HV);
 		for (int ci = 0; ci < nch; ++ci) {
 			const int c = ch0 + ci, x = ci & 1, n = chunk_len[c];
 			// Stage x converted by every thread; every warp done with stage 1 - x; every thread done
 			// reading R and UR (its land of chunk c), so the copies of chunk c + 1 may start.
 			__syncthreads();
-			if (ci + 1 < nch) issue(w, u, kt, chunk_tok0[c + 1], chunk_len[c + 1], h, HV, c0);
+			if (ci + 1 < nch) issue(w, u, kt, chunk_tok0[c + 1], chunk_len[c + 1], h, HV, c0, HQK, qh);
 			if (holds()) {
 				const long long blk = (long long)c * HV + h;
 				if (h_out != nullptr) store_state(h_out + blk * kD * kD, c0);
@@ -381,19 +409,20 @@ struct Walker {
 	}
 };
 
-template <int VH>
+// summary_walk_mma: KN (gdn_summary_walk_mma16) reads kn with HQK QK heads in place of kt.
+template <int VH, bool KN = false>
 __device__ __forceinline__ void summary_walk_mma(float* smem, const float* w, const float* u, const float* kt,
                                                  const float* gcum, const int* chunk_tok0, const int* chunk_len,
                                                  const int* seg_chunk0, const int* seg_nchunk, const int* list,
-                                                 float* out_p, float* out_q, int HV) {
-	Walker<VH> wk(smem);
+                                                 float* out_p, float* out_q, int HV, int HQK = 0) {
+	Walker<VH, KN> wk(smem);
 	const int tiles = kD / VH;
 	const bool isP = blockIdx.x >= tiles;
 	const int c0 = (isP ? blockIdx.x - tiles : blockIdx.x) * VH;
 	const int li = blockIdx.y, h = blockIdx.z, seg = list[li];
 	wk.init_state(nullptr, isP, c0);
 	wk.walk(w, isP ? nullptr : u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0,
-	        nullptr, nullptr);
+	        nullptr, nullptr, nullptr, nullptr, HQK);
 	wk.store_state((isP ? out_p : out_q) + ((long long)ctaid_y() * HV + ctaid_z()) * kD * kD, c0);
 }
 
@@ -438,57 +467,89 @@ gdn_state_walk_mma(const float* __restrict__ w, const float* __restrict__ u, con
 		                    final_state, HV);
 }
 
-// ---- gdn_state_walk_mma16: the state walk with bf16 copies of H and V' for the output ---------------
-// gdn_state_walk_mma's arguments with two bf16 outputs after final_state, same grid (128/vh, NS, HV),
-// block 256 and shared memory walk_mma_smem(vh):
+// ---- v5: gdn_state_walk_mma16 (bf16 H^T, V'^T for the output) and gdn_summary_walk_mma16 -------------
+// Both read kn [T, HQK, 128] (value head h: QK head h / (HV / HQK)) and gcum in place of the prep's
+// per-value-head Kt [T, HV, 128], and rebuild Kt in land (Walker<VH, true>):
+//   Kt_i = kn_i * expf(gcum[t0 + n - 1] - gcum[t0 + i])   (fp32; one rounded product, __fmul_rn)
+// gdn_prep_mma's P1 expression on the same fp32 operands (glast = gam[n - 1] and gam[i] are the values
+// it writes to gcum; gdn_prep_fwd computes the same), so the rows split into X are the bits the prep
+// would have written to kt, and every output is bitwise what gdn_state_walk_mma / gdn_summary_walk_mma
+// give when fed that kt. The prep then need not write Kt at all (gdn_prep_mma takes kt = null) in a
+// forward that no backward follows. The factors are read and computed in land only (8 rows a thread, one
+// gcum load and one expf each, next to the 16 units it converts), nothing more is held across a chunk,
+// and the chunk keeps its one __syncthreads and one __syncwarp. kn is shared by the HV / HQK value
+// heads of a QK head: the walks' CTAs of sibling heads run at the same time, so most of those rows come
+// from L2.
+//   gdn_summary_walk_mma16(w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p,
+//                          out_q, HQK, HV, vh)                 grid (2*128/vh, nlist, HV), walk_mma_smem(vh)
+//   gdn_state_walk_mma16(w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out,
+//                        vnew, final_state, h16, vnew16, HQK, HV, vh)
+//                                                              grid (128/vh, NS, HV), walk_mma_smem(vh)
+// block 256. The state walk's two bf16 outputs after final_state:
 //   h16     [NC, HV, 128 (column), 128 (key)]: chunk c's start state TRANSPOSED, element (key, col) of H
 //           at h16[((c HV + h) 128 + col) 128 + key], rounded to nearest even;
 //   vnew16  [NC, HV, 128 (column), 64 (token)]: chunk c's V'^T, token i of column col at
 //           vnew16[((c HV + h) 128 + col) 64 + i], tokens from chunk_len[c] on stored as 0.
 // Any of h_out, vnew, h16, vnew16 may be null (that store is skipped); final_state may not. h_out, vnew
-// and final_state are gdn_state_walk_mma's bits (the same instructions; the bf16 stores only read the
-// registers), and vh 64 and vh 128 give the same bits in all five outputs. The layouts are the
-// accumulators' own: a lane holds keys (tokens) 2t, 2t+1 of columns g and g + 8, so every bf16 store is
-// one packed 4-byte word; a warp instruction fills 16 contiguous bytes of 8 columns, the next nt the
-// other half of those 32-byte sectors. gdn_output_mma16 (gdn_output_mma.cu) reads both tiles by
-// cp.async as they lie (32 KB and 16 KB contiguous a chunk and head) and ldmatrix without .trans.
+// and final_state are gdn_state_walk_mma's bits (the same instructions on the same operand bits; the
+// bf16 stores only read the registers), and vh 64 and vh 128 give the same bits in all five outputs.
+// The layouts are the accumulators' own: a lane holds keys (tokens) 2t, 2t+1 of columns g and g + 8,
+// so every bf16 store is one packed 4-byte word; a warp instruction fills 16 contiguous bytes of 8
+// columns, the next nt the other half of those 32-byte sectors. gdn_output_mma16 (gdn_output_mma.cu)
+// reads both tiles by cp.async as they lie (32 KB and 16 KB contiguous a chunk and head) and ldmatrix
+// without .trans.
 // Bytes a chunk and head: h16 32 KB, vnew16 16 KB against h_out 64 KB and vnew 32 KB (fp32); with h_out
 // and vnew null (what the forward needs when nothing else reads fp32 H) the walk writes half as much.
-// Predicted at 32K tokens (96 CTAs of vh 64, 512 chunks each; H200 ~4 TB/s): per chunk step 48 heads x
-// (W, Kt, U 96 KB read + h16, vnew16 48 KB written) = 6.9 MB, ~1.7 us of HBM, under the ~2.1 us a chunk
-// that shared memory costs at vh 64: ~1.1 ms, bound by the SM (gdn_state_walk_mma with fp32 H and V':
-// 192 KB, ~2.3-2.5 us, ~1.2-1.3 ms, bound by HBM). Writing h_out and vnew as well costs 240 KB, ~2.9 us
-// a chunk step, ~1.5 ms: only for a caller that needs the fp32 states too.
-// Registers (ptxas 11.8): 254 on sm_90, 255 on sm_80 (compute_80 PTX), no spill; the final-state
-// address is read after the walk through ctaid_y / ctaid_z, as in gdn_state_walk_mma.
+// Kt: 32 KB a chunk and head from HBM (kt) become 32 KB a chunk and QK head (kn, the sibling value heads'
+// reads hitting L2) plus 256 bytes of gcum. Predicted at 32K tokens (96 CTAs of vh 64, 512 chunks
+// each; H200 ~4 TB/s): per chunk step 48 heads x (W, U 64 KB + h16, vnew16 48 KB) + 16 QK heads x kn
+// 32 KB = 5.9 MB, ~1.5 us of HBM, under the ~2.1 us a chunk that shared memory costs at vh 64: ~1.1 ms,
+// bound by the SM. Writing h_out and vnew as well costs 96 KB more a chunk and head.
+// Registers (ptxas 11.8): both entries 255 on sm_90 and on sm_80 (compute_80 PTX), no spill, no stack;
+// the final-state address is read after the walk through ctaid_y / ctaid_z, as in gdn_state_walk_mma.
 template <int VH>
-__device__ __forceinline__ void state_walk_mma16(float* smem, const float* w, const float* u, const float* kt,
+__device__ __forceinline__ void state_walk_mma16(float* smem, const float* w, const float* u, const float* kn,
                                                  const float* gcum, const int* chunk_tok0, const int* chunk_len,
                                                  const int* seg_chunk0, const int* seg_nchunk, const float* start,
                                                  float* h_out, float* vnew, float* final_state, bf16* h16,
-                                                 bf16* vnew16, int HV) {
-	Walker<VH> wk(smem);
+                                                 bf16* vnew16, int HQK, int HV) {
+	Walker<VH, true> wk(smem);
 	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
 	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, false, c0);
-	wk.walk(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0, h_out, vnew, h16,
-	          vnew16);
+	wk.walk(w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0, h_out, vnew, h16,
+	        vnew16, HQK);
 	wk.store_state(final_state + ((long long)ctaid_y() * HV + ctaid_z()) * kD * kD, c0);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-gdn_state_walk_mma16(const float* __restrict__ w, const float* __restrict__ u, const float* __restrict__ kt,
+gdn_state_walk_mma16(const float* __restrict__ w, const float* __restrict__ u, const float* __restrict__ kn,
                      const float* __restrict__ gcum, const int* __restrict__ chunk_tok0,
                      const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
                      const int* __restrict__ seg_nchunk, const float* __restrict__ start,
                      float* __restrict__ h_out, float* __restrict__ vnew, float* __restrict__ final_state,
-                     __nv_bfloat16* __restrict__ h16, __nv_bfloat16* __restrict__ vnew16, int HV, int vh) {
+                     __nv_bfloat16* __restrict__ h16, __nv_bfloat16* __restrict__ vnew16, int HQK, int HV, int vh) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	if (vh == 64)
-		state_walk_mma16<64>(smem, w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
-		                     final_state, h16, vnew16, HV);
+		state_walk_mma16<64>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+		                     final_state, h16, vnew16, HQK, HV);
 	else
-		state_walk_mma16<128>(smem, w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
-		                      final_state, h16, vnew16, HV);
+		state_walk_mma16<128>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+		                      final_state, h16, vnew16, HQK, HV);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+gdn_summary_walk_mma16(const float* __restrict__ w, const float* __restrict__ u, const float* __restrict__ kn,
+                       const float* __restrict__ gcum, const int* __restrict__ chunk_tok0,
+                       const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
+                       const int* __restrict__ seg_nchunk, const int* __restrict__ list,
+                       float* __restrict__ out_p, float* __restrict__ out_q, int HQK, int HV, int vh) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	if (vh == 64)
+		summary_walk_mma<64, true>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p,
+		                           out_q, HV, HQK);
+	else
+		summary_walk_mma<128, true>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p,
+		                            out_q, HV, HQK);
 }
 
 }  // namespace walkmma

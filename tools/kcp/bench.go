@@ -63,7 +63,7 @@ backward from dO to the gradients (l2norm backward included; uploads and the con
 module-b1 and module-b3 time the whole module layer (conv included) as a training step runs it: B1 the
 forward keeping activations then the backward, B3 the forward in checkpoint mode, the recompute and the
 backward, every upload, exchange and copy included. --kernels picks the forward's kernels (fp32, tc,
-mma, mma16) and, with mma, the backward's walks, dV'_local and chunk gradients (l2norm backward, casts and the conv stay
+mma, v5) and, with mma, the backward's walks, dV'_local and chunk gradients (l2norm backward, casts and the conv stay
 on the CUDA cores).`,
 		Example: `  kcp bench
   kcp bench --docs 40000,45000,35908 --kernels tc --modes core,core+bwd,module-b1,module-b3`,
@@ -72,7 +72,7 @@ on the CUDA cores).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.docs, "docs", "32768", "document lengths, comma-separated (one rank holds them all)")
-	f.StringVar(&o.kernels, "kernels", "fp32,tc", "kernel sets to time, comma-separated: fp32 (CUDA cores), tc (tensor-core forward), mma (v4: forward, backward walks, dV'_local and chunk gradients on mma.sync), mma16 (mma with bf16 H and V' for the output); mma and mma16 need blobs built with them")
+	f.StringVar(&o.kernels, "kernels", "fp32,tc", "kernel sets to time, comma-separated: fp32 (CUDA cores), tc (tensor-core forward), mma (v4: forward, backward walks, dV'_local and chunk gradients on mma.sync), v5 (mma with bf16 H and V' for the output and the chunk gradients grouped by QK head); mma and v5 need blobs built with them")
 	f.StringVar(&o.modes, "modes", benchCore, "what to time, comma-separated: "+benchModesHelp)
 	f.StringVar(&o.blob, "blob", "", "force a blob slot (e.g. compute_80)")
 	f.IntVar(&o.reps, "reps", 20, "timed runs")

@@ -86,7 +86,7 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	addPlacementFlags(cmd, &o)
 	f.StringVar(&o.faultKill, "fault-kill", "", "fault test: RANK:STAGE, the process running RANK kills itself (SIGKILL) when the rank reaches STAGE (e.g. 1:tape walk)")
 	f.StringVar(&o.faultError, "fault-error", "", "fault test: RANK:STAGE, the rank fails with an error at STAGE")
-	f.StringVar(&o.kernels, "kernels", "fp32", "GPU backend: fp32 (CUDA-core kernels, the default), tc (tensor-core forward, ~4x faster, output error ~3.7e-3) , mma (v4: forward, backward walks, dV'_local and chunk gradients on mma.sync) or mma16 (mma with bf16 H and V' for the output); mma and mma16 need blobs built with them")
+	f.StringVar(&o.kernels, "kernels", "fp32", "GPU backend: fp32 (CUDA-core kernels, the default), tc (tensor-core forward, ~4x faster, output error ~3.7e-3), mma (v4: forward, backward walks, dV'_local and chunk gradients on mma.sync) or v5 (mma with bf16 H and V' for the output and the chunk gradients grouped by QK head); mma and v5 need blobs built with them")
 	f.BoolVar(&o.check, "check", true, "compare the output and every gradient with the naive float64 reference")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
 	f.IntVar(&o.hqk, "hqk", kcp.DefaultHQK, "query/key heads")
@@ -184,7 +184,7 @@ func (r runReport) MarshalJSON() ([]byte, error) {
 type runGPU struct {
 	Device  string `json:"device"`  // archdetect's line: name, CC, SMs, blob and why
 	Blob    string `json:"blob"`    // the blob slot loaded
-	Kernels string `json:"kernels"` // the kernel set: fp32, tc, mma or mma16
+	Kernels string `json:"kernels"` // the kernel set: fp32, tc, mma or v5
 	Reps    int    `json:"reps"`
 	Warmup  int    `json:"warmup"`
 	// Devices are this process's GPUs, RankDevices each rank's (-1: a rank

@@ -88,7 +88,7 @@ not with --no-progress or --json.`,
 	f.StringVar(&o.modes, "modes", "b1,b3", "modes, comma-separated: b1 (forward keeping activations, backward), b3 (checkpoint, recompute, backward)")
 	f.StringVar(&o.rules, "rules", "a,b", "width rules, comma-separated: a, b")
 	f.StringVar(&o.stage, "stage", "module", "core (GDN only) or module (conv1d + SiLU, then GDN)")
-	f.StringVar(&o.kernels, "kernels", "tc", "kernels: fp32 (CUDA cores), tc (tensor-core forward, fp32 backward) , mma (v4 forward and backward on mma.sync) or mma16 (mma with bf16 H and V' for the output); mma and mma16 need blobs built with them")
+	f.StringVar(&o.kernels, "kernels", "tc", "kernels: fp32 (CUDA cores), tc (tensor-core forward, fp32 backward), mma (v4 forward and backward on mma.sync) or v5 (mma with bf16 H and V' for the output and the chunk gradients grouped by QK head); mma and v5 need blobs built with them")
 	f.IntVar(&o.reps, "reps", 3, "timed repetitions of every configuration")
 	f.IntVar(&o.warmup, "warmup", 1, "untimed repetitions before the timed ones")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
@@ -108,7 +108,7 @@ type sweepSpec struct {
 	modes   []string // b1, b3
 	rules   []sched.Rule
 	stage   kcp.Stage
-	kernels string // fp32, tc, mma or mma16
+	kernels string // fp32, tc, mma or v5
 	cp      int
 	seed    uint64
 	reps    int
@@ -653,7 +653,7 @@ type sweepReport struct {
 	// process's LOCAL_RANK).
 	RankDevices []int      `json:"rank_devices"`
 	Blob        string     `json:"blob"`
-	Kernels     string     `json:"kernels"` // fp32, tc, mma or mma16
+	Kernels     string     `json:"kernels"` // fp32, tc, mma or v5
 	Stage       string     `json:"stage"`
 	CP          int        `json:"cp"`
 	Seed        uint64     `json:"seed"`

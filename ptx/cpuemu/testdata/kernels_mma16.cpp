@@ -1,7 +1,9 @@
 // kernels_mma16.cpp: kernels_fwd.cpp (the fp32 l2norm and prep make the walks' inputs; gdn_poison_u32)
-// plus the staged state walks of ptx/staging/gdn_walk_mma.cu (gdn_state_walk_mma and the bf16-output
-// gdn_state_walk_mma16) and the staged bf16-input output gdn_output_mma16 of
-// ptx/staging/gdn_output_mma.cu, for TestMMA16OnCPU (mma16_test.go), with two test-only entries:
+// plus the staged walks of ptx/staging/gdn_walk_mma.cu (the v4 gdn_state_walk_mma and
+// gdn_summary_walk_mma reading kt; the v5 gdn_state_walk_mma16 with bf16 outputs and
+// gdn_summary_walk_mma16, both rebuilding Kt from kn and gcum) and the staged bf16-input output
+// gdn_output_mma16 of ptx/staging/gdn_output_mma.cu, for TestMMA16OnCPU (mma16_test.go), with two
+// test-only entries:
 //   gdn_state_walk_mma16_drop   gdn_state_walk_mma16 with the outputs named by the bits of `drop`
 //                               passed as null (1 h_out, 2 vnew, 4 h16, 8 vnew16): the runner has
 //                               no null pointer argument;
@@ -20,14 +22,14 @@ namespace gdnkcp {
 namespace walkmma {
 
 extern "C" __global__ void gdn_state_walk_mma16_drop(
-    const float* __restrict__ w, const float* __restrict__ u, const float* __restrict__ kt,
+    const float* __restrict__ w, const float* __restrict__ u, const float* __restrict__ kn,
     const float* __restrict__ gcum, const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
     const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk, const float* __restrict__ start,
     float* __restrict__ h_out, float* __restrict__ vnew, float* __restrict__ final_state,
-    __nv_bfloat16* __restrict__ h16, __nv_bfloat16* __restrict__ vnew16, int HV, int vh, int drop) {
-	gdn_state_walk_mma16(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start,
+    __nv_bfloat16* __restrict__ h16, __nv_bfloat16* __restrict__ vnew16, int HQK, int HV, int vh, int drop) {
+	gdn_state_walk_mma16(w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start,
 	                     (drop & 1) ? nullptr : h_out, (drop & 2) ? nullptr : vnew, final_state,
-	                     (drop & 4) ? nullptr : h16, (drop & 8) ? nullptr : vnew16, HV, vh);
+	                     (drop & 4) ? nullptr : h16, (drop & 8) ? nullptr : vnew16, HQK, HV, vh);
 }
 
 }  // namespace walkmma
@@ -54,6 +56,8 @@ emu::Registrar mma16_kernels(
         EMU_KERNEL(gdnkcp::walkmma, gdn_state_walk_mma),
         EMU_KERNEL(gdnkcp::walkmma, gdn_state_walk_mma16),
         EMU_KERNEL(gdnkcp::walkmma, gdn_state_walk_mma16_drop),
+        EMU_KERNEL(gdnkcp::walkmma, gdn_summary_walk_mma),
+        EMU_KERNEL(gdnkcp::walkmma, gdn_summary_walk_mma16),
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16),
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16_probe),
     },

@@ -1,6 +1,9 @@
 // kernels_prep_mma.cpp: kernels_fwd.cpp (the fp32 forward, whose gdn_prep_fwd runs beside the staged
 // kernel for its gcum and Kt bits) plus the staged tensor-core prep of ptx/staging/gdn_prep_mma.cu
-// (mma.sync, ldmatrix, cp.async through ptx/src/mma.cuh), for TestMMAPrepOnCPU (prep_mma_test.go).
+// (mma.sync, ldmatrix, cp.async through ptx/src/mma.cuh), for TestMMAPrepOnCPU (prep_mma_test.go), with
+// one test-only entry:
+//   gdn_prep_mma_nokt   gdn_prep_mma with kt passed as null (the v5 forward's use; the runner has no
+//                       null pointer argument): gcum, w, u must be the bits of a run with kt.
 // The staged file includes ../src/gdn_fwd.cu and ../src/mma.cuh itself: it builds against ptx/src.
 #include "kernels_fwd.cpp"
 
@@ -9,10 +12,25 @@
 // No second EMU_DYNAMIC_SMEM: gdn_prep_mma declares `extern __shared__ float smem[]` in its extern "C"
 // entry, which gives it C language linkage: it is kernels_fwd.cpp's gdnkcp::fwd::smem.
 
+namespace gdnkcp {
+namespace prepmma {
+
+extern "C" __global__ void gdn_prep_mma_nokt(const float* __restrict__ kn, const bf16* __restrict__ v, int v_stride,
+                                             const float* __restrict__ g, const float* __restrict__ beta,
+                                             const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+                                             float* __restrict__ gcum, float* __restrict__ w, float* __restrict__ u,
+                                             int HQK, int HV) {
+	gdn_prep_mma(kn, v, v_stride, g, beta, chunk_tok0, chunk_len, gcum, w, u, nullptr, HQK, HV);
+}
+
+}  // namespace prepmma
+}  // namespace gdnkcp
+
 namespace {
 emu::Registrar prep_mma_kernels(
     {
         EMU_KERNEL(gdnkcp::prepmma, gdn_prep_mma),
+        EMU_KERNEL(gdnkcp::prepmma, gdn_prep_mma_nokt),
     },
     {
         {"kPrepMMASmem", gdnkcp::prepmma::kPrepMMASmem},

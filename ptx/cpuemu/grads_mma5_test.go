@@ -1,0 +1,354 @@
+package cpuemu
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
+	"github.com/gdnkcp/gdnkcp/internal/gdnref"
+)
+
+// The staged grouped chunk gradients of ptx/staging/gdn_chunk_grads_mma5.cu
+// (gdn_chunk_grads_mma5: one CTA per chunk and QK head, its value heads in
+// ascending order, dq and dk summed in registers and put through the l2norm
+// backward in the CTA) on the emulator, against internal/gdnref.ChunkGrads per
+// value head, summed over the QK head's value heads and pushed through
+// gdnref.L2NormBackward in float64; beside the fp32 gdn_chunk_grads +
+// gdn_qk_bwd pair run on the same buffers.
+
+// stagedGradsMMA5 is the staged source; runner_grads_mma5 is registered only
+// while it (and the fp32 backward it builds with) is there.
+const stagedGradsMMA5 = "../staging/gdn_chunk_grads_mma5.cu"
+
+func haveStagedGrads5() bool {
+	_, err := os.Stat(stagedGradsMMA5)
+	return err == nil && haveStagedGrads()
+}
+
+func init() {
+	if haveStagedGrads5() {
+		binaries["runner_grads_mma5"] = []string{"emu", "runner", "kernels_grads_mma5"}
+	}
+}
+
+// The bounds are gdn_chunk_grads_mma's (gradsMMATol, gradsMMAElemTol): the
+// kernel runs the same products; the sum over value heads and the l2norm
+// backward add fp32 roundings only.
+
+type gradsMMA5Case struct {
+	name               string
+	lens               []int // chunk lengths (each chunk followed by gradsMMAGap tokens)
+	hqk, hv            int
+	vPad, dvPad, dqPad int // v, dv and dq / dk row strides = H*128 + pad
+	deferred           bool
+	l2norm             bool
+	seed               uint64
+}
+
+// gradsMMA5Cases: chunks of 1, 63, 64, 17 and 40 rows at HQK 1 / HV 2 with
+// cp.async landing at issue; chunks of 64 and 5 rows at HQK 2 / HV 6 (three
+// value heads a QK head) with cp.async landing only at its wait
+// (EMU_CP_ASYNC=deferred); one chunk of 33 rows without the l2norm (q_rstd,
+// k_rstd all NaN: never read). 24 value-head passes of ~0.7 s each.
+var gradsMMA5Cases = []gradsMMA5Case{
+	{name: "hqk1_hv2_immediate", lens: []int{1, 63, 64, 17, 40}, hqk: 1, hv: 2, vPad: 8, dvPad: 6, dqPad: 5, l2norm: true, seed: 51},
+	{name: "hqk2_hv6_deferred", lens: []int{64, 5}, hqk: 2, hv: 6, dqPad: 3, deferred: true, l2norm: true, seed: 52},
+	{name: "hqk1_hv2_nol2norm", lens: []int{33}, hqk: 1, hv: 2, dvPad: 2, dqPad: 2, seed: 53},
+}
+
+// TestMMA5ChunkGradsOnCPU runs gdn_chunk_grads_mma5 (and gdn_chunk_grads +
+// gdn_qk_bwd) on the cases above: every element of a chunk's rows of dq, dk
+// (columns < HQK*128), dv (columns < HV*128), dg, dbeta written (poison gone,
+// no NaN/Inf), the gap rows and the stride padding still poisoned; dq, dk, dv,
+// dg, dbeta within gradsMMATol (normwise) and gradsMMAElemTol (worst element
+// over the rms) of float64.
+func TestMMA5ChunkGradsOnCPU(t *testing.T) {
+	if !haveStagedGrads5() {
+		t.Skipf("%s (or gdn_chunk_grads_mma.cu, or the fp32 backward) is not there: nothing staged to test", stagedGradsMMA5)
+	}
+	built(t, "runner_grads_mma5")
+	for i := range gradsMMA5Cases {
+		c := &gradsMMA5Cases[i]
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			runGradsMMA5(t, c)
+		})
+	}
+}
+
+func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
+	bin := built(t, "runner_grads_mma5")
+	rng := rand.New(rand.NewPCG(c.seed, 11))
+	ch := newGappedChunks(c.lens, gradsMMAGap)
+	tok0, clen, T, owned := ch.tok0, ch.clen, ch.T, ch.owned
+	NC, HQK, HV := len(tok0), c.hqk, c.hv
+	grp := HV / HQK
+	nan32 := float32(math.NaN())
+	scale := float32(1 / math.Sqrt(dHead))
+	normal := func(rows int) []float32 { // N(0, 1), NaN in the gaps
+		out := make([]float32, rows*dHead)
+		per := rows / T
+		for r := 0; r < rows; r++ {
+			for x := 0; x < dHead; x++ {
+				if owned[r/per] {
+					out[r*dHead+x] = float32(rng.NormFloat64())
+				} else {
+					out[r*dHead+x] = nan32
+				}
+			}
+		}
+		return out
+	}
+
+	// q, k: raw rows N(0, 1) times a row factor in [0.5, 2], normalised in
+	// float64 (gdnref.L2Norm); the kernel reads the fp32 rows and inverse norms,
+	// the reference the float64 ones. NaN in the gaps (and every rstd NaN
+	// without the l2norm: the kernel must not read them).
+	qY, kY := make([]float64, T*HQK*dHead), make([]float64, T*HQK*dHead)
+	qInv, kInv := make([]float64, T*HQK), make([]float64, T*HQK)
+	for i := range qY {
+		qY[i], kY[i] = math.NaN(), math.NaN()
+	}
+	for i := range qInv {
+		qInv[i], kInv[i] = math.NaN(), math.NaN()
+	}
+	for ci := range tok0 {
+		t0, n := int(tok0[ci]), int(clen[ci])
+		for qh := 0; qh < HQK; qh++ {
+			for _, p := range []struct{ y, inv []float64 }{{qY, qInv}, {kY, kInv}} {
+				raw := mat.NewDense(n, dHead, nil)
+				for i := 0; i < n; i++ {
+					f := 0.5 + 1.5*rng.Float64()
+					for x := 0; x < dHead; x++ {
+						raw.Set(i, x, f*rng.NormFloat64())
+					}
+				}
+				y, inv := gdnref.L2Norm(raw)
+				for i := 0; i < n; i++ {
+					copy(p.y[((t0+i)*HQK+qh)*dHead:][:dHead], y.RawRowView(i))
+					if c.l2norm {
+						p.inv[(t0+i)*HQK+qh] = inv[i]
+					}
+				}
+			}
+		}
+	}
+	narrow := func(v []float64) []float32 {
+		out := make([]float32, len(v))
+		for i, x := range v {
+			out[i] = float32(x)
+		}
+		return out
+	}
+	qn, kn, qRstd, kRstd := narrow(qY), narrow(kY), narrow(qInv), narrow(kInv)
+
+	vnew, dvnew := normal(T*HV), normal(T*HV)
+	doutF := normal(T * HV)
+	dout := make([]bf16.BF16, len(doutF))
+	for i, x := range doutF {
+		dout[i] = bf16.Float32ToBF16(x) // NaN stays NaN
+	}
+	vStride := HV*dHead + c.vPad
+	vbuf := make([]bf16.BF16, T*vStride)
+	for i := range vbuf {
+		vbuf[i] = bf16.BF16(poisonBF16)
+	}
+	gcum, beta := make([]float32, T*HV), make([]float32, T*HV)
+	for i := range gcum {
+		gcum[i], beta[i] = nan32, nan32
+	}
+	for ci := range tok0 {
+		t0, n := int(tok0[ci]), int(clen[ci])
+		for h := 0; h < HV; h++ {
+			var acc float32
+			for i := 0; i < n; i++ {
+				acc += float32(-0.01 - 0.29*rng.Float64())
+				gcum[(t0+i)*HV+h] = acc
+				beta[(t0+i)*HV+h] = float32(0.02 + 0.96*rng.Float64())
+				for x := 0; x < dHead; x++ {
+					vbuf[(t0+i)*vStride+h*dHead+x] = bf16.Float32ToBF16(float32(rng.NormFloat64()))
+				}
+			}
+		}
+	}
+	hst := randomStates(NC*HV, c.seed+100)
+	dch := randomStates(NC*HV, c.seed+200)
+
+	j := newJob(t)
+	if c.deferred {
+		j.env = []string{cpAsyncDeferred}
+	}
+	j.i32("chunk_tok0", tok0)
+	j.i32("chunk_len", clen)
+	j.f32("qn", qn)
+	j.f32("kn", kn)
+	j.f32("q_rstd", qRstd)
+	j.f32("k_rstd", kRstd)
+	j.bf16("v", vbuf)
+	j.f32("gcum", gcum)
+	j.f32("beta", beta)
+	j.f32("h", hst)
+	j.f32("vnew", vnew)
+	j.f32("d_chunk", dch)
+	j.f32("dvnew", dvnew)
+	j.bf16("dout", dout)
+	dvStride, dqStride := HV*dHead+c.dvPad, HQK*dHead+c.dqPad
+	l2 := 0
+	if c.l2norm {
+		l2 = 1
+	}
+	// out: every output, its elements and the columns of a token written
+	// (the rest of a row is stride padding).
+	type out struct {
+		name         string
+		elems, width int
+	}
+	outs := []out{{"dq", T * dqStride, HQK * dHead}, {"dk", T * dqStride, HQK * dHead}, {"dv", T * dvStride, HV * dHead},
+		{"dg", T * HV, HV}, {"dbeta", T * HV, HV}}
+	for _, sfx := range []string{"", "_fp32"} {
+		for _, o := range outs {
+			j.out(o.name+sfx, 4*o.elems)
+			j.poison(o.name+sfx, poisonF32)
+		}
+	}
+	j.out("dqv", 4*T*HV*dHead)
+	j.out("dkv", 4*T*HV*dHead)
+	common := []string{buf("qn"), buf("kn"), buf("v"), i32a(vStride), buf("gcum"), buf("beta"), buf("h"), buf("vnew"),
+		buf("d_chunk"), buf("dvnew"), buf("dout"), buf("chunk_tok0"), buf("chunk_len")}
+	j.launch("grads_mma5", "gdn_chunk_grads_mma5", grid3(NC, HQK, 1), 256, "kGradMMA5Smem",
+		append(append([]string{}, common...), buf("q_rstd"), buf("k_rstd"), buf("dq"), buf("dk"), i32a(dqStride),
+			buf("dv"), i32a(dvStride), buf("dg"), buf("dbeta"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2))...)
+	j.launch("grads_fp32", "gdn_chunk_grads", grid3(NC, HV, 1), 256, "kGradSmem",
+		append(append([]string{}, common...), buf("dqv"), buf("dkv"), buf("dv_fp32"), i32a(dvStride), buf("dg_fp32"),
+			buf("dbeta_fp32"), i32a(HQK), i32a(HV), f32a(scale))...)
+	j.launch("qk_bwd_fp32", "gdn_qk_bwd", grid1(ceilDiv(T*HQK*2, 8)), 256, "0",
+		buf("dqv"), buf("dkv"), buf("qn"), buf("kn"), buf("q_rstd"), buf("k_rstd"), buf("dq_fp32"), buf("dk_fp32"),
+		i32a(dqStride), i32a(T), i32a(HQK), i32a(HV), i32a(l2))
+	r := j.run(bin)
+	t.Logf("runner:\n%s", r.log)
+
+	// The staged kernel's outputs: a chunk's rows written and finite in the
+	// head columns, everything else still poisoned. got gathers (chunk, head,
+	// row, column) order, the QK head for dq / dk and the value head for the
+	// rest (the fp32 pair's too; its gdn_qk_bwd also writes the gap rows).
+	got := map[string][]float64{}
+	for _, sfx := range []string{"", "_fp32"} {
+		for _, o := range outs {
+			b := r.raw[o.name+sfx]
+			require.Len(t, b, 4*o.elems)
+			per := o.elems / T
+			if sfx == "" {
+				for tk := 0; tk < T; tk++ {
+					for e := 0; e < per; e++ {
+						u := binary.LittleEndian.Uint32(b[4*(tk*per+e):])
+						x := float64(math.Float32frombits(u))
+						if !owned[tk] || e >= o.width {
+							require.Equalf(t, poisonF32, u, "%s: token %d element %d outside the chunks written", o.name, tk, e)
+							continue
+						}
+						require.NotEqualf(t, poisonF32, u, "%s: token %d element %d never written", o.name, tk, e)
+						require.Falsef(t, math.IsNaN(x) || math.IsInf(x, 0), "%s: token %d element %d is %g", o.name, tk, e, x)
+					}
+				}
+			}
+			heads, width := HV, dHead
+			switch o.name {
+			case "dq", "dk":
+				heads = HQK
+			case "dg", "dbeta":
+				width = 1
+			}
+			var vals []float64
+			for ci := range tok0 {
+				for h := 0; h < heads; h++ {
+					for i := 0; i < int(clen[ci]); i++ {
+						for x := 0; x < width; x++ {
+							vals = append(vals, float64(f32Of(b, (int(tok0[ci])+i)*per+h*width+x)))
+						}
+					}
+				}
+			}
+			got[o.name+sfx] = vals
+		}
+	}
+
+	// The reference: gdnref.ChunkGrads per chunk and value head (each chunk a
+	// segment of its own) on the float64 q, k rows and the kernel's other
+	// inputs; dq, dk summed over the QK head's value heads, then (l2norm)
+	// gdnref.L2NormBackward with the float64 rows and inverse norms.
+	want := map[string][]float64{}
+	dvW, dgW, dbW := map[[2]int][]float64{}, map[[2]int][]float64{}, map[[2]int][]float64{}
+	for ci := range tok0 {
+		t0, n := int(tok0[ci]), int(clen[ci])
+		for qh := 0; qh < HQK; qh++ {
+			Q, K := mat.NewDense(n, dHead, nil), mat.NewDense(n, dHead, nil)
+			qi, ki := make([]float64, n), make([]float64, n)
+			for i := 0; i < n; i++ {
+				copy(Q.RawRowView(i), qY[((t0+i)*HQK+qh)*dHead:][:dHead])
+				copy(K.RawRowView(i), kY[((t0+i)*HQK+qh)*dHead:][:dHead])
+				qi[i], ki[i] = qInv[(t0+i)*HQK+qh], kInv[(t0+i)*HQK+qh]
+			}
+			DYQ, DYK := mat.NewDense(n, dHead, nil), mat.NewDense(n, dHead, nil)
+			for hj := 0; hj < grp; hj++ {
+				h := qh*grp + hj
+				V, VN, DVN, DO := mat.NewDense(n, dHead, nil), mat.NewDense(n, dHead, nil), mat.NewDense(n, dHead, nil),
+					mat.NewDense(n, dHead, nil)
+				gam, B := make([]float64, n), make([]float64, n)
+				for i := 0; i < n; i++ {
+					for x := 0; x < dHead; x++ {
+						V.Set(i, x, float64(vbuf[(t0+i)*vStride+h*dHead+x].Float32()))
+						VN.Set(i, x, float64(vnew[((t0+i)*HV+h)*dHead+x]))
+						DVN.Set(i, x, float64(dvnew[((t0+i)*HV+h)*dHead+x]))
+						DO.Set(i, x, float64(dout[((t0+i)*HV+h)*dHead+x].Float32()))
+					}
+					gam[i], B[i] = float64(gcum[(t0+i)*HV+h]), float64(beta[(t0+i)*HV+h])
+				}
+				seg, err := gdnref.Prep(gdnref.Head{Q: Q, K: K, V: V, G: gFromGamma(gam, []int{n}), Beta: B},
+					gdnref.Options{NoL2Norm: true, Scale: float64(scale)})
+				require.NoError(t, err)
+				require.Len(t, seg.Chunks, 1)
+				require.Equal(t, gam, seg.Chunks[0].Gamma, "Prep's gamma is not the kernel's")
+				st, tp := gdnref.NewStates(seg), gdnref.NewTape(seg)
+				st.H[0] = state(widen(hst), ci, h, HV)
+				st.VNew = VN
+				tp.D[0] = state(widen(dch), ci, h, HV)
+				tp.DVNew = DVN
+				gr, err := gdnref.ChunkGrads(seg, st, tp, DO)
+				require.NoError(t, err)
+				DYQ.Add(DYQ, gr.DQ)
+				DYK.Add(DYK, gr.DK)
+				for i := 0; i < n; i++ {
+					dvW[[2]int{ci, h}] = append(dvW[[2]int{ci, h}], gr.DV.RawRowView(i)...)
+				}
+				dgW[[2]int{ci, h}], dbW[[2]int{ci, h}] = gr.DG, gr.DBeta
+			}
+			if c.l2norm {
+				DYQ, DYK = gdnref.L2NormBackward(Q, qi, DYQ), gdnref.L2NormBackward(K, ki, DYK)
+			}
+			for i := 0; i < n; i++ {
+				want["dq"] = append(want["dq"], DYQ.RawRowView(i)...)
+				want["dk"] = append(want["dk"], DYK.RawRowView(i)...)
+			}
+		}
+		for h := 0; h < HV; h++ {
+			want["dv"] = append(want["dv"], dvW[[2]int{ci, h}]...)
+			want["dg"] = append(want["dg"], dgW[[2]int{ci, h}]...)
+			want["dbeta"] = append(want["dbeta"], dbW[[2]int{ci, h}]...)
+		}
+	}
+	et := &errTable{}
+	for _, o := range outs {
+		requireRel(t, et, "grads_mma5 "+o.name, got[o.name], want[o.name], gradsMMATol)
+		worst := maxOverRMS(got[o.name], want[o.name])
+		et.note("grads_mma5 "+o.name+" max/rms", worst)
+		require.Lessf(t, worst, gradsMMAElemTol, "%s: an element is %.3g of the rms off", o.name, worst)
+		et.note("fp32 pair "+o.name, relErr(got[o.name+"_fp32"], want[o.name]))
+	}
+	et.log(t)
+}

@@ -1,0 +1,655 @@
+// gdn_chunk_grads_mma5.cu (staged: proven on the CPU emulator, built by nvcc 11.8 / ptxas, not yet run on a GPU): the
+// backward's chunk gradients and the qk reduce + l2norm backward in one kernel, one CTA per (chunk, QK head)
+// (docs/gpu-backward.md steps 5+6). Built on gdn_chunk_grads_mma (included: its helpers, sizes and phases;
+// that kernel is unchanged):
+//   gdn_chunk_grads_mma5   grid (NC, HQK), block 256, kGradMMA5Smem = 227136 bytes
+// ABI: gdn_chunk_grads_mma5(qn, kn, v bf16, int v_stride, gcum, beta, h, vnew, d_chunk, dvnew, dout bf16,
+//   chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, int dq_stride, dv, int dv_stride, dg, dbeta, int HQK, int HV,
+//   float scale, int l2norm); q_rstd, k_rstd fp32 [Tr, HQK] (read only when l2norm != 0).
+// Per (chunk c, QK head qh) the CTA runs the value heads h = qh G .. qh G + G - 1 (G = HV / HQK) in ascending
+// order: dv at dv + t*dv_stride + h*128, dg (reverse in-chunk cumsum of dgamma), dbeta [Tr, HV] per value
+// head exactly as gdn_chunk_grads_mma; dq, dk (w.r.t. the normalised q, k) summed over the value heads in
+// registers, then dx = (dy - y (y . dy)) rstd (gdn_qk_bwd's formula, y the qn / kn row, rstd = q_rstd /
+// k_rstd; dx = dy when l2norm == 0), fp32 at dq[t*dq_stride + qh*128 + d] and dk[t*dq_stride + qh*128 + d]
+// (scalar stores: any dq_stride). No dqv / dkv buffers, no gdn_qk_bwd launch. Rows past a short chunk's
+// end are neither read nor written. No atomics; every sum has one fixed order.
+//
+// ---- The data flow (phases and barriers as gdn_chunk_grads_mma's header unless said) -------------------
+//   S0  cp.async K, Q once (rows < n, zeros past n).                                            barrier 0
+//       K K^T and S = Q K^T once (3 products each) into one [64][68] tile SKK: S_ij at [i][j] for j <= i,
+//       (K K^T)_ij at [j][i] for j < i (K K^T is symmetric and only its strict lower triangle is used).
+//   per value head, ascending (DQ, DK accumulator registers never reset):
+//   S1  cp.async V', dO; beta, gamma.                                    barrier 1 (also publishes SKK)
+//   1a  dP = dO V'^T only (2 products); L, G1, E from dP and SKK.                                barrier 2
+//   1b  DQ += G1 K, DK += G1^T Q; diagonal blocks of A; E's sums.                               barrier 3
+//   1c  A's blocks below the diagonal.                                                          barrier 4
+//   S2  D over BIG; <D, H>; barrier 5; dKt = V' D^T: DK += tail dKt, row dots.                  barrier 6
+//   S3  H over BIG, dV' over V'; barrier 7; dQg, dW: DQ += e^gamma scale dQg (not stored), row dots.
+//                                                                                               barrier 8
+//       dW over H (BIG rows 0-63; Q stays: it is the l2norm's y), v (bf16) over dO.              barrier 9
+//   S4  XU = A^T dV' (dv stored, row dots), then XW = A^T dW (DK += bg XW, row dots) as two passes over A
+//       (32 accumulators fewer live beside DQ, DK); T1 = dV' v^T, T2 = dW K^T -> dA (BIG after dW).
+//                                                                                              barrier 10
+//   S5  M = A^T dA over dW.                                                                    barrier 11
+//       dL = -M A^T; dKK over dV', E2 over v, F kk over dA (kk read transposed from SKK).         barrier 12
+//   S6  DK += dKK K + dKK^T K (not stored); the sums; barrier 13; dgamma, dbeta; barrier 14 (the end of a
+//       head: every stage is free for the next head's S1); dg by thread 0 (touches only gt, red, dg).
+//   E   with l2norm: y . dy for q and k rows (a lane's 16 columns by fmaf, nt ascending, then the 4 lanes
+//       of a row by the xor 1, 2 butterfly, then column half 0 + half 1 through shared memory); barrier 15;
+//       dx = fmaf(-y, y . dy, dy) * rstd. dq, dk rows < n stored.
+// 14 G + 1 barriers a CTA (+ 1 with l2norm). Shared memory: gdn_chunk_grads_mma's 227136 bytes re-laid so
+// that nothing grows: Q stays all along (dW moves from Q's slot to BIG rows 0-63, dA after it, M over dW; dKK
+// goes over dV', E2 and v over dO), and S shares K K^T's tile. (227136 <= 232448: one CTA an SM.)
+//
+// ---- Precision --------------------------------------------------------------------------------------------
+// The products are gdn_chunk_grads_mma's (fp32 x fp32 as ah bh + ah bl + al bh; dO, v exact bf16); the sum over
+// value heads is the accumulators running on (one fp32 rounding per mma / fmaf, fixed order), and the l2norm
+// backward is gdn_qk_bwd's fp32 formula. Measured on the emulator (TestMMA5ChunkGradsOnCPU, normwise against
+// gdnref.ChunkGrads in float64 per value head, summed over the QK head's value heads and pushed through
+// gdnref.L2NormBackward with float64 rows and inverse norms; worst of the three cases; worst element over the
+// rms; the fp32 gdn_chunk_grads + gdn_qk_bwd pair on the same buffers in brackets):
+//   dq 4.26e-6 (max/rms 4.4e-5) [2.2e-7]   dk 4.98e-6 (6.0e-5) [2.5e-7]   dv 2.52e-6 (2.7e-5) [1.4e-7]
+//   dg 2.35e-6 (1.4e-5) [2.0e-7]           dbeta 2.66e-6 (8.8e-6) [1.7e-7]
+// (bounds: 3e-5 normwise, 3e-4 of the rms an element, as gdn_chunk_grads_mma's test).
+//
+// ---- Registers ----------------------------------------------------------------------------------------------
+// DQ and DK (64 registers) live across the whole head loop (in gdn_chunk_grads_mma DQ dies at S3), so S3 (qg, wa,
+// DQ, DK: 128 accumulators) and S4 are the peaks. Measured (nvcc 11.8, -O3 -std=c++17): sm_90 cubin 254
+// registers, compute_80 PTX through ptxas -arch=sm_80 254 registers; both 0 bytes stack frame, 0 spill stores
+// / loads (with XU and XW in one pass: 255 / 254, also no spills). 254 x 256 = 65024 <= 65536: one CTA an SM.
+// ptxas simply fills what __launch_bounds__(256, 1) allows: a probe copy without the bounds, under
+// -maxrregcount, builds spill-free at 232, 216 and 200 registers and first spills at 184 (36 bytes), so a
+// newer ptxas (sm_90a, Blackwell) has ~50 registers of room before it must spill.
+//
+// ---- Cost at 32K tokens (512 chunks x 16 QK heads = 8192 CTAs, G = 3), predicted for an H200 ---------------
+// Per value head the work of a gdn_chunk_grads_mma CTA less 1a's K K^T and S (1152 of its ~10000 mma.sync and
+// the K, Q fragment loads and splits, ~10% of its issue) and less the K, Q staging (64 KB) after the first
+// head: ~25 + 2 x 22.5 ~ 70 us a CTA (gdn_chunk_grads_mma: ~23-27 us a CTA). 8192 CTAs over 132 SMs: 63
+// rounds (62 full and one of 8 CTAs) ~ 4.4 ms (3.4-5.6 ms), against gdn_chunk_grads_mma ~4.5 ms (187
+// rounds) + gdn_qk_bwd 0.6 ms = 5.1 ms: ~0.7 ms (~14%) saved; the dqv / dkv buffers (1.6 GB, written and
+// read once) go. HBM bytes a CTA: q, k 64 KB once; per head V', dV' 64, dO, v 32, D, H 128, dv 32 KB; dq, dk
+// 64 KB: ~0.9 MB, 7.3 GB at 32K (1.8 ms floor; gdn_chunk_grads_mma's ~7.1 GB + gdn_qk_bwd's ~2.1 GB). Bound,
+// as gdn_chunk_grads_mma, by instruction issue (the in-register splits) and shared memory, not HBM.
+#pragma once
+
+#include "gdn_chunk_grads_mma.cu"
+
+namespace gdnkcp {
+namespace gradmma {
+
+// KF | QF (q, all along) | VF (V'; dV'; dKK) | DOB (dO; v; E2) | BIG (G1, E, L; D; H; dW, dA; M, F kk) | AF |
+// SKK (S on and below the diagonal, K K^T above it, transposed) | scalars: gdn_chunk_grads_mma's sizes.
+constexpr int kGradMMA5Smem = 4 * (3 * kTP + kTW + kBig + 2 * kTQ + kScal);
+static_assert(kGradMMA5Smem == 227136, "kGradMMA5Smem: keep the header and the README in step");
+static_assert(kGradMMA5Smem <= 232448, "above the opt-in limit");
+static_assert(kTP + kTQ <= kBig, "dW and dA (F kk over dA) fit in BIG");
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
+                     int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
+                     const float* __restrict__ h_state, const float* __restrict__ vnew,
+                     const float* __restrict__ d_chunk, const float* __restrict__ dvnew,
+                     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                     const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
+                     const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
+                     float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
+                     int HV, float scale, int l2norm) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	float* KF = smem;                                       // [64][kP] k, all along
+	float* QF = KF + kTP;                                   // [64][kP] q, all along
+	float* VF = QF + kTP;                                   // [64][kP] V' (S1-S2); dV' (S3-S4); dKK [64][kQ] (S5-S6)
+	unsigned* DOB = reinterpret_cast<unsigned*>(VF + kTP);  // [64][kW] dO bf16 pairs (S1-S3); v (S4)
+	float* BIG = VF + kTP + kTW;                            // [128][kP], by phase:
+	float* G1S = BIG;                                       //   S1-1c: G1, E, L [64][kQ]
+	float* ES = BIG + kTQ;
+	float* LS = BIG + 2 * kTQ;
+	float* WF = BIG;                                        //   S4: dW [64][kP], dA [64][kQ] after it
+	float* DAS = BIG + kTP;
+	float* MS = BIG;                                        //   S5: M over dW; F kk over dA (S5-S6)
+	float* FKS = DAS;
+	unsigned* VB = DOB;
+	float* E2S = reinterpret_cast<float*>(DOB);             //   S5-S6: E2 over v
+	float* DKK = VF;
+	float* AF = BIG + kBig;   // [64][kQ] (I + L)^-1 of the head (zero above the diagonal blocks)
+	float* SKK = AF + kTQ;    // [64][kQ] S[i][j] = q_i . k_j at j <= i, (K K^T)[i][j] at [j][i] for j < i
+	float* sv = SKK + kTQ;
+	float* bet = sv;
+	float* gam = sv + kC;
+	float* eg = sv + 2 * kC;
+	float* tail = sv + 3 * kC;
+	float* bg = sv + 4 * kC;
+	float* gt = sv + 5 * kC;     // [7][64] dgamma terms (row 0 ends as dgamma)
+	float* bt = sv + 12 * kC;    // [3][64] (row 2: sum_j F kk)
+	float* part = sv + 15 * kC;  // [4][2][64] row-dot partials: dQg.q, dKt.k, XU.v, XW.k; at the end y.dy of q, k
+	float* red = sv + 23 * kC;   // [0, 8) <D, H> warp partials; [8] the last row's extra term
+
+	const int c = blockIdx.x, qh = blockIdx.y, tid = threadIdx.x;
+	const int lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3, rt = w & 3, ch = w >> 2;
+	const int i0 = 16 * rt + g, i1 = i0 + 8;
+	const bool lower = !(ch == 1 && rt < 2);  // the warp's 16 x 32 tile of a 64 x 64 result touches j <= i
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int grp = HV / HQK;
+	const long long qrow = (long long)HQK * kD, vrow = (long long)HV * kD;
+
+	// ---- S0: stage k, q once; S = Q K^T and K K^T once, to SKK ----
+	copy_f32<kC>(KF, kn + ((long long)t0 * HQK + qh) * kD, qrow, n);
+	copy_f32<kC>(QF, qn + ((long long)t0 * HQK + qh) * kD, qrow, n);
+	tc::cp_async_commit();
+	tc::cp_async_wait<0>();
+	__syncthreads();  // barrier 0
+	{
+		float kk[4][4] = {}, s[4][4] = {};
+		if (lower) {
+			for (int k8 = 0; k8 < kD / 16; ++k8) {
+				unsigned kh[4], kl[4], qa[4], ql[4];
+				frag_a<true>(KF + 16 * rt * kP + 16 * k8, kP, 1, g, t, kh, kl);
+				frag_a<true>(QF + 16 * rt * kP + 16 * k8, kP, 1, g, t, qa, ql);
+#pragma unroll
+				for (int nt = 0; nt < 4; ++nt) {
+					unsigned bh[2], bl[2];
+					frag_b(KF + (32 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, bh, bl);  // (k, n) = K[j][d]
+					mma_t<true, true>(kk[nt], kh, kl, bh, bl);
+					mma_t<true, true>(s[nt], qa, ql, bh, bl);
+				}
+			}
+#pragma unroll
+			for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+				for (int r = 0; r < 4; ++r) {
+					const int i = i0 + 8 * (r >> 1), j = 32 * ch + 8 * nt + 2 * t + (r & 1);
+					if (j <= i) SKK[i * kQ + j] = s[nt][r];
+					if (j < i) SKK[j * kQ + i] = kk[nt][r];
+				}
+			}
+		}
+	}
+	// (head 0's barrier 1 publishes SKK)
+
+	float DQ[8][4] = {}, DK[8][4] = {};  // summed over the value heads, ascending
+	for (int hj = 0; hj < grp; ++hj) {
+		const int h = qh * grp + hj;
+		const float* hs = h_state + ((long long)c * HV + h) * kD * kD;
+		const float* ds = d_chunk + ((long long)c * HV + h) * kD * kD;
+
+		// ---- S1: stage V', dO; beta, gamma ----
+		copy_f32<kC>(VF, vnew + ((long long)t0 * HV + h) * kD, vrow, n);
+#pragma unroll
+		for (int x = 0; x < 4; ++x) {  // dO: 16 units of 8 bf16 a row
+			const int u = tid + kThreads * x, r = u >> 4, cu = u & 15;
+			unsigned* d = DOB + r * kW + 4 * cu;
+			if (r < n) {
+				tc::cp_async16(d, dout + ((long long)(t0 + r) * HV + h) * kD + 8 * cu);
+			} else {
+#pragma unroll
+				for (int e = 0; e < 4; ++e) d[e] = 0u;
+			}
+		}
+		tc::cp_async_commit();
+		for (int e = tid; e < kTQ; e += kThreads) AF[e] = 0.f;
+		if (tid < kC) {
+			bet[tid] = tid < n ? beta[(long long)(t0 + tid) * HV + h] : 0.f;
+			gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
+		}
+		tc::cp_async_wait<0>();
+		__syncthreads();  // barrier 1
+		const float glast = gam[n - 1];
+		if (tid < kC) {
+			const bool in = tid < n;
+			const float e = expf(gam[tid]);
+			eg[tid] = in ? e : 0.f;
+			tail[tid] = in ? expf(glast - gam[tid]) : 0.f;
+			bg[tid] = in ? bet[tid] * e : 0.f;
+		}
+
+		// ---- 1a: dP = dO V'^T on the warp's 16 x 32 tile; L, G1, E from SKK ----
+		{
+			float dp[4][4] = {};
+			if (lower) {
+				for (int k8 = 0; k8 < kD / 16; ++k8) {
+					unsigned oa[4];
+					frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
+#pragma unroll
+					for (int nt = 0; nt < 4; ++nt) {
+						unsigned vh[2], vl[2];
+						frag_b(VF + (32 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, vh, vl);  // (k, n) = V'[j][d]
+						tc::mma_bf16_16816(dp[nt], oa, vh, dp[nt]);
+						tc::mma_bf16_16816(dp[nt], oa, vl, dp[nt]);
+					}
+				}
+			}
+#pragma unroll
+			for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+				for (int r = 0; r < 4; ++r) {
+					const int i = i0 + 8 * (r >> 1), j = 32 * ch + 8 * nt + 2 * t + (r & 1);
+					const float ge = expf(gam[i] - gam[j]);
+					const bool in = j <= i && i < n;
+					LS[i * kQ + j] = (j < i && i < n) ? bet[i] * SKK[j * kQ + i] * ge : 0.f;
+					const float gv = in ? scale * dp[nt][r] * ge : 0.f;
+					G1S[i * kQ + j] = gv;
+					ES[i * kQ + j] = in ? gv * SKK[i * kQ + j] : 0.f;
+				}
+			}
+		}
+		__syncthreads();  // barrier 2: G1, E, L, eg, tail, bg
+
+		// ---- 1b: dq += G1 K, dk += G1^T Q; the diagonal blocks of A; the sums of E ----
+		gemm<8>(DQ, G1S + 16 * rt * kQ, kQ, 1, KF + 64 * ch, kP, 1, 0, rt + 1, g, t);  // G1 lower: j <= i
+		gemm<8>(DK, G1S + 16 * rt, 1, kQ, QF + 64 * ch, kP, 1, rt, kC / 16, g, t);    // (m, k) = G1[i][j], i >= j
+		if (w < 4 && lane < 16) {  // (I + L_bb)^-1, block b = w, column lane
+			const int o = 16 * w;
+			float xcol[16];
+#pragma unroll
+			for (int i = 0; i < 16; ++i) {
+				float sacc = 0.f;
+#pragma unroll
+				for (int j = 0; j < i; ++j) sacc = fmaf(LS[(o + i) * kQ + o + j], xcol[j], sacc);
+				xcol[i] = (i == lane ? 1.f : 0.f) - sacc;
+				AF[(o + i) * kQ + o + lane] = xcol[i];
+			}
+		}
+		if (tid >= 2 * kC && tid < 3 * kC) {  // sum_j E_ij, j ascending
+			const int i = tid - 2 * kC;
+			float sacc = 0.f;
+			for (int j = 0; j <= i; ++j) sacc += ES[i * kQ + j];
+			gt[1 * kC + i] = sacc;
+		} else if (tid >= 3 * kC) {  // sum_i E_ij, i ascending
+			const int j = tid - 3 * kC;
+			float sacc = 0.f;
+			for (int i = j; i < n; ++i) sacc += ES[i * kQ + j];
+			gt[2 * kC + j] = sacc;
+		}
+		__syncthreads();  // barrier 3: the diagonal blocks
+
+		// ---- 1c: A_ij = -D_i sum_{k=j}^{i-1} L_ik A_kj, block column j by warp j ----
+		if (w < 3) {
+			const int bj = w;
+			for (int bi = bj + 1; bi < 4; ++bi) {
+				float xt[2][4] = {};  // X^T: m = column in block j, n = row in block i
+				for (int bk = bj; bk < bi; ++bk) {
+					unsigned ah[4], al[4];
+					frag_a<true>(AF + (16 * bk) * kQ + 16 * bj, 1, kQ, g, t, ah, al);  // (m, k) = A_kj[k][m]
+#pragma unroll
+					for (int nt = 0; nt < 2; ++nt) {
+						unsigned bh[2], bl[2];  // (k, n) = L_ik[n][k]
+						frag_b(LS + (16 * bi + 8 * nt) * kQ + 16 * bk, 1, kQ, g, t, bh, bl);
+						mma_t<true, true>(xt[nt], ah, al, bh, bl);
+					}
+				}
+				unsigned ah[4], al[4];  // X^T's accumulator tiles as the A fragment
+#pragma unroll
+				for (int r = 0; r < 4; ++r)
+					tc::split_bf16x2(xt[r >> 1][2 * (r & 1)], xt[r >> 1][2 * (r & 1) + 1], ah[r], al[r]);
+				float res[2][4] = {};
+#pragma unroll
+				for (int nt = 0; nt < 2; ++nt) {
+					unsigned bh[2], bl[2];  // (k, n) = -D_i[n][k]
+					frag_b(AF + (16 * bi + 8 * nt) * kQ + 16 * bi, 1, kQ, g, t, bh, bl, -1.f);
+					mma_t<true, true>(res[nt], ah, al, bh, bl);
+				}
+#pragma unroll
+				for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+					for (int r = 0; r < 4; ++r) {
+						const int m = g + 8 * (r >> 1), nn = 8 * nt + 2 * t + (r & 1);
+						AF[(16 * bi + nn) * kQ + 16 * bj + m] = res[nt][r];
+					}
+				}
+			}
+		}
+		__syncthreads();  // barrier 4: A complete; G1, E, L dead
+
+		// ---- S2: D; <D, H>; dKt = V' D^T ----
+		copy_f32<kD>(BIG, ds, kD, kD);
+		tc::cp_async_commit();
+		tc::cp_async_wait<0>();
+		{
+			float dh = 0.f;  // this thread's own D units (landed for it) times H from global memory
+#pragma unroll
+			for (int x = 0; x < kD * 32 / kThreads; ++x) {
+				const int u = tid + kThreads * x, r = u >> 5, c4 = 4 * (u & 31);
+				const float4 h4 = *reinterpret_cast<const float4*>(hs + r * kD + c4);
+				const float* d4 = BIG + r * kP + c4;
+				dh = fmaf(d4[0], h4.x, dh);
+				dh = fmaf(d4[1], h4.y, dh);
+				dh = fmaf(d4[2], h4.z, dh);
+				dh = fmaf(d4[3], h4.w, dh);
+			}
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1) dh += __shfl_xor_sync(0xffffffffu, dh, off);
+			if (lane == 0) red[w] = dh;
+		}
+		__syncthreads();  // barrier 5: every thread's D units landed
+		{
+			float acc[8][4] = {};
+			gemm<8>(acc, VF + 16 * rt * kP, kP, 1, BIG + 64 * ch * kP, 1, kP, 0, kD / 16, g, t);  // (k, n) = D[n][k]
+			float p0 = 0.f, p1 = 0.f;
+			const float ta = tail[i0], tb = tail[i1];
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt) {
+				const int col = 64 * ch + 8 * nt + 2 * t;
+				DK[nt][0] = fmaf(ta, acc[nt][0], DK[nt][0]);
+				DK[nt][1] = fmaf(ta, acc[nt][1], DK[nt][1]);
+				DK[nt][2] = fmaf(tb, acc[nt][2], DK[nt][2]);
+				DK[nt][3] = fmaf(tb, acc[nt][3], DK[nt][3]);
+				p0 = fmaf(acc[nt][0], KF[i0 * kP + col], p0);
+				p0 = fmaf(acc[nt][1], KF[i0 * kP + col + 1], p0);
+				p1 = fmaf(acc[nt][2], KF[i1 * kP + col], p1);
+				p1 = fmaf(acc[nt][3], KF[i1 * kP + col + 1], p1);
+			}
+			rowpart(part + (1 * 2 + ch) * kC, i0, i1, p0, p1, t);
+		}
+		__syncthreads();  // barrier 6: D and V' dead
+
+		// ---- S3: H, dV'; dQg = dO H^T, dW = -dV' H^T ----
+		copy_f32<kD>(BIG, hs, kD, kD);
+		copy_f32<kC>(VF, dvnew + ((long long)t0 * HV + h) * kD, vrow, n);
+		tc::cp_async_commit();
+		tc::cp_async_wait<0>();
+		__syncthreads();  // barrier 7
+		float wa[8][4] = {};
+		{
+			float qg[8][4] = {};
+			for (int k8 = 0; k8 < kD / 16; ++k8) {
+				unsigned oa[4], ah[4], al[4];
+				frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
+				frag_a<true>(VF + 16 * rt * kP + 16 * k8, kP, 1, g, t, ah, al);
+#pragma unroll
+				for (int nt = 0; nt < 8; ++nt) {
+					unsigned bh[2], bl[2];  // (k, n) = H[n][k]
+					frag_b(BIG + (64 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, bh, bl);
+					tc::mma_bf16_16816(qg[nt], oa, bh, qg[nt]);
+					tc::mma_bf16_16816(qg[nt], oa, bl, qg[nt]);
+					mma_t<true, true>(wa[nt], ah, al, bh, bl);
+				}
+			}
+			float p0 = 0.f, p1 = 0.f;
+			const float ea = eg[i0], eb = eg[i1];
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt) {
+				const int col = 64 * ch + 8 * nt + 2 * t;
+#pragma unroll
+				for (int r = 0; r < 4; ++r) {
+					const int i = r < 2 ? i0 : i1, cc = col + (r & 1);
+					const float x = scale * qg[nt][r];
+					DQ[nt][r] = fmaf(r < 2 ? ea : eb, x, DQ[nt][r]);
+					if (r < 2)
+						p0 = fmaf(x, QF[i * kP + cc], p0);
+					else
+						p1 = fmaf(x, QF[i * kP + cc], p1);
+				}
+			}
+			rowpart(part + (0 * 2 + ch) * kC, i0, i1, p0, p1, t);
+		}
+		__syncthreads();  // barrier 8: every warp done with H and dO
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+			const int col = 64 * ch + 8 * nt + 2 * t;
+			WF[i0 * kP + col] = -wa[nt][0];
+			WF[i0 * kP + col + 1] = -wa[nt][1];
+			WF[i1 * kP + col] = -wa[nt][2];
+			WF[i1 * kP + col + 1] = -wa[nt][3];
+		}
+		for (int e = tid; e < kC * (kD / 2); e += kThreads) {  // v rows as bf16 pairs, zeros past n
+			const int r = e >> 6, wd = e & 63;
+			unsigned word = 0u;
+			if (r < n) {
+				const __nv_bfloat16* p = v + (long long)(t0 + r) * v_stride + h * kD + 2 * wd;
+				word = static_cast<unsigned>(__bfloat16_as_ushort(p[0])) |
+				       (static_cast<unsigned>(__bfloat16_as_ushort(p[1])) << 16);
+			}
+			VB[r * kW + wd] = word;
+		}
+		__syncthreads();  // barrier 9: dW, v
+
+		// ---- S4: XU = A^T dV', XW = A^T dW; T1 = dV' v^T, T2 = dW K^T -> dA ----
+		{  // XU first, then XW: two passes over A's fragments keep 32 accumulators fewer live beside DQ, DK
+			float xu[8][4] = {};
+			for (int k8 = rt; k8 < kC / 16; ++k8) {  // (m, k) = A[i][j]: i >= j
+				unsigned ah[4], al[4];
+				frag_a<true>(AF + 16 * rt + 16 * k8 * kQ, 1, kQ, g, t, ah, al);
+#pragma unroll
+				for (int nt = 0; nt < 8; ++nt) {
+					unsigned bh[2], bl[2];
+					frag_b(VF + 16 * k8 * kP + 64 * ch + 8 * nt, kP, 1, g, t, bh, bl);
+					mma_t<true, true>(xu[nt], ah, al, bh, bl);
+				}
+			}
+			float p0 = 0.f, p1 = 0.f;
+			const float ba = bet[i0], bb = bet[i1];
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt) {
+				const int col = 64 * ch + 8 * nt + 2 * t;
+				const unsigned va = VB[i0 * kW + (col >> 1)], vb = VB[i1 * kW + (col >> 1)];
+				p0 = fmaf(xu[nt][0], __uint_as_float(va << 16), p0);
+				p0 = fmaf(xu[nt][1], __uint_as_float(va & 0xffff0000u), p0);
+				p1 = fmaf(xu[nt][2], __uint_as_float(vb << 16), p1);
+				p1 = fmaf(xu[nt][3], __uint_as_float(vb & 0xffff0000u), p1);
+				if (i0 < n) {
+					float* o = dv + (long long)(t0 + i0) * dv_stride + h * kD + col;
+					o[0] = ba * xu[nt][0];
+					o[1] = ba * xu[nt][1];
+				}
+				if (i1 < n) {
+					float* o = dv + (long long)(t0 + i1) * dv_stride + h * kD + col;
+					o[0] = bb * xu[nt][2];
+					o[1] = bb * xu[nt][3];
+				}
+			}
+			rowpart(part + (2 * 2 + ch) * kC, i0, i1, p0, p1, t);
+		}
+		{
+			float xw[8][4] = {};
+			for (int k8 = rt; k8 < kC / 16; ++k8) {
+				unsigned ah[4], al[4];
+				frag_a<true>(AF + 16 * rt + 16 * k8 * kQ, 1, kQ, g, t, ah, al);
+#pragma unroll
+				for (int nt = 0; nt < 8; ++nt) {
+					unsigned bh[2], bl[2];
+					frag_b(WF + 16 * k8 * kP + 64 * ch + 8 * nt, kP, 1, g, t, bh, bl);
+					mma_t<true, true>(xw[nt], ah, al, bh, bl);
+				}
+			}
+			float p0 = 0.f, p1 = 0.f;
+			const float ga = bg[i0], gb = bg[i1];
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt) {
+				const int col = 64 * ch + 8 * nt + 2 * t;
+				DK[nt][0] = fmaf(ga, xw[nt][0], DK[nt][0]);
+				DK[nt][1] = fmaf(ga, xw[nt][1], DK[nt][1]);
+				DK[nt][2] = fmaf(gb, xw[nt][2], DK[nt][2]);
+				DK[nt][3] = fmaf(gb, xw[nt][3], DK[nt][3]);
+				p0 = fmaf(xw[nt][0], KF[i0 * kP + col], p0);
+				p0 = fmaf(xw[nt][1], KF[i0 * kP + col + 1], p0);
+				p1 = fmaf(xw[nt][2], KF[i1 * kP + col], p1);
+				p1 = fmaf(xw[nt][3], KF[i1 * kP + col + 1], p1);
+			}
+			rowpart(part + (3 * 2 + ch) * kC, i0, i1, p0, p1, t);
+		}
+		{
+			float t1[4][4] = {}, t2[4][4] = {};
+			if (lower) {
+				for (int k8 = 0; k8 < kD / 16; ++k8) {
+					unsigned dh[4], dl[4], wh[4], wl[4];
+					frag_a<true>(VF + 16 * rt * kP + 16 * k8, kP, 1, g, t, dh, dl);
+					frag_a<true>(WF + 16 * rt * kP + 16 * k8, kP, 1, g, t, wh, wl);
+#pragma unroll
+					for (int nt = 0; nt < 4; ++nt) {
+						unsigned vv[2], kh[2], kl[2];
+						frag_bt_bf(VB + (32 * ch + 8 * nt) * kW + 8 * k8, kW, g, t, vv);  // (k, n) = v[j][d]
+						tc::mma_bf16_16816(t1[nt], dh, vv, t1[nt]);
+						tc::mma_bf16_16816(t1[nt], dl, vv, t1[nt]);
+						frag_b(KF + (32 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, kh, kl);  // (k, n) = K[j][d]
+						mma_t<true, true>(t2[nt], wh, wl, kh, kl);
+					}
+				}
+			}
+#pragma unroll
+			for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+				for (int r = 0; r < 4; ++r) {
+					const int i = i0 + 8 * (r >> 1), j = 32 * ch + 8 * nt + 2 * t + (r & 1);
+					DAS[i * kQ + j] = (j < i && i < n) ? fmaf(bet[j], t1[nt][r], bg[j] * t2[nt][r]) : 0.f;
+				}
+			}
+		}
+		__syncthreads();  // barrier 10: dA; dW, dV' and v dead
+
+		// ---- S5: M = A^T dA (over dW); dL = -M A^T; F, dKK (over dV'), E2 (over v), F kk (over dA) ----
+		{
+			float m[4][4] = {};
+			gemm<4>(m, AF + 16 * rt, 1, kQ, DAS + 32 * ch, kQ, 1, rt, kC / 16, g, t);  // (m, k) = A[a][x], a >= x
+#pragma unroll
+			for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+				for (int r = 0; r < 4; ++r) MS[(i0 + 8 * (r >> 1)) * kQ + 32 * ch + 8 * nt + 2 * t + (r & 1)] = m[nt][r];
+			}
+		}
+		__syncthreads();  // barrier 11: M; dA dead
+		{
+			float l[4][4] = {};
+			if (lower) gemm<4>(l, MS + 16 * rt * kQ, kQ, 1, AF + 32 * ch * kQ, 1, kQ, 0, 2 * ch + 2, g, t);  // (k, n) = A[j][b]
+#pragma unroll
+			for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+				for (int r = 0; r < 4; ++r) {
+					const int i = i0 + 8 * (r >> 1), j = 32 * ch + 8 * nt + 2 * t + (r & 1);
+					float x = 0.f, e2 = 0.f, fk = 0.f;
+					if (j < i && i < n) {
+						const float f = -l[nt][r] * expf(gam[i] - gam[j]);  // F = dL Γ
+						const float kkv = SKK[j * kQ + i];
+						x = bet[i] * f;
+						e2 = x * kkv;
+						fk = f * kkv;
+					}
+					DKK[i * kQ + j] = x;
+					E2S[i * kQ + j] = e2;
+					FKS[i * kQ + j] = fk;
+				}
+			}
+		}
+		__syncthreads();  // barrier 12: dKK, E2, F kk
+
+		// ---- S6: dk += dKK K + dKK^T K; the sums; dgamma, dbeta, dg ----
+		if (tid < kC) {
+			const int i = tid;
+			float sacc = 0.f;
+			for (int j = 0; j < i; ++j) sacc += FKS[i * kQ + j];
+			bt[2 * kC + i] = sacc;
+		} else if (tid < 2 * kC) {
+			const int i = tid - kC;
+			float sacc = 0.f;
+			for (int j = 0; j < i; ++j) sacc += E2S[i * kQ + j];
+			gt[5 * kC + i] = sacc;
+		} else if (tid < 3 * kC) {
+			const int j = tid - 2 * kC;
+			float sacc = 0.f;
+			for (int i = j + 1; i < n; ++i) sacc += E2S[i * kQ + j];
+			gt[6 * kC + j] = sacc;
+		} else {
+			const int i = tid - 3 * kC;
+			gt[3 * kC + i] = tail[i] * (part[(1 * 2 + 0) * kC + i] + part[(1 * 2 + 1) * kC + i]);  // s_i
+		}
+		gemm<8>(DK, DKK + 16 * rt * kQ, kQ, 1, KF + 64 * ch, kP, 1, 0, rt + 1, g, t);  // dKK[i][j], j < i
+		gemm<8>(DK, DKK + 16 * rt, 1, kQ, KF + 64 * ch, kP, 1, rt, kC / 16, g, t);      // dKK[j][i], j > i
+		__syncthreads();  // barrier 13: the sums and s_i
+		if (tid < n) {
+			const int i = tid;
+			const float pq = part[(0 * 2 + 0) * kC + i] + part[(0 * 2 + 1) * kC + i];  // scale dQg_i . q_i
+			const float xv = part[(2 * 2 + 0) * kC + i] + part[(2 * 2 + 1) * kC + i];  // XU_i . v_i
+			const float rr = part[(3 * 2 + 0) * kC + i] + part[(3 * 2 + 1) * kC + i];  // XW_i . k_i
+			float a = eg[i] * pq;
+			a += gt[1 * kC + i];
+			a -= gt[2 * kC + i];
+			a -= gt[3 * kC + i];
+			a += bg[i] * rr;
+			a += gt[5 * kC + i];
+			a -= gt[6 * kC + i];
+			gt[i] = a;
+			dbeta[(long long)(t0 + i) * HV + h] = (xv + eg[i] * rr) + bt[2 * kC + i];
+		}
+		if (tid == kC) {
+			float sacc = 0.f;
+			for (int i = 0; i < n; ++i) sacc += gt[3 * kC + i];
+			float dhs = 0.f;
+			for (int x = 0; x < kThreads / 32; ++x) dhs += red[x];
+			red[8] = fmaf(expf(glast), dhs, sacc);  // sum_i s_i + e^(gamma_last) <D, H>
+		}
+		__syncthreads();  // barrier 14: also the end of the head (every stage above free for the next)
+		if (tid == 0) {  // overlaps the next head's S1 / the epilogue: those touch neither gt nor red
+			float acc = 0.f;
+			for (int i = n - 1; i >= 0; --i) {
+				float x = gt[i];
+				if (i == n - 1) x += red[8];
+				acc += x;
+				dg[(long long)(t0 + i) * HV + h] = acc;
+			}
+		}
+	}
+
+	// ---- E: the l2norm backward dx = (dy - y (y . dy)) rstd (dx = dy without l2norm); dq, dk stored ----
+	float q0 = 1.f, q1 = 1.f, k0 = 1.f, k1 = 1.f;  // the rows' rstd (rows >= n: never stored)
+	if (l2norm) {
+		float a0 = 0.f, a1 = 0.f, b0 = 0.f, b1 = 0.f;  // y . dy: a lane's 16 columns, nt ascending
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+			const int col = 64 * ch + 8 * nt + 2 * t;
+			a0 = fmaf(QF[i0 * kP + col], DQ[nt][0], a0);
+			a0 = fmaf(QF[i0 * kP + col + 1], DQ[nt][1], a0);
+			a1 = fmaf(QF[i1 * kP + col], DQ[nt][2], a1);
+			a1 = fmaf(QF[i1 * kP + col + 1], DQ[nt][3], a1);
+			b0 = fmaf(KF[i0 * kP + col], DK[nt][0], b0);
+			b0 = fmaf(KF[i0 * kP + col + 1], DK[nt][1], b0);
+			b1 = fmaf(KF[i1 * kP + col], DK[nt][2], b1);
+			b1 = fmaf(KF[i1 * kP + col + 1], DK[nt][3], b1);
+		}
+		rowpart(part + (0 * 2 + ch) * kC, i0, i1, a0, a1, t);  // then the 4 lanes of a row, then ch 0 + ch 1
+		rowpart(part + (1 * 2 + ch) * kC, i0, i1, b0, b1, t);
+		__syncthreads();  // barrier 15
+		const float pa0 = part[i0] + part[kC + i0], pa1 = part[i1] + part[kC + i1];
+		const float pb0 = part[2 * kC + i0] + part[3 * kC + i0], pb1 = part[2 * kC + i1] + part[3 * kC + i1];
+		if (i0 < n) {
+			q0 = q_rstd[(long long)(t0 + i0) * HQK + qh];
+			k0 = k_rstd[(long long)(t0 + i0) * HQK + qh];
+		}
+		if (i1 < n) {
+			q1 = q_rstd[(long long)(t0 + i1) * HQK + qh];
+			k1 = k_rstd[(long long)(t0 + i1) * HQK + qh];
+		}
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+			const int col = 64 * ch + 8 * nt + 2 * t;
+			DQ[nt][0] = fmaf(-QF[i0 * kP + col], pa0, DQ[nt][0]) * q0;
+			DQ[nt][1] = fmaf(-QF[i0 * kP + col + 1], pa0, DQ[nt][1]) * q0;
+			DQ[nt][2] = fmaf(-QF[i1 * kP + col], pa1, DQ[nt][2]) * q1;
+			DQ[nt][3] = fmaf(-QF[i1 * kP + col + 1], pa1, DQ[nt][3]) * q1;
+			DK[nt][0] = fmaf(-KF[i0 * kP + col], pb0, DK[nt][0]) * k0;
+			DK[nt][1] = fmaf(-KF[i0 * kP + col + 1], pb0, DK[nt][1]) * k0;
+			DK[nt][2] = fmaf(-KF[i1 * kP + col], pb1, DK[nt][2]) * k1;
+			DK[nt][3] = fmaf(-KF[i1 * kP + col + 1], pb1, DK[nt][3]) * k1;
+		}
+	}
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt) {
+		const long long col = (long long)qh * kD + 64 * ch + 8 * nt + 2 * t;
+		if (i0 < n) {
+			float* oq = dq + (long long)(t0 + i0) * dq_stride + col;
+			float* ok = dk + (long long)(t0 + i0) * dq_stride + col;
+			oq[0] = DQ[nt][0];
+			oq[1] = DQ[nt][1];
+			ok[0] = DK[nt][0];
+			ok[1] = DK[nt][1];
+		}
+		if (i1 < n) {
+			float* oq = dq + (long long)(t0 + i1) * dq_stride + col;
+			float* ok = dk + (long long)(t0 + i1) * dq_stride + col;
+			oq[0] = DQ[nt][2];
+			oq[1] = DQ[nt][3];
+			ok[0] = DK[nt][2];
+			ok[1] = DK[nt][3];
+		}
+	}
+}
+
+}  // namespace gradmma
+}  // namespace gdnkcp
