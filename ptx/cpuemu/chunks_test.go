@@ -3,6 +3,8 @@ package cpuemu
 import (
 	"math"
 	"math/rand/v2"
+
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
 )
 
 // gappedChunks lays out chunks for the chunk-parallel kernels' tests: each
@@ -58,4 +60,71 @@ func (c gappedChunks) unitRows(rng *rand.Rand, rows int) []float32 {
 		}
 	}
 	return out
+}
+
+// normalRows returns rows rows of dHead N(0, 1) values (rows a multiple of
+// T, token-major), NaN in the rows of gap tokens.
+func (c gappedChunks) normalRows(rng *rand.Rand, rows int) []float32 {
+	nan32 := float32(math.NaN())
+	out := make([]float32, rows*dHead)
+	per := rows / c.T
+	for r := 0; r < rows; r++ {
+		for x := 0; x < dHead; x++ {
+			if c.owned[r/per] {
+				out[r*dHead+x] = float32(rng.NormFloat64())
+			} else {
+				out[r*dHead+x] = nan32
+			}
+		}
+	}
+	return out
+}
+
+// gradsInputs are the per-value-head inputs of the chunk gradients' tests:
+// V', dV' and dO (bf16) N(0, 1); v (bf16, rows of HV*128 + pad, the padding
+// poisoned); gcum (in-chunk cumsums of g in [-0.3, -0.01]) and beta in
+// [0.02, 0.98]; the chunk start states H and end adjoints D. Gap tokens hold
+// NaN.
+type gradsInputs struct {
+	vnew, dvnew, gcum, beta, h, dChunk []float32
+	dout, v                            []bf16.BF16
+	vStride                            int
+}
+
+// newGradsInputs draws gradsInputs for HV value heads over the chunks c.
+func newGradsInputs(c gappedChunks, rng *rand.Rand, HV, vPad int, seed uint64) gradsInputs {
+	T, NC := c.T, len(c.tok0)
+	nan32 := float32(math.NaN())
+	gi := gradsInputs{vnew: c.normalRows(rng, T*HV), dvnew: c.normalRows(rng, T*HV)}
+	doutF := c.normalRows(rng, T*HV)
+	gi.dout = make([]bf16.BF16, len(doutF))
+	for i, x := range doutF {
+		gi.dout[i] = bf16.Float32ToBF16(x) // NaN stays NaN
+	}
+	gi.vStride = HV*dHead + vPad
+	gi.v = make([]bf16.BF16, T*gi.vStride)
+	for i := range gi.v {
+		gi.v[i] = bf16.BF16(poisonBF16)
+	}
+	gi.gcum, gi.beta = make([]float32, T*HV), make([]float32, T*HV)
+	for i := range gi.gcum {
+		gi.gcum[i], gi.beta[i] = nan32, nan32
+	}
+	for ci := range c.tok0 {
+		t0, n := int(c.tok0[ci]), int(c.clen[ci])
+		for h := 0; h < HV; h++ {
+			var acc float32
+			for i := 0; i < n; i++ {
+				acc += float32(-0.01 - 0.29*rng.Float64())
+				gi.gcum[(t0+i)*HV+h] = acc
+				gi.beta[(t0+i)*HV+h] = float32(0.02 + 0.96*rng.Float64())
+				for x := 0; x < dHead; x++ {
+					gi.v[(t0+i)*gi.vStride+h*dHead+x] = bf16.Float32ToBF16(float32(rng.NormFloat64()))
+				}
+			}
+		}
+	}
+	gi.h = randomStates(NC*HV, seed+100)
+	gi.dChunk = randomStates(NC*HV, seed+200)
+	return gi
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/gdnkcp/gdnkcp/internal/bf16"
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
@@ -98,54 +97,11 @@ func runGradsMMA(t *testing.T, c *gradsMMACase) {
 	ch := newGappedChunks(c.lens, gradsMMAGap)
 	tok0, clen, T, owned := ch.tok0, ch.clen, ch.T, ch.owned
 	NC, HQK, HV := len(tok0), c.hqk, c.hv
-	nan32 := float32(math.NaN())
 	scale := float32(1 / math.Sqrt(dHead))
-	normal := func(rows int) []float32 { // N(0, 1), NaN in the gaps
-		out := make([]float32, rows*dHead)
-		per := rows / T
-		for r := 0; r < rows; r++ {
-			for x := 0; x < dHead; x++ {
-				if owned[r/per] {
-					out[r*dHead+x] = float32(rng.NormFloat64())
-				} else {
-					out[r*dHead+x] = nan32
-				}
-			}
-		}
-		return out
-	}
 	qn, kn := ch.unitRows(rng, T*HQK), ch.unitRows(rng, T*HQK)
-	vnew, dvnew := normal(T*HV), normal(T*HV)
-	doutF := normal(T * HV)
-	dout := make([]bf16.BF16, len(doutF))
-	for i, x := range doutF {
-		dout[i] = bf16.Float32ToBF16(x) // NaN stays NaN
-	}
-	vStride := HV*dHead + c.vPad
-	vbuf := make([]bf16.BF16, T*vStride)
-	for i := range vbuf {
-		vbuf[i] = bf16.BF16(poisonBF16)
-	}
-	gcum, beta := make([]float32, T*HV), make([]float32, T*HV)
-	for i := range gcum {
-		gcum[i], beta[i] = nan32, nan32
-	}
-	for ci := range tok0 {
-		t0, n := int(tok0[ci]), int(clen[ci])
-		for h := 0; h < HV; h++ {
-			var acc float32
-			for i := 0; i < n; i++ {
-				acc += float32(-0.01 - 0.29*rng.Float64())
-				gcum[(t0+i)*HV+h] = acc
-				beta[(t0+i)*HV+h] = float32(0.02 + 0.96*rng.Float64())
-				for x := 0; x < dHead; x++ {
-					vbuf[(t0+i)*vStride+h*dHead+x] = bf16.Float32ToBF16(float32(rng.NormFloat64()))
-				}
-			}
-		}
-	}
-	hst := randomStates(NC*HV, c.seed+100)
-	dch := randomStates(NC*HV, c.seed+200)
+	gi := newGradsInputs(ch, rng, HV, c.vPad, c.seed)
+	vnew, dvnew, dout, vStride, vbuf := gi.vnew, gi.dvnew, gi.dout, gi.vStride, gi.v
+	gcum, beta, hst, dch := gi.gcum, gi.beta, gi.h, gi.dChunk
 
 	j := newJob(t)
 	if c.deferred {
