@@ -73,12 +73,7 @@ func TestDefaultStore(t *testing.T) {
 // no-spill rule, with why: TestEmbeddedWalksDoNotSpill fails for any other
 // spilling walk, and for a listed one that no longer spills (then remove it
 // here).
-var knownWalkSpills = map[string]string{
-	"sm_90a gdn_offset_walk": "ptxas gives it 48 registers and 40 bytes of spills on sm_90a only (not on the Blackwell " +
-		"targets, and not in gdn_tape_walk, which runs the same step); forcing the step and the walk inline did not " +
-		"change it. The fix (__launch_bounds__(256, 1): 78 registers, no spill with nvcc 11.8) waits in " +
-		"ptx/staging/gdn_bwd-walk-spills.patch for the next blob build; remove this entry with it.",
-}
+var knownWalkSpills = map[string]string{}
 
 // TestEmbeddedWalksDoNotSpill holds the house rule that walk kernels never
 // spill registers: every cubin's walk entries (the name holds "walk") have

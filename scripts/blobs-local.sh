@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The local half of rebuilding the kernel blobs (ptx/README.md):
 #   scripts/blobs-local.sh prepare          build .gpu/ptxgen and .gpu/ptxcheck (CGO_ENABLED=0) to carry
-#   scripts/blobs-local.sh install TARBALL  check the blobs.tar that scripts/blobs-remote.sh made,
+#   scripts/blobs-local.sh install TARBALL  check the blobs.tar.gz (or .tar) that scripts/blobs-remote.sh made,
 #                                           replace ptx/blobs with it, and check the embedded blobs
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,14 +3,14 @@
 # Step 2 of 3 (ptx/README.md):
 #   1. here:  scripts/blobs-local.sh prepare            # builds .gpu/ptxgen and .gpu/ptxcheck
 #   2. there: run(command="bash scripts/blobs-remote.sh", carry=[".gpu/ptxgen", ".gpu/ptxcheck"])
-#   3. here:  scripts/blobs-local.sh install FILES_AT/blobs.tar
+#   3. here:  scripts/blobs-local.sh install FILES_AT/blobs.tar.gz
 #
 # Runs from the repository root of the carried working tree. Writes to $OUT:
-#   blobs.tar     the blobs and manifest.json (what `install` takes)
+#   blobs.tar.gz  the blobs and manifest.json (what `install` takes)
 #   ptxgen.log    nvcc commands, ptxas resources, the cross-check
 #   ptxcheck.log  ptxcheck on the new blobs, offline and with --gpu
 #   blobs-elf.txt cuobjdump -elf of every new cubin (to compare with blobcheck)
-# Only a few files may come back, hence the tar.
+# Only a few files of at most 16 MiB may come back, hence the compressed tar.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?OUT must name the folder whose files come back}
@@ -49,6 +49,6 @@ if command -v cuobjdump >/dev/null; then
 	done >"$out/blobs-elf.txt" 2>&1
 fi
 
-tar -C "$build" -cf "$out/blobs.tar" . && rm -rf "$build"
-echo "blobs-remote: rc=$rc; $(tar -tf "$out/blobs.tar" | grep -vc '/$') files in blobs.tar"
+tar -C "$build" -czf "$out/blobs.tar.gz" . && rm -rf "$build"
+echo "blobs-remote: rc=$rc; $(tar -tzf "$out/blobs.tar.gz" | grep -vc '/$') files in blobs.tar.gz"
 exit "$rc"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for kernel work: build the blobs from ptx/src, point the run at them with
 # GDNKCP_BLOB_DIR (no re-embedding), run the kcp GPU tests matching $1 and, with BENCH=1, the bench,
-# and bring the blobs back as $OUT/blobs.tar (install here with scripts/blobs-local.sh install).
+# and bring the blobs back as $OUT/blobs.tar.gz (gzip: the blobs pass 16 MiB; install here with scripts/blobs-local.sh install).
 # Here first: scripts/gpu.sh build (or at least .gpu/kcp.test, .gpu/kcp, .gpu/ptxgen, .gpu/ptxcheck).
 # There: run(command="bash scripts/dev-cycle.sh 'TensorCore'", carry=[".gpu"])
 # Env: BENCH=1 runs `kcp bench` (KERNELS: the sets, comma-separated, of fp32, tc, mma; default tc; BENCH_DOCS,
@@ -10,8 +10,8 @@
 # (module stage, B1 and B3, 3 ranks on one GPU, heads 1/2, documents shorter than, equal to and longer than a
 # chunk; each run bounded by SANITIZE_TIMEOUT seconds, default 150);
 # NCU=1 profiles one launch of each kernel matching NCU_KERNELS (default _mma) in a 32K-token core+bwd bench
-# of the last KERNELS set (SpeedOfLight, MemoryWorkloadAnalysis, WarpStateStats, LaunchStats) into
-# $OUT/ncu.txt and prints its key lines (needs hardware counters: Firecracker yes, gVisor no);
+# of the last KERNELS set (SpeedOfLight, WarpStateStats, LaunchStats and tensor-pipe, issue and
+# shared-memory metrics) into $OUT/ncu-raw.csv and prints per launch scripts/ncu-table.py's summary with the top stall reasons (needs hardware counters: Firecracker yes, gVisor no);
 # NOBUILD=1 skips ptxgen and runs on the blobs embedded in the carried binaries (a second call after
 # `scripts/blobs-local.sh install` and a rebuild of .gpu). Test regex NONE runs no kcp test.
 set -uo pipefail
@@ -20,7 +20,7 @@ out=${OUT:?}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
 blobs=/tmp/gdnkcp-blobs
 if [ "${NOBUILD:-0}" = 1 ]; then
-	# The binaries' embedded blobs (install the last build's blobs.tar and rebuild .gpu first).
+	# The binaries' embedded blobs (install the last build's blobs.tar.gz and rebuild .gpu first).
 	blobs=ptx/blobs
 	echo "NOBUILD: the embedded blobs (ptx/blobs as carried)"
 else
@@ -42,7 +42,7 @@ for b in m["blobs"]:
             print(f'  SPILL {b["target"]} {e["name"]}: {r.get("spill_stores")}/{r.get("spill_loads")}')
 PY
 if [ "${NOBUILD:-0}" != 1 ]; then
-	tar -C "$blobs" -cf "$out/blobs.tar" .
+	tar -C "$blobs" -czf "$out/blobs.tar.gz" .
 	export GDNKCP_BLOB_DIR=$blobs
 fi
 t0=$(date +%s)
@@ -79,9 +79,11 @@ fi
 if [ "${NCU:-0}" = 1 ]; then
 	ks=${KERNELS##*,}
 	t0=$(date +%s)
+	metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_active.avg.per_cycle_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
 	timeout ${NCU_TIMEOUT:-240} ncu --clock-control none --kernel-name "regex:${NCU_KERNELS:-_mma}" --launch-count ${NCU_COUNT:-8} \
-		--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
-		.gpu/kcp bench --docs ${NCU_DOCS:-32768} --kernels "$ks" --modes core+bwd --reps 1 --warmup 0 >"$out/ncu.txt" 2>&1
-	echo "ncu ($ks): rc=$? ($(( $(date +%s) - t0 )) s)"
-	grep -E "^  gdn_|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Shared Memory Configuration Size|Bank|Warp Cycles Per Issued|==PROF==|==ERROR==" "$out/ncu.txt" | head -${NCU_LINES:-80}
+		--section SpeedOfLight --section WarpStateStats --section LaunchStats --metrics "$metrics" -f -o /tmp/gdnkcp-ncu \
+		.gpu/kcp bench --docs ${NCU_DOCS:-32768} --kernels "$ks" --modes ${NCU_MODES:-core+bwd} --reps 1 --warmup 0 >"$out/ncu.log" 2>&1
+	echo "ncu ($ks): rc=$? ($(( $(date +%s) - t0 )) s)"; grep -E "==(PROF|ERROR|WARNING)==" "$out/ncu.log" | head -5
+	ncu -i /tmp/gdnkcp-ncu.ncu-rep --page raw --csv >"$out/ncu-raw.csv" 2>/dev/null
+	python3 scripts/ncu-table.py <"$out/ncu-raw.csv"
 fi

@@ -15,9 +15,10 @@
 # `go test ./ptx` fails on the manifest's sources hash until the blobs are rebuilt. Then one device call:
 #   scripts/gpu.sh build && scripts/blobs-local.sh prepare
 #   run(command="bash scripts/dev-cycle.sh 'TensorCore|GPUForward|GPUBackward'", carry=[".gpu"])
-#   BENCH=1 KERNELS=mma ... (see scripts/dev-cycle.sh), then scripts/blobs-local.sh install FILES_AT/blobs.tar
+#   BENCH=1 KERNELS=mma ... (see scripts/dev-cycle.sh), then scripts/blobs-local.sh install FILES_AT/blobs.tar.gz
 # and update ptx/staging/README.md (drop the landed sections), ptx/cpuemu/doc.go and docs/perf-notes.md.
 set -euo pipefail
+shopt -s nullglob
 cd "$(dirname "$0")/.."
 order=(gdn_walk_mma.cu gdn_bwalk_mma.cu gdn_prep_mma.cu gdn_output_mma.cu gdn_dvlocal_mma.cu gdn_chunk_grads_mma.cu gdn_chunk_grads_mma5.cu)
 files=("$@")

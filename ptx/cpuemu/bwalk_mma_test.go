@@ -10,7 +10,7 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged tensor-core backward walks of ptx/staging/gdn_bwalk_mma.cu
+// The staged tensor-core backward walks of ptx/src/gdn_bwalk_mma.cu
 // (gdn_offset_walk_mma, gdn_tape_walk_mma: mma.sync with hi/lo splits,
 // cp.async stages) on the emulator, against internal/gdnref fed the very fp32
 // W, Kt, qn, gamma and dV'_local the walks read (made by the fp32 l2norm,
@@ -19,7 +19,7 @@ import (
 
 // stagedBWalkMMA is the staged backward walk source; runner_bwalk_mma is
 // registered only while it (and the fp32 backward it builds with) is there.
-const stagedBWalkMMA = "../staging/gdn_bwalk_mma.cu"
+const stagedBWalkMMA = "../src/gdn_bwalk_mma.cu"
 
 func haveStagedBWalks() bool {
 	_, err := os.Stat(stagedBWalkMMA)

@@ -82,18 +82,18 @@
 //     against gdnref's token-by-token backward. They skip while
 //     ptx/src/gdn_bwd.cu does not exist.
 //   - TestMMAWalksOnCPU: the staged tensor-core walks of
-//     ptx/staging/gdn_walk_mma.cu (mma.sync with hi/lo splits, cp.async
+//     ptx/src/gdn_walk_mma.cu (mma.sync with hi/lo splits, cp.async
 //     double buffering) against gdnref, at vh 64 and 128 (bitwise equal), in
 //     both cp.async modes; it skips when nothing is staged.
 //   - TestMMABackwardWalksOnCPU: the staged tensor-core backward walks of
-//     ptx/staging/gdn_bwalk_mma.cu (offset and tape walk: mma.sync with
+//     ptx/src/gdn_bwalk_mma.cu (offset and tape walk: mma.sync with
 //     hi/lo splits, cp.async stages) on the cases of
 //     TestBackwardKernelsOnCPU against gdnref fed the kernels' own fp32
 //     inputs, at vh 64 and 128 (bitwise equal), every output poisoned first,
 //     cp.async immediate and deferred; it registers runner_bwalk_mma and
 //     skips unless the staged walks and ptx/src/gdn_bwd.cu are there.
 //   - TestMMAPrepOnCPU: the staged tensor-core chunk prep of
-//     ptx/staging/gdn_prep_mma.cu (mma.sync with hi/lo splits, (I + L)^-1 in
+//     ptx/src/gdn_prep_mma.cu (mma.sync with hi/lo splits, (I + L)^-1 in
 //     16x16 blocks, cp.async stages) beside the fp32 gdn_prep_fwd on chunks
 //     of 1, 3, 8, 40, 63 and 64 rows, each followed by tokens no chunk owns
 //     (NaN inputs, poisoned outputs: neither read nor written), HQK 1 / HV 2
@@ -102,7 +102,7 @@
 //     U, Kt within 1.5e-5 of gdnref.Prep fed the same fp32 inputs; it
 //     registers runner_prep_mma and skips when nothing is staged.
 //   - TestMMAOutputOnCPU: the staged tensor-core output of
-//     ptx/staging/gdn_output_mma.cu (mma.sync with hi/lo splits, cp.async
+//     ptx/src/gdn_output_mma.cu (mma.sync with hi/lo splits, cp.async
 //     stages split in place) against gdnref.Output fed the same fp32 qn, kn,
 //     gamma, V' and chunk states: the entry with cp.async deferred (bf16,
 //     every element within one bf16 ulp), an fp32-output probe of the same
@@ -110,14 +110,14 @@
 //     the probe's bf16, the output poisoned first and fully written; it
 //     registers runner_output_mma and skips when nothing is staged.
 //   - TestMMADvLocalOnCPU: the staged tensor-core dV'_local of
-//     ptx/staging/gdn_dvlocal_mma.cu beside the fp32 gdn_dvlocal_bwd on
+//     ptx/src/gdn_dvlocal_mma.cu beside the fp32 gdn_dvlocal_bwd on
 //     chunks of 1..64 rows, each followed by tokens no chunk owns (NaN
 //     inputs, poisoned outputs), HQK 1 / HV 2 and HQK 2 / HV 4, cp.async
 //     immediate and deferred, against the formula in float64 from the same
 //     inputs (3e-5 normwise, no element beyond 3e-4 of the rms); it
 //     registers runner_dvlocal_mma.
 //   - TestMMAChunkGradsOnCPU: the staged tensor-core chunk gradients of
-//     ptx/staging/gdn_chunk_grads_mma.cu beside the fp32 gdn_chunk_grads on
+//     ptx/src/gdn_chunk_grads_mma.cu beside the fp32 gdn_chunk_grads on
 //     the same buffers, chunks of 1..64 rows with owner-less gap tokens,
 //     padded v / dv strides, grouped heads, both cp.async modes, against
 //     gdnref.ChunkGrads fed the same fp32 / bf16 inputs (dq, dk, dv, dg,
@@ -130,7 +130,7 @@
 //     untouched, the output's rows written and gap rows untouched, its
 //     error against gdnref within the budget; it registers runner_mma16.
 //   - TestMMA5ChunkGradsOnCPU: the staged grouped chunk gradients of
-//     ptx/staging/gdn_chunk_grads_mma5.cu (one CTA per chunk and QK head, dq
+//     ptx/src/gdn_chunk_grads_mma5.cu (one CTA per chunk and QK head, dq
 //     and dk summed over its value heads and put through the l2norm backward
 //     in the kernel) beside gdn_chunk_grads + gdn_qk_bwd on the same buffers,
 //     against gdnref.ChunkGrads summed and pushed through the l2norm backward

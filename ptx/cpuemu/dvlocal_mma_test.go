@@ -12,7 +12,7 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/bf16"
 )
 
-// The staged tensor-core dV'_local of ptx/staging/gdn_dvlocal_mma.cu
+// The staged tensor-core dV'_local of ptx/src/gdn_dvlocal_mma.cu
 // (gdn_dvlocal_mma: mma.sync with hi/lo splits, cp.async stages) on the
 // emulator, against float64 computed here from the very fp32 q, k, gamma and
 // bf16 dO the kernel reads, and beside the fp32 gdn_dvlocal_bwd run on the
@@ -20,7 +20,7 @@ import (
 
 // stagedDvLocalMMA is the staged source; runner_dvlocal_mma is registered
 // only while it (and the fp32 backward it builds with) is there.
-const stagedDvLocalMMA = "../staging/gdn_dvlocal_mma.cu"
+const stagedDvLocalMMA = "../src/gdn_dvlocal_mma.cu"
 
 func haveStagedDvLocal() bool {
 	_, err := os.Stat(stagedDvLocalMMA)

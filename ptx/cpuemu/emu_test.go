@@ -35,7 +35,7 @@ var cxxFlags = []string{"-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-mat
 // The binaries and their objects. runner_all exists only when
 // ptx/src/gdn_bwd.cu does; runner_mma holds the tensor-core test kernels;
 // runner_walk_mma the staged walks of ptx/staging (only while
-// ptx/staging/gdn_walk_mma.cu exists).
+// ptx/src/gdn_walk_mma.cu exists).
 var binaries = map[string][]string{
 	"harness":         {"emu", "harness"},
 	"runner_fwd":      {"emu", "runner", "selftest", "kernels_fwd"},
@@ -45,7 +45,7 @@ var binaries = map[string][]string{
 }
 
 // stagedWalkMMA is the staged tensor-core walk source (ptx/staging).
-const stagedWalkMMA = "../staging/gdn_walk_mma.cu"
+const stagedWalkMMA = "../src/gdn_walk_mma.cu"
 
 // haveStagedWalks reports whether the staged walks are there to build.
 func haveStagedWalks() bool {

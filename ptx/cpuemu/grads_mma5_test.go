@@ -13,7 +13,7 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged grouped chunk gradients of ptx/staging/gdn_chunk_grads_mma5.cu
+// The staged grouped chunk gradients of ptx/src/gdn_chunk_grads_mma5.cu
 // (gdn_chunk_grads_mma5: one CTA per chunk and QK head, its value heads in
 // ascending order, dq and dk summed in registers and put through the l2norm
 // backward in the CTA) on the emulator, against internal/gdnref.ChunkGrads per
@@ -23,7 +23,7 @@ import (
 
 // stagedGradsMMA5 is the staged source; runner_grads_mma5 is registered only
 // while it (and the fp32 backward it builds with) is there.
-const stagedGradsMMA5 = "../staging/gdn_chunk_grads_mma5.cu"
+const stagedGradsMMA5 = "../src/gdn_chunk_grads_mma5.cu"
 
 func haveStagedGrads5() bool {
 	_, err := os.Stat(stagedGradsMMA5)

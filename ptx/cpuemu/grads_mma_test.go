@@ -13,7 +13,7 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged tensor-core chunk gradients of ptx/staging/gdn_chunk_grads_mma.cu
+// The staged tensor-core chunk gradients of ptx/src/gdn_chunk_grads_mma.cu
 // (gdn_chunk_grads_mma: mma.sync with hi/lo splits, the inverse rebuilt on
 // mma, cp.async stages) on the emulator, against internal/gdnref.ChunkGrads
 // fed the very fp32 / bf16 inputs the kernel reads, and beside the fp32
@@ -21,7 +21,7 @@ import (
 
 // stagedGradsMMA is the staged source; runner_grads_mma is registered only
 // while it (and the fp32 backward it builds with) is there.
-const stagedGradsMMA = "../staging/gdn_chunk_grads_mma.cu"
+const stagedGradsMMA = "../src/gdn_chunk_grads_mma.cu"
 
 func haveStagedGrads() bool {
 	_, err := os.Stat(stagedGradsMMA)

@@ -11,11 +11,11 @@ import (
 )
 
 // The v5 walks and the bf16 hand-over between the staged state walk and the
-// staged output: gdn_state_walk_mma16 (ptx/staging/gdn_walk_mma.cu:
+// staged output: gdn_state_walk_mma16 (ptx/src/gdn_walk_mma.cu:
 // gdn_state_walk_mma reading kn and gcum in place of the prep's Kt, which it
 // rebuilds, plus bf16 copies of each chunk's start state H^T and of V'^T),
 // gdn_summary_walk_mma16 (gdn_summary_walk_mma with the same Kt rebuild) and
-// gdn_output_mma16 (ptx/staging/gdn_output_mma.cu: the output reading the
+// gdn_output_mma16 (ptx/src/gdn_output_mma.cu: the output reading the
 // bf16 copies). The walks are held bit for bit to gdn_state_walk_mma and
 // gdn_summary_walk_mma run beside them on the prep's Kt; the output to
 // gdnref.Output fed the walk's own fp32 H and V', rounded to bf16 as the

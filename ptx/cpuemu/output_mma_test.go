@@ -12,14 +12,14 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged tensor-core output of ptx/staging/gdn_output_mma.cu
+// The staged tensor-core output of ptx/src/gdn_output_mma.cu
 // (gdn_output_mma: mma.sync, hi/lo splits, cp.async stages split in place)
 // on the emulator, against gdnref.Output fed the very fp32 qn, kn, gamma,
 // V' and chunk states the kernel reads.
 
 // stagedOutputMMA is the staged output source; runner_output_mma is
 // registered only while it is there.
-const stagedOutputMMA = "../staging/gdn_output_mma.cu"
+const stagedOutputMMA = "../src/gdn_output_mma.cu"
 
 func haveStagedOutput() bool {
 	_, err := os.Stat(stagedOutputMMA)

@@ -14,7 +14,7 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged tensor-core chunk prep of ptx/staging/gdn_prep_mma.cu
+// The staged tensor-core chunk prep of ptx/src/gdn_prep_mma.cu
 // (gdn_prep_mma: mma.sync with hi/lo splits, a blocked (I + L)^-1, cp.async
 // stages) on the emulator, against internal/gdnref.Prep fed the very fp32
 // kn, g, beta and bf16 v the kernel reads, and beside the fp32 gdn_prep_fwd
@@ -22,7 +22,7 @@ import (
 
 // stagedPrepMMA is the staged prep source; runner_prep_mma is registered
 // only while it is there.
-const stagedPrepMMA = "../staging/gdn_prep_mma.cu"
+const stagedPrepMMA = "../src/gdn_prep_mma.cu"
 
 func haveStagedPrep() bool {
 	_, err := os.Stat(stagedPrepMMA)

@@ -10,7 +10,7 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged tensor-core walks of ptx/staging/gdn_walk_mma.cu
+// The staged tensor-core walks of ptx/src/gdn_walk_mma.cu
 // (gdn_summary_walk_mma, gdn_state_walk_mma: mma.sync with hi/lo splits,
 // cp.async stages) on the emulator, against internal/gdnref fed the very fp32
 // W, U, Kt and gamma the walks read (made by the fp32 l2norm and prep of

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gdnkcp/gdnkcp/ptx"
@@ -257,37 +258,62 @@ func run(ctx context.Context, cfg config) (*ptx.Manifest, error) {
 	ts := targets(native107)
 	m := &ptx.Manifest{Generator: generator(), Sources: srcs}
 	resources := map[string]map[string]*ptx.Resources{} // slot -> entry -> resources
+	// The targets compile concurrently (each nvcc is single-threaded and a
+	// translation unit takes about a minute); the manifest keeps their order.
+	type built struct {
+		data           []byte
+		stdout, stderr string
+		secs           float64
+		err            error
+	}
+	results := make([]built, len(ts))
+	var wg sync.WaitGroup
 	for i, t := range ts {
-		file := t.fileName(base)
-		args := append(t.flags(), "-o", filepath.Join(out, file), filepath.Join(src, cfg.Main))
 		logf("[%d/%d] %s: nvcc %s", i+1, len(ts), t.Slot, strings.Join(t.flags(), " "))
-		start := time.Now()
-		stdout, stderr, err := runCmd(ctx, cfg.Timeout, src, nvcc, args...)
-		if err != nil {
-			return nil, fmt.Errorf("%s: nvcc %s: %v\n%s%s", t.Slot, strings.Join(args, " "), err, stdout, stderr)
+		wg.Add(1)
+		go func(i int, t target) {
+			defer wg.Done()
+			file := t.fileName(base)
+			args := append(t.flags(), "-o", filepath.Join(out, file), filepath.Join(src, cfg.Main))
+			start := time.Now()
+			r := &results[i]
+			r.stdout, r.stderr, r.err = runCmd(ctx, cfg.Timeout, src, nvcc, args...)
+			r.secs = time.Since(start).Seconds()
+			if r.err != nil {
+				r.err = fmt.Errorf("%s: nvcc %s: %v\n%s%s", t.Slot, strings.Join(args, " "), r.err, r.stdout, r.stderr)
+				return
+			}
+			if r.data, r.err = os.ReadFile(filepath.Join(out, file)); r.err != nil {
+				r.err = fmt.Errorf("%s: nvcc wrote no %s: %w", t.Slot, file, r.err)
+			}
+		}(i, t)
+	}
+	wg.Wait()
+	for i, t := range ts {
+		r := results[i]
+		if r.err != nil {
+			return nil, r.err
 		}
-		for _, line := range strings.Split(stdout+stderr, "\n") {
+		file := t.fileName(base)
+		for _, line := range strings.Split(r.stdout+r.stderr, "\n") {
 			if strings.Contains(line, "warning") || strings.Contains(line, "error") {
 				logf("  %s", strings.TrimSpace(line))
 			}
 		}
-		data, err := os.ReadFile(filepath.Join(out, file))
-		if err != nil {
-			return nil, fmt.Errorf("%s: nvcc wrote no %s: %w", t.Slot, file, err)
-		}
+		data := r.data
 		if t.Kind == ptx.KindCubin {
-			res, err := parsePtxas(stdout + stderr)
+			res, err := parsePtxas(r.stdout + r.stderr)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", t.Slot, err)
 			}
 			if len(res) != 1 || res[t.BuiltAs] == nil {
-				return nil, fmt.Errorf("%s: ptxas -v reported %d architectures, want only %s:\n%s", t.Slot, len(res), t.BuiltAs, stderr)
+				return nil, fmt.Errorf("%s: ptxas -v reported %d architectures, want only %s:\n%s", t.Slot, len(res), t.BuiltAs, r.stderr)
 			}
 			resources[t.Slot] = res[t.BuiltAs]
 		}
 		m.Blobs = append(m.Blobs, ptx.Blob{Target: t.Slot, Kind: t.Kind, File: file, BuiltAs: t.BuiltAs, Note: t.Note,
 			NVCC: version, Flags: t.flags(), SHA256: ptx.SHA256(data), Size: len(data)})
-		logf("[%d/%d] %s: %s, %d bytes, %.1fs", i+1, len(ts), t.Slot, file, len(data), time.Since(start).Seconds())
+		logf("[%d/%d] %s: %s, %d bytes, %.1fs", i+1, len(ts), t.Slot, file, len(data), r.secs)
 	}
 
 	// The parameter layouts come from the PTX.

@@ -1,11 +1,11 @@
 // kernels_bwalk_mma.cpp: kernels_all.cpp (the fp32 forward and backward, whose l2norm, prep and
 // dV'_local make the walks' inputs) plus the staged tensor-core backward walks of
-// ptx/staging/gdn_bwalk_mma.cu (which includes the staged forward walks, gdn_walk_mma.cu, for their
+// ptx/src/gdn_bwalk_mma.cu (which includes the staged forward walks, gdn_walk_mma.cu, for their
 // Walker and helpers), for TestMMABackwardWalksOnCPU (bwalk_mma_test.go). The staged files include
 // ../src/gdn_fwd.cu and ../src/mma.cuh themselves: they build against ptx/src, never CPUEMU_SRC.
 #include "kernels_all.cpp"
 
-#include "../../staging/gdn_bwalk_mma.cu"
+#include "gdn_bwalk_mma.cu"
 
 // No second EMU_DYNAMIC_SMEM: the walks declare `extern __shared__ float smem[]` in their extern "C"
 // entries, which gives it C language linkage: it is kernels_fwd.cpp's gdnkcp::fwd::smem.

@@ -1,10 +1,10 @@
 // kernels_grads_mma5.cpp: kernels_all.cpp (the fp32 forward and backward, whose gdn_chunk_grads and
 // gdn_qk_bwd run beside the staged kernel on the same buffers) plus the staged grouped chunk gradients of
-// ptx/staging/gdn_chunk_grads_mma5.cu (which includes gdn_chunk_grads_mma.cu, ../src/gdn_fwd.cu and
+// ptx/src/gdn_chunk_grads_mma5.cu (which includes gdn_chunk_grads_mma.cu, ../src/gdn_fwd.cu and
 // ../src/mma.cuh itself), for TestMMA5ChunkGradsOnCPU (grads_mma5_test.go).
 #include "kernels_all.cpp"
 
-#include "../../staging/gdn_chunk_grads_mma5.cu"
+#include "gdn_chunk_grads_mma5.cu"
 
 // No second EMU_DYNAMIC_SMEM: gdn_chunk_grads_mma5 declares `extern __shared__ float smem[]` in its
 // extern "C" entry, which gives it C language linkage: it is kernels_fwd.cpp's gdnkcp::fwd::smem.

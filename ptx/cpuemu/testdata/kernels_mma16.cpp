@@ -1,8 +1,8 @@
 // kernels_mma16.cpp: kernels_fwd.cpp (the fp32 l2norm and prep make the walks' inputs; gdn_poison_u32)
-// plus the staged walks of ptx/staging/gdn_walk_mma.cu (the v4 gdn_state_walk_mma and
+// plus the staged walks of ptx/src/gdn_walk_mma.cu (the v4 gdn_state_walk_mma and
 // gdn_summary_walk_mma reading kt; the v5 gdn_state_walk_mma16 with bf16 outputs and
 // gdn_summary_walk_mma16, both rebuilding Kt from kn and gcum) and the staged bf16-input output
-// gdn_output_mma16 of ptx/staging/gdn_output_mma.cu, for TestMMA16OnCPU (mma16_test.go), with two
+// gdn_output_mma16 of ptx/src/gdn_output_mma.cu, for TestMMA16OnCPU (mma16_test.go), with two
 // test-only entries:
 //   gdn_state_walk_mma16_drop   gdn_state_walk_mma16 with the outputs named by the bits of `drop`
 //                               passed as null (1 h_out, 2 vnew, 4 h16, 8 vnew16): the runner has
@@ -12,8 +12,8 @@
 // never CPUEMU_SRC.
 #include "kernels_fwd.cpp"
 
-#include "../../staging/gdn_output_mma.cu"
-#include "../../staging/gdn_walk_mma.cu"
+#include "gdn_output_mma.cu"
+#include "gdn_walk_mma.cu"
 
 // No second EMU_DYNAMIC_SMEM: the entries declare `extern __shared__ float smem[]` in extern "C"
 // functions, which gives it C language linkage: it is kernels_fwd.cpp's gdnkcp::fwd::smem.

@@ -1,12 +1,12 @@
 // kernels_output_mma.cpp: kernels_fwd.cpp (for gdn_poison_u32) plus the staged tensor-core output of
-// ptx/staging/gdn_output_mma.cu (mma.sync, ldmatrix, cp.async through ptx/src/mma.cuh), for
+// ptx/src/gdn_output_mma.cu (mma.sync, ldmatrix, cp.async through ptx/src/mma.cuh), for
 // TestMMAOutputOnCPU (output_mma_test.go), and precision probes that exist only here: the same kernel
 // body with fp32 output (no bf16 rounding of O, so the kernel's own error shows) at a chosen operand
 // precision. The staged file includes ../src/gdn_fwd.cu and ../src/mma.cuh itself: it builds against
 // ptx/src, never CPUEMU_SRC.
 #include "kernels_fwd.cpp"  // gdn_poison_u32 for the poisoned outputs, and the dynamic shared memory
 
-#include "../../staging/gdn_output_mma.cu"
+#include "gdn_output_mma.cu"
 
 // No second EMU_DYNAMIC_SMEM: the entries declare `extern __shared__ float smem[]` in extern "C"
 // functions, which gives it C language linkage: it is kernels_fwd.cpp's gdnkcp::fwd::smem.

@@ -1,5 +1,5 @@
 // kernels_prep_mma.cpp: kernels_fwd.cpp (the fp32 forward, whose gdn_prep_fwd runs beside the staged
-// kernel for its gcum and Kt bits) plus the staged tensor-core prep of ptx/staging/gdn_prep_mma.cu
+// kernel for its gcum and Kt bits) plus the staged tensor-core prep of ptx/src/gdn_prep_mma.cu
 // (mma.sync, ldmatrix, cp.async through ptx/src/mma.cuh), for TestMMAPrepOnCPU (prep_mma_test.go), with
 // one test-only entry:
 //   gdn_prep_mma_nokt   gdn_prep_mma with kt passed as null (the v5 forward's use; the runner has no
@@ -7,7 +7,7 @@
 // The staged file includes ../src/gdn_fwd.cu and ../src/mma.cuh itself: it builds against ptx/src.
 #include "kernels_fwd.cpp"
 
-#include "../../staging/gdn_prep_mma.cu"
+#include "gdn_prep_mma.cu"
 
 // No second EMU_DYNAMIC_SMEM: gdn_prep_mma declares `extern __shared__ float smem[]` in its extern "C"
 // entry, which gives it C language linkage: it is kernels_fwd.cpp's gdnkcp::fwd::smem.

@@ -87,8 +87,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "../src/gdn_fwd.cu"
-#include "../src/mma.cuh"
+#include "gdn_fwd.cu"
+#include "mma.cuh"
 
 namespace gdnkcp {
 namespace gradmma {

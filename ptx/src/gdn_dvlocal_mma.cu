@@ -79,8 +79,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "../src/gdn_fwd.cu"
-#include "../src/mma.cuh"
+#include "gdn_fwd.cu"
+#include "mma.cuh"
 #include "gdn_output_mma.cu"
 
 namespace gdnkcp {
