@@ -76,9 +76,9 @@ func walkTCSmem(vh int) int { return 768*(vh+8) + 256*(vh+4) + 4*ChunkSize*padD*
 
 // The v4 kernels on mma.sync (hi/lo bf16 splits, fp32 accumulate): the
 // same arguments and grids as the fp32 kernels, other shared memory. Their
-// sources wait in ptx/staging (proven on the CPU emulator) until a session
-// with a GPU moves them to ptx/src and rebuilds the blobs; until then a
-// backend asking for them fails with ErrMissingKernels.
+// sources are in ptx/src and in the blobs (since 2026-12-01; design in
+// docs/mma-kernels.md); with blobs that lack them, a backend asking for them
+// fails with ErrMissingKernels.
 const (
 	entryPrepMMA    = "gdn_prep_mma"
 	entrySummaryMMA = "gdn_summary_walk_mma"
@@ -120,9 +120,14 @@ const (
 	outputMMA16Smem = 82176
 )
 
-// walkMMASmem is walk_mma_smem(vh) of gdn_walk_mma.cu: 214016 bytes at vh
-// 64, 230400 at vh 128 (one CTA an SM).
-func walkMMASmem(vh int) int { return 196608 + 256*(vh+4) }
+// walkMMASmem is walk_mma_smem(vh) of gdn_walk_mma.cu: 230400 bytes at vh
+// 64 (with the 16384-byte key-split exchange) and at vh 128 (one CTA an SM).
+func walkMMASmem(vh int) int {
+	if vh == 64 {
+		return 196608 + 256*(vh+4) + 16384
+	}
+	return 196608 + 256*(vh+4)
+}
 
 // bwdWalkMMASmem is bwalk_mma_smem(vh) of gdn_bwalk_mma.cu: 205824 bytes at
 // vh 64, 214016 at vh 128.

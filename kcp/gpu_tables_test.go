@@ -320,9 +320,9 @@ func TestGPUArgsMatchSources(t *testing.T) {
 	}
 }
 
-// kernelSignatures are the extern "C" entries of ptx/src and of the kernels
-// staged in ptx/staging (proven on the CPU emulator, not yet in the blobs),
-// which kcp already names.
+// kernelSignatures are the extern "C" entries of ptx/src and of any kernels
+// staged in ptx/staging (waiting for a GPU session to build them into the
+// blobs) that kcp already names; ptx/staging is usually absent.
 func kernelSignatures(t *testing.T) map[string][]loader.ParamSpec {
 	t.Helper()
 	sigs := parseKernelSignatures(t, filepath.Join("..", "ptx", "src"))
@@ -421,7 +421,9 @@ func TestGPUSharedMemorySizes(t *testing.T) {
 		{"gdn_chunk_grads_mma5.cu", `kGradMMA5Smem = (\d+) bytes`, chunkGradMMA5Smem},
 		{"gdn_chunk_grads_mma5.cu", `static_assert\(kGradMMA5Smem == (\d+)`, chunkGradMMA5Smem},
 	} {
-		// A v4 kernel's source is in ptx/src once built, in ptx/staging before.
+		// A kernel's source is in ptx/src once built into the blobs, in
+		// ptx/staging while it waits for that (the v4 / v5 files landed on
+		// 2026-12-01).
 		raw, err := os.ReadFile(filepath.Join("..", "ptx", "src", c.file))
 		if errors.Is(err, os.ErrNotExist) {
 			raw, err = os.ReadFile(filepath.Join("..", "ptx", "staging", c.file))

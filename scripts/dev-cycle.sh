@@ -2,13 +2,14 @@
 # One device call for kernel work: build the blobs from ptx/src, point the run at them with
 # GDNKCP_BLOB_DIR (no re-embedding), run the kcp GPU tests matching $1 and, with BENCH=1, the bench,
 # and bring the blobs back as $OUT/blobs.tar.gz (gzip: the blobs pass 16 MiB; install here with scripts/blobs-local.sh install).
-# Here first: scripts/gpu.sh build (or at least .gpu/kcp.test, .gpu/kcp, .gpu/ptxgen, .gpu/ptxcheck).
-# There: run(command="bash scripts/dev-cycle.sh 'TensorCore'", carry=[".gpu"])
+# Here first: scripts/gpu.sh build && scripts/gpu.sh pack (.gpu/pack.tgz: kcp, kcp.test, ptxgen, gzipped,
+# since the binaries embed ~17 MB of blobs and what travels is limited to 64 MiB).
+# There: run(command="bash scripts/dev-cycle.sh 'TensorCore'", carry=[".gpu/pack.tgz"])
 # Env: BENCH=1 runs `kcp bench` (KERNELS: the sets, comma-separated, of fp32, tc, mma; default tc; BENCH_DOCS,
 # BENCH_MODES, BENCH_REPS, BENCH_TIMEOUT: see below); COMM=1 also runs .gpu/comm.test's GPU tests;
 # SANITIZE=1 runs compute-sanitizer (racecheck, then memcheck) over a small `kcp run` of each KERNELS set
 # (module stage, B1 and B3, 3 ranks on one GPU, heads 1/2, documents shorter than, equal to and longer than a
-# chunk; each run bounded by SANITIZE_TIMEOUT seconds, default 150);
+# chunk; each run bounded by SANITIZE_TIMEOUT seconds, default 150; SANITIZE_TOOLS, SANITIZE_MODES narrow it, SANITIZE_ARGS adds kcp run flags);
 # NCU=1 profiles one launch of each kernel matching NCU_KERNELS (default _mma) in a 32K-token core+bwd bench
 # of the last KERNELS set (SpeedOfLight, WarpStateStats, LaunchStats and tensor-pipe, issue and
 # shared-memory metrics) into $OUT/ncu-raw.csv and prints per launch scripts/ncu-table.py's summary with the top stall reasons (needs hardware counters: Firecracker yes, gVisor no);
@@ -18,6 +19,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
+if [ -f .gpu/pack.tgz ]; then
+	tar -C .gpu -xzf .gpu/pack.tgz || { echo "dev-cycle: .gpu/pack.tgz does not unpack" >&2; exit 1; }
+fi
 blobs=/tmp/gdnkcp-blobs
 if [ "${NOBUILD:-0}" = 1 ]; then
 	# The binaries' embedded blobs (install the last build's blobs.tar.gz and rebuild .gpu first).
@@ -56,20 +60,21 @@ if [ "${COMM:-0}" = 1 ] && [ -x .gpu/comm.test ]; then
 fi
 if [ "${BENCH:-0}" = 1 ]; then
 	# BENCH_DOCS: document sets separated by spaces (each comma-separated: one bench each);
-	# BENCH_MODES: the bench's --modes. Each bench is bounded by BENCH_TIMEOUT seconds (default 240).
+	# BENCH_MODES: the bench's --modes; BENCH_ARGS: more bench flags (e.g. --force-vh 64). Each bench is
+	# bounded by BENCH_TIMEOUT seconds (default 240).
 	for docs in ${BENCH_DOCS:-32768}; do
 		timeout ${BENCH_TIMEOUT:-240} .gpu/kcp bench --docs "$docs" --kernels ${KERNELS:-tc} --modes ${BENCH_MODES:-core} \
-			--reps ${BENCH_REPS:-10} --warmup 2 2>/dev/null || echo "bench --docs $docs: rc=$?"
+			--reps ${BENCH_REPS:-10} --warmup 2 ${BENCH_ARGS:-} 2>/dev/null || echo "bench --docs $docs: rc=$?"
 	done
 fi
 if [ "${SANITIZE:-0}" = 1 ]; then
 	for ks in ${KERNELS//,/ }; do
-		for tool in racecheck memcheck; do
-			for mode in b1 b3; do
+		for tool in ${SANITIZE_TOOLS:-racecheck memcheck}; do
+			for mode in ${SANITIZE_MODES:-b1 b3}; do
 				t0=$(date +%s)
 				timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
 					.gpu/kcp run --backend gpu --kernels "$ks" --docs 1,63,64,65,130,7 --cp 3 --layout Z --stage module --hqk 1 --hv 2 \
-					--mode $mode --no-progress >"$out/sanitize-$ks-$tool-$mode.log" 2>&1
+					--mode $mode --no-progress ${SANITIZE_ARGS:-} >"$out/sanitize-$ks-$tool-$mode.log" 2>&1
 				rc=$?
 				echo "compute-sanitizer $tool $ks $mode: rc=$rc ($(( $(date +%s) - t0 )) s) $(grep -E "ERROR SUMMARY|relative error" "$out/sanitize-$ks-$tool-$mode.log" | tr '\n' ' ' | cut -c1-160)"
 			done

@@ -2,6 +2,7 @@
 # Build-carry-run for the GPU machine, which has CUDA but no Go.
 #
 #   scripts/gpu.sh build          # here: build test binaries and tools into .gpu/ (CGO_ENABLED=0)
+#   scripts/gpu.sh pack [FILE...] # here: gzip .gpu/FILE... (default kcp kcp.test ptxgen) into .gpu/pack.tgz to carry
 #   scripts/gpu.sh remote [RUN]   # there (device run, carry .gpu): run every GPU test binary,
 #                                 # logs under $OUT, a summary table last. RUN filters tests (-test.run).
 #
@@ -25,6 +26,15 @@ build)
 		[ -d "tools/$tool" ] && CGO_ENABLED=0 go build -ldflags='-s -w' -o ".gpu/$tool" "./tools/$tool"
 	done
 	ls -la .gpu
+	;;
+pack)
+	# The binaries embed the blobs (~17 MB) and the working tree that travels is limited to 64 MiB:
+	# carry one gzipped tar instead (dev-cycle.sh unpacks .gpu/pack.tgz when it is there).
+	shift
+	files=("${@:-kcp kcp.test ptxgen}")
+	tar -C .gpu -czf .gpu/pack.tgz ${files[@]}
+	ls -l .gpu/pack.tgz
+	echo 'carry=[".gpu/pack.tgz"]'
 	;;
 remote)
 	run=${2:-.}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Compiles the kernels as the next blob build will see them (ptx/src with everything of ptx/staging landed by
-# scripts/land-v4.sh, in a scratch copy of the working tree) with whatever nvcc is on this machine, and prints
+# Compiles the kernels as the next blob build will see them (ptx/src of the working tree, with whatever waits
+# in ptx/staging landed by scripts/land-v4.sh first; both in a scratch copy of the working tree; with nothing
+# staged, ptx/src as it is) with whatever nvcc is on this machine, and prints
 # registers, spills and stack per entry for a Hopper cubin (sm_90a, or sm_90 where nvcc predates 12.0) and for
 # the portable path (compute_80 PTX assembled by ptxas for sm_80). No GPU needed; the blobs are not touched.
 #
@@ -14,10 +15,17 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 command -v nvcc >/dev/null || { echo "nvcc-check: no nvcc on PATH" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The working tree as it stands (tracked and untracked files, not ignored ones), landed in the copy.
-(cd "$root" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work")
-(cd "$work" && git init -q && git add -A && git -c user.name=x -c user.email=x commit -qm snapshot &&
-	bash scripts/land-v4.sh >/dev/null)
+# The working tree as it stands (tracked and untracked files, not ignored ones; tracked files deleted from
+# the tree are left out), with anything staged landed in the copy.
+(cd "$root" && git ls-files -co --exclude-standard -z |
+	while IFS= read -r -d '' f; do if [ -e "$f" ]; then printf '%s\0' "$f"; fi; done | xargs -0 cp --parents -t "$work")
+if compgen -G "$work/ptx/staging/*.cu" >/dev/null || compgen -G "$work/ptx/staging/*.patch" >/dev/null; then
+	(cd "$work" && git init -q && git add -A && git -c user.name=x -c user.email=x commit -qm snapshot &&
+		bash scripts/land-v4.sh >/dev/null)
+	echo "nvcc-check: landed ptx/staging in the scratch copy: $(cd "$root/ptx/staging" && shopt -s nullglob && echo *.cu *.patch)"
+else
+	echo "nvcc-check: nothing staged in ptx/staging: compiling ptx/src as it is"
+fi
 arch90=sm_90a
 nvcc --list-gpu-code 2>/dev/null | grep -q sm_90a || arch90=sm_90
 table() { # ptxas -v output -> "entry regs spill_stores spill_loads stack"

@@ -39,7 +39,7 @@ func init() {
 // ~3 * 2^-16 = 4.6e-5 of |a||b| with random signs, and dO Qg (dO exact in
 // bf16) as dO Qgh + dO Qgl, off by ~2^-16 |dO||Qg|; sums of 64..128 such
 // terms land a few 1e-6 off (measured: see TestMMABackwardWalksOnCPU's log
-// and ptx/staging/README.md), and the 1-4 chunks of a segment (decays <= 1)
+// and docs/mma-kernels.md), and the 1-4 chunks of a segment (decays <= 1)
 // do not amplify it much. 3e-5 is several times the largest and far below
 // what dropping a lo part gives (~1e-3) or a wrong row of a chunk (~1/64).
 const bwalkMMATol = 3e-5

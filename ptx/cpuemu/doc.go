@@ -81,18 +81,18 @@
 //     docs/gpu-backward.md in the same way, plus the end-to-end gradients
 //     against gdnref's token-by-token backward. They skip while
 //     ptx/src/gdn_bwd.cu does not exist.
-//   - TestMMAWalksOnCPU: the staged tensor-core walks of
+//   - TestMMAWalksOnCPU: the tensor-core walks of
 //     ptx/src/gdn_walk_mma.cu (mma.sync with hi/lo splits, cp.async
 //     double buffering) against gdnref, at vh 64 and 128 (bitwise equal), in
-//     both cp.async modes; it skips when nothing is staged.
-//   - TestMMABackwardWalksOnCPU: the staged tensor-core backward walks of
+//     both cp.async modes; it skips while that file is absent.
+//   - TestMMABackwardWalksOnCPU: the tensor-core backward walks of
 //     ptx/src/gdn_bwalk_mma.cu (offset and tape walk: mma.sync with
 //     hi/lo splits, cp.async stages) on the cases of
 //     TestBackwardKernelsOnCPU against gdnref fed the kernels' own fp32
 //     inputs, at vh 64 and 128 (bitwise equal), every output poisoned first,
 //     cp.async immediate and deferred; it registers runner_bwalk_mma and
-//     skips unless the staged walks and ptx/src/gdn_bwd.cu are there.
-//   - TestMMAPrepOnCPU: the staged tensor-core chunk prep of
+//     skips unless the tensor-core walks and ptx/src/gdn_bwd.cu are there.
+//   - TestMMAPrepOnCPU: the tensor-core chunk prep of
 //     ptx/src/gdn_prep_mma.cu (mma.sync with hi/lo splits, (I + L)^-1 in
 //     16x16 blocks, cp.async stages) beside the fp32 gdn_prep_fwd on chunks
 //     of 1, 3, 8, 40, 63 and 64 rows, each followed by tokens no chunk owns
@@ -100,42 +100,46 @@
 //     and HQK 2 / HV 4, cp.async immediate and deferred, a v that is not
 //     16-byte aligned; gcum and Kt bitwise equal to gdn_prep_fwd's, gcum, W,
 //     U, Kt within 1.5e-5 of gdnref.Prep fed the same fp32 inputs; it
-//     registers runner_prep_mma and skips when nothing is staged.
-//   - TestMMAOutputOnCPU: the staged tensor-core output of
+//     registers runner_prep_mma and skips while that file is absent.
+//   - TestMMAOutputOnCPU: the tensor-core output of
 //     ptx/src/gdn_output_mma.cu (mma.sync with hi/lo splits, cp.async
 //     stages split in place) against gdnref.Output fed the same fp32 qn, kn,
 //     gamma, V' and chunk states: the entry with cp.async deferred (bf16,
 //     every element within one bf16 ulp), an fp32-output probe of the same
 //     body with cp.async immediate (5.7e-6 normwise), the entry bit for bit
 //     the probe's bf16, the output poisoned first and fully written; it
-//     registers runner_output_mma and skips when nothing is staged.
-//   - TestMMADvLocalOnCPU: the staged tensor-core dV'_local of
+//     registers runner_output_mma and skips while that file is absent.
+//   - TestMMADvLocalOnCPU: the tensor-core dV'_local of
 //     ptx/src/gdn_dvlocal_mma.cu beside the fp32 gdn_dvlocal_bwd on
 //     chunks of 1..64 rows, each followed by tokens no chunk owns (NaN
 //     inputs, poisoned outputs), HQK 1 / HV 2 and HQK 2 / HV 4, cp.async
 //     immediate and deferred, against the formula in float64 from the same
 //     inputs (3e-5 normwise, no element beyond 3e-4 of the rms); it
 //     registers runner_dvlocal_mma.
-//   - TestMMAChunkGradsOnCPU: the staged tensor-core chunk gradients of
+//   - TestMMAChunkGradsOnCPU: the tensor-core chunk gradients of
 //     ptx/src/gdn_chunk_grads_mma.cu beside the fp32 gdn_chunk_grads on
 //     the same buffers, chunks of 1..64 rows with owner-less gap tokens,
 //     padded v / dv strides, grouped heads, both cp.async modes, against
 //     gdnref.ChunkGrads fed the same fp32 / bf16 inputs (dq, dk, dv, dg,
 //     dbeta within 3e-5 normwise, no element beyond 3e-4 of the rms); it
 //     registers runner_grads_mma.
-//   - TestMMA16OnCPU: the staged v5 hand-over (gdn_state_walk_mma16 beside
+//   - TestMMA16OnCPU: the v5 hand-over (gdn_state_walk_mma16 beside
 //     gdn_state_walk_mma, then gdn_output_mma16 on its bf16 H^T and V'^T):
 //     the walk's fp32 outputs bitwise gdn_state_walk_mma's at both widths,
 //     its bf16 copies bitwise the rounding of the fp32 ones, null outputs
 //     untouched, the output's rows written and gap rows untouched, its
 //     error against gdnref within the budget; it registers runner_mma16.
-//   - TestMMA5ChunkGradsOnCPU: the staged grouped chunk gradients of
+//   - TestMMA5ChunkGradsOnCPU: the grouped chunk gradients of
 //     ptx/src/gdn_chunk_grads_mma5.cu (one CTA per chunk and QK head, dq
 //     and dk summed over its value heads and put through the l2norm backward
 //     in the kernel) beside gdn_chunk_grads + gdn_qk_bwd on the same buffers,
 //     against gdnref.ChunkGrads summed and pushed through the l2norm backward
 //     in float64; three value heads per QK head, both cp.async modes, l2norm
 //     on and off (rstd NaN then: never read); it registers runner_grads_mma5.
+//
+// The TestMMA* tests are the tensor-core kernels' emulator proofs from
+// before their first GPU run; docs/mma-kernels.md has their design,
+// precision and the GPU measurements.
 //
 // Every test skips when no C++ compiler is installed. The environment variable
 // CPUEMU_SRC points the build at another kernel directory than ptx/src (to

@@ -37,7 +37,7 @@ func init() {
 // the same inputs. S = K Qᵀ runs as kh qh + kh ql + kl qh (each term off by
 // <= ~3 * 2^-16 of |k||q|, random in sign), P is split in registers and dO
 // enters exact (ph dO + pl dO): sums of up to 64 x 128 such terms land a few
-// 1e-6 off (measured: see the test's log and ptx/staging/README.md).
+// 1e-6 off (measured: see the test's log and docs/mma-kernels.md).
 // Dropping any one lo part gives ~1e-3, a wrong row of a chunk ~1/64.
 const dvlMMATol = 3e-5
 

@@ -34,8 +34,8 @@ var cxxFlags = []string{"-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-mat
 
 // The binaries and their objects. runner_all exists only when
 // ptx/src/gdn_bwd.cu does; runner_mma holds the tensor-core test kernels;
-// runner_walk_mma the staged walks of ptx/staging (only while
-// ptx/src/gdn_walk_mma.cu exists).
+// runner_walk_mma the tensor-core walks of ptx/src/gdn_walk_mma.cu (only
+// while that file exists; docs/mma-kernels.md).
 var binaries = map[string][]string{
 	"harness":         {"emu", "harness"},
 	"runner_fwd":      {"emu", "runner", "selftest", "kernels_fwd"},
@@ -44,7 +44,8 @@ var binaries = map[string][]string{
 	"runner_walk_mma": {"emu", "runner", "kernels_walk_mma"},
 }
 
-// stagedWalkMMA is the staged tensor-core walk source (ptx/staging).
+// stagedWalkMMA is the tensor-core walk source (staged before 2026-12-01,
+// now in ptx/src).
 const stagedWalkMMA = "../src/gdn_walk_mma.cu"
 
 // haveStagedWalks reports whether the staged walks are there to build.

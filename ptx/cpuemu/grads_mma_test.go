@@ -40,7 +40,7 @@ func init() {
 // sign), dO and v enter exact; the sums of 64..128 terms land a few 1e-6 off
 // and the chains through A (dL = -Aᵀ dA Aᵀ) and the sums of dgamma (terms of
 // both signs) amplify that a little (measured: see the test's log and
-// ptx/staging/README.md). Dropping any lo part gives ~1e-4..1e-3, a wrong row
+// docs/mma-kernels.md). Dropping any lo part gives ~1e-4..1e-3, a wrong row
 // of a chunk ~1/64.
 const gradsMMATol = 3e-5
 

@@ -51,7 +51,7 @@ const (
 // keeps ~16 bits (residual <= 2^-16 of the value), so each product term is
 // off by at most ~3 * 2^-16 = 4.6e-5 of |a||b| with random signs, and sums of
 // 64..128 terms land a few 1e-6 off (measured: see the log and
-// ptx/staging/README.md); 3e-5 is several times that and 30x below what
+// docs/mma-kernels.md); 3e-5 is several times that and 30x below what
 // plain bf16 operands give (measured ~1e-3), and far below a wrong row of a
 // chunk (~1/64).
 const outMMATol = 3e-5

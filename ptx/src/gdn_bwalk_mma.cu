@@ -1,4 +1,4 @@
-// gdn_bwalk_mma.cu (staged: proven on the CPU emulator, not yet built by nvcc nor run on a GPU): the
+// gdn_bwalk_mma.cu (checked on the CPU emulator and on the H200; docs/perf-notes.md has its times): the
 // backward walks (offset, tape) on mma.sync m16n8k16 (bf16 in, fp32 accumulate), the tensor-core
 // form of gdn_offset_walk / gdn_tape_walk (gdn_bwd.cu), after the forward walks v4 (gdn_walk_mma.cu,
 // whose Walker it extends). Same arguments, grids and outputs (block 256):
@@ -105,7 +105,7 @@ using walkmma::U32x2;
 
 __host__ __device__ constexpr int bwalk_mma_smem(int vh) { return 6 * kTile * 2 + 3 * kTile * 4 + kC * (vh + 8) * 2; }
 static_assert(bwalk_mma_smem(64) == 205824 && bwalk_mma_smem(128) == 214016,
-              "bwalk_mma_smem: keep the header and ptx/staging/README.md in step");
+              "bwalk_mma_smem: keep the header and docs/mma-kernels.md in step");
 
 // BWalker reuses the forward Walker's registers and fragment bookkeeping: s holds D^T (the adjoint
 // columns 16 warp + (g, g+8) x keys), v holds dV'^T, and init_state / store_state / store_vprime

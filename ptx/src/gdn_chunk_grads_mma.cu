@@ -1,4 +1,4 @@
-// gdn_chunk_grads_mma.cu (staged: proven on the CPU emulator, built by nvcc 11.8 / ptxas, not yet run on a GPU): the
+// gdn_chunk_grads_mma.cu (checked on the CPU emulator and on the H200; docs/perf-notes.md has its times): the
 // backward's chunk gradients on mma.sync m16n8k16 (bf16 in, fp32 accumulate, hi/lo splits), first
 // tensor-core version of gdn_chunk_grads (gdn_bwd.cu, docs/gpu-backward.md item 5). Same arguments, grid and
 // outputs:

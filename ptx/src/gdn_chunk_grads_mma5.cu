@@ -1,4 +1,4 @@
-// gdn_chunk_grads_mma5.cu (staged: proven on the CPU emulator, built by nvcc 11.8 / ptxas, not yet run on a GPU): the
+// gdn_chunk_grads_mma5.cu (checked on the CPU emulator and on the H200; docs/perf-notes.md has its times): the
 // backward's chunk gradients and the qk reduce + l2norm backward in one kernel, one CTA per (chunk, QK head)
 // (docs/gpu-backward.md steps 5+6). Built on gdn_chunk_grads_mma (included: its helpers, sizes and phases;
 // that kernel is unchanged):

@@ -1,5 +1,5 @@
-// gdn_dvlocal_mma.cu (staged: proven on the CPU emulator and compiled by nvcc 11.8, not yet in a blob nor
-// run on a GPU): the backward's dV'_local on mma.sync m16n8k16 (bf16 in, fp32 accumulate, hi/lo splits),
+// gdn_dvlocal_mma.cu (checked on the CPU emulator and on the H200; docs/perf-notes.md has its times): the
+// backward's dV'_local on mma.sync m16n8k16 (bf16 in, fp32 accumulate, hi/lo splits),
 // first tensor-core version of gdn_dvlocal_bwd (gdn_bwd.cu, docs/gpu-backward.md item 1). Same arguments,
 // grid and output:
 //   gdn_dvlocal_mma   grid (NC, HV), block 256, kDvlMMASmem = 82176 bytes (two CTAs an SM)

@@ -1,4 +1,4 @@
-// gdn_output_mma.cu (staged: proven on the CPU emulator, not yet built by nvcc nor run on a GPU): the
+// gdn_output_mma.cu (checked on the CPU emulator and on the H200; docs/perf-notes.md has its times): the
 // forward output on mma.sync m16n8k16 (bf16 in, fp32 accumulate), v4 of the output. Same arguments,
 // grid and output as gdn_output_fwd of gdn_fwd.cu (block 256):
 //   gdn_output_mma   grid (NC, HV)   kOutputMMASmem = 98560 bytes (two CTAs an SM)

@@ -1,4 +1,4 @@
-// gdn_prep_mma.cu (staged: proven on the CPU emulator, not yet built by nvcc nor run on a GPU): the
+// gdn_prep_mma.cu (checked on the CPU emulator and on the H200; docs/perf-notes.md has its times): the
 // forward chunk prep on mma.sync m16n8k16 (bf16 in, fp32 accumulate), v4 of the prep. Same arguments,
 // grid and outputs as gdn_prep_fwd of gdn_fwd.cu:
 //   gdn_prep_mma   grid (NC, HV), 256 threads, dynamic shared memory kPrepMMASmem = 100096

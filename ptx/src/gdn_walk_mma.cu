@@ -1,4 +1,4 @@
-// gdn_walk_mma.cu (staged: proven on the CPU emulator, not yet built by nvcc nor run on a GPU): the
+// gdn_walk_mma.cu (checked on the CPU emulator and on the H200; docs/perf-notes.md has its times): the
 // summary and state walks on mma.sync m16n8k16 (bf16 in, fp32 accumulate), v4 of the walk. Same
 // arguments, grids and outputs as gdn_summary_walk / gdn_state_walk of gdn_fwd.cu (block 256):
 //   gdn_summary_walk_mma   grid (2*128/vh, nlist, HV)   walk_mma_smem(vh)
@@ -6,7 +6,8 @@
 //   gdn_state_walk_mma16   grid (128/vh, NS, HV)        walk_mma_smem(vh)   v5 (section at the end): Kt
 //   gdn_summary_walk_mma16 grid (2*128/vh, nlist, HV)   walk_mma_smem(vh)   rebuilt from kn and gcum; the state
 //                                                                           walk adds bf16 H^T, V'^T
-// walk_mma_smem(vh) = 196608 + 256*(vh+4) bytes (214016 at vh 64, 230400 at vh 128).
+// walk_mma_smem(vh) = 196608 + 256*(vh+4) bytes, plus 16384 at vh 64 for the key-split exchange EX
+// (230400 at vh 64, 230400 at vh 128).
 //
 // ---- The data flow: the state never leaves the registers -------------------------------------------
 // A warp owns 16 state columns and all 128 keys of them; it keeps the TRANSPOSED state S^T (16 x 128,
@@ -83,6 +84,22 @@
 // thread (~170 if ptxas hoists the splits of a whole k loop), below the 255 of __launch_bounds__(256) at
 // one CTA per SM (the shared memory allows only one anyway): no spills expected. Every register array is
 // indexed by constants after unrolling, and every Walker method is forced inline.
+//
+// ---- Key split (the forward walks, Walker<..., KS = true>), 2026-12-01 -----------------------------
+// Measured on the H200 the single-chain walk took 7.6 us a chunk at vh 64 (3.9 ms at 32K), not ~2.1:
+// with four state warps each SM sub-partition had one warp issuing a 384-mma chain (tensor pipe 14% busy,
+// warps stalled on barrier / fixed-latency waits / shared-memory loads, ncu). Now (1) runs as two chains,
+// keys 0-63 onto U^T and keys 64-127 from zero, V'^T = acc0 + acc1 (one fp32 add), the same at both
+// widths. vh 64: warp w holds columns 16 (w % 4).. and keys 64 (w / 4).. of S^T (32 registers), so all
+// eight warps hold state: each runs its half of (1) (96 mma), the key-64 warp posts its partial to EX
+// [column group][32 regs][32 lanes] (16 KB, conflict-free), named barrier 1 + (w % 4) for the pair's 64
+// threads, the key-0 warp adds and posts the sum, the barrier again, the other reads it: both hold all of
+// V'^T and run (2) on their own keys (96 mma). vh 128: each warp runs both chains (v, v2) and adds them.
+// (2) is untouched (each S^T element's chain is the same at both widths), and every output stays bitwise
+// equal between the widths and between the Kt-reading and the kn-reading (v5) entries. V' stores are
+// split between the pair's warps by token halves. EX is reused every chunk: a warp's next post follows
+// the next __syncthreads, which its partner reaches only after reading. ptxas 11.8, sm_90: the four
+// forward walk entries 243-253 registers, no spill.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -91,6 +108,16 @@
 #include "gdn_fwd.cu"
 #include "mma.cuh"
 
+// GDNKCP_WALK_PG128: how many B fragment pairs rows_all / update load at once at vh 128. ptxas 13.0 keeps
+// the summary walks spill-free on Blackwell only with 1 (8 bytes with 2); Hopper takes 2.
+#ifndef GDNKCP_WALK_PG128
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define GDNKCP_WALK_PG128 1
+#else
+#define GDNKCP_WALK_PG128 2
+#endif
+#endif
+
 namespace gdnkcp {
 namespace walkmma {
 
@@ -98,10 +125,11 @@ using tc::bf16;
 constexpr int kD = fwd::kD, kC = fwd::kC, kThreads = fwd::kThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = kC * kD;  // elements of one [64][128] array
+constexpr int kEx = 4 * 32 * 32 * 4;  // bytes of the key-split exchange (vh 64): 4 column groups x 32 lanes x 32 fp32
 static_assert(kThreads == 256 && kD == 128 && kC == 64, "the fragment bookkeeping below assumes these");
 
 __host__ __device__ constexpr int walk_mma_smem(int vh) {
-	return 2 * 4 * kTile * 2 + 2 * kTile * 4 + kC * (vh + 4) * 4;
+	return 2 * 4 * kTile * 2 + 2 * kTile * 4 + kC * (vh + 4) * 4 + (vh == 64 ? kEx : 0);
 }
 
 // swz: the element offset of (row, col) in a swizzled [64][128] bf16 array: the 16-byte unit col / 8
@@ -141,38 +169,55 @@ struct alignas(8) U32x2 {
 // KN = false (the v4 entries, BWalker) compiles to the code the Walker had before the flag existed
 // (same SASS, sm_90 and sm_80). The flag is tested with a plain `if (KN)`: with `if constexpr` in land's
 // unrolled loop nvcc 11.8 stopped unrolling v4's conversion loop.
-template <int VH, bool KN = false>
+// KS (the forward walks): product (1) runs as two chains, keys 0-63 onto U^T and keys 64-127 from zero,
+// added at the end (V'^T = acc0 + acc1; see "Key split" at the end of this header comment). At vh 64 the
+// two chains of a column group run on two warps (warp w: columns 16 (w % 4).., keys 64 (w / 4)..), so all
+// eight warps hold state and multiply; at vh 128 each warp runs both chains itself (v and v2). KS = false
+// (BWalker) is the single chain over all 128 keys, with warps 4-7 idle at vh 64.
+template <int VH, bool KN = false, bool KS = false>
 struct Walker {
-	static constexpr int kCW = VH / 16;  // warps that hold state columns
-	static constexpr int kLU = VH + 4;   // padded fp32 row of the U stage (conflict-free C loads)
-	bf16* X;                             // [2][4][kTile]: -W hi, -W lo, Kt hi, Kt lo (swizzled)
-	float* R;                            // [2][kTile]: W, Kt of the next chunk as copied
-	float* UR;                           // [64][kLU]: U columns [c0, c0 + VH) of the next chunk
+	static constexpr int kCW = VH / 16;                    // column groups of 16 state columns
+	static constexpr int kSplit = (KS && VH == 64) ? 2 : 1;  // warps a column group (key halves)
+	static constexpr int kNT = 16 / kSplit;                // key n-tiles of 8 a warp holds
+	static constexpr bool kTwoChains = KS && VH == 128;    // one warp runs both halves of (1)
+	// kPG: B fragments loaded at once (pairs of n-tiles); fewer at vh 128, whose accumulators fill the
+	// registers (GDNKCP_WALK_PG128: 2 on Hopper, 1 on Blackwell, where ptxas allocates differently).
+	static constexpr int kPG = kTwoChains ? GDNKCP_WALK_PG128 : 4;
+	static constexpr int kLU = VH + 4;                     // padded fp32 row of the U stage (conflict-free C loads)
+	bf16* X;                                               // [2][4][kTile]: -W hi, -W lo, Kt hi, Kt lo (swizzled)
+	float* R;                                              // [2][kTile]: W, Kt of the next chunk as copied
+	float* UR;                                             // [64][kLU]: U columns [c0, c0 + VH) of the next chunk
+	float* EX;                                             // kSplit 2: [4 column groups][32 regs][32 lanes]
 	int lane, warp, g, t;
-	float s[16][4];  // S^T: columns 16 warp + (g, g+8) x keys 8 nt + (2t, 2t+1)
-	float v[8][4];   // V'^T (U^T before (1)): the same columns x tokens 8 nt + (2t, 2t+1)
-	float gl;        // gamma_last of the chunk whose U is in v
+	int cw, kh;             // column group (columns 16 cw..) and key half (keys 64 kh.., kSplit 2 only)
+	float s[kNT][4];        // S^T: columns 16 cw + (g, g+8) x keys 64 kh + 8 nt + (2t, 2t+1)
+	float v[8][4];          // V'^T (U^T before (1)): the same columns x tokens 8 nt + (2t, 2t+1)
+	float v2[8][4];         // kTwoChains: the chain of keys 64-127 in (1) (otherwise unused, no registers)
+	float gl;               // gamma_last of the chunk whose U is in v
 
 	__device__ __forceinline__ explicit Walker(float* smem) {
 		X = reinterpret_cast<bf16*>(smem);
 		R = smem + 2 * 4 * kTile / 2;
 		UR = R + 2 * kTile;
+		EX = UR + kC * kLU;
 		lane = threadIdx.x % 32;
 		warp = threadIdx.x / 32;
 		g = lane / 4;
 		t = lane % 4;
+		cw = warp % kCW;
+		kh = kSplit == 2 ? warp / kCW : 0;
 	}
 
-	__device__ __forceinline__ bool holds() const { return warp < kCW; }
+	__device__ __forceinline__ bool holds() const { return warp < kCW * kSplit; }
 
 	// init_state sets S^T from global fp32 rows of 128 (src, columns c0..), or to the identity's
 	// columns c0.. (identity), or to zero.
 	__device__ __forceinline__ void init_state(const float* src, bool identity, int c0) {
 #pragma unroll
-		for (int nt = 0; nt < 16; ++nt) {
+		for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
 			for (int r = 0; r < 4; ++r) {
-				const int key = 8 * nt + 2 * t + (r & 1), col = c0 + 16 * warp + g + 8 * (r >> 1);
+				const int key = 64 * kh + 8 * nt + 2 * t + (r & 1), col = c0 + 16 * cw + g + 8 * (r >> 1);
 				if (src != nullptr)
 					s[nt][r] = holds() ? src[key * kD + col] : 0.f;
 				else
@@ -184,11 +229,11 @@ struct Walker {
 	// store_state writes S (fp32 rows of 128, columns c0..) from the registers.
 	__device__ __forceinline__ void store_state(float* dst, int c0) const {
 		if (!holds()) return;
+		float* base = dst + (64 * kh + 2 * t) * kD + c0 + 16 * cw + g;  // constant offsets below
 #pragma unroll
-		for (int nt = 0; nt < 16; ++nt) {
+		for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
-			for (int r = 0; r < 4; ++r)
-				dst[(8 * nt + 2 * t + (r & 1)) * kD + c0 + 16 * warp + g + 8 * (r >> 1)] = s[nt][r];
+			for (int r = 0; r < 4; ++r) base[(8 * nt + (r & 1)) * kD + 8 * (r >> 1)] = s[nt][r];
 		}
 	}
 
@@ -211,10 +256,10 @@ struct Walker {
 					tc::cp_async16(R + a * kTile + i * kD + 4 * lane, (a ? kt : w) + ((long long)(t0 + i) * HV + h) * kD + 4 * lane);
 			}
 		}
-		if (u != nullptr && holds()) {
+		if (u != nullptr && holds() && kh == 0) {
 #pragma unroll
 			for (int y = 0; y < 8; ++y) {
-				const int q = lane + 32 * y, i = q / 4, col = 16 * warp + 4 * (q % 4);
+				const int q = lane + 32 * y, i = q / 4, col = 16 * cw + 4 * (q % 4);
 				if (i < n) tc::cp_async16(UR + i * kLU + col, u + ((long long)(t0 + i) * HV + h) * kD + c0 + col);
 			}
 		}
@@ -257,39 +302,116 @@ struct Walker {
 #pragma unroll
 			for (int r = 0; r < 4; ++r) {
 				const int i = 8 * nt + 2 * t + (r & 1);
-				v[nt][r] = (u != nullptr && i < n) ? UR[i * kLU + 16 * warp + g + 8 * (r >> 1)] : 0.f;
+				v[nt][r] = (u != nullptr && kh == 0 && i < n) ? UR[i * kLU + 16 * cw + g + 8 * (r >> 1)] : 0.f;
+				if (kTwoChains) v2[nt][r] = 0.f;
 			}
 		}
 	}
 
-	// mma_rows adds S^T B^T to the v accumulators: A = S^T split to hi/lo in registers, B = the rows
-	// of the bf16 hi/lo pair at Bh (Bh + kTile holds the lo parts; swizzled, ldmatrix not
-	// transposed), hi*hi + hi*lo + lo*hi in ascending k; token blocks of 16 from n on skipped (they
-	// stay as they are). The forward's V' and the backward's dV' both run it.
-	__device__ __forceinline__ void mma_rows(const bf16* Bh, int n) {
+	// rows_step adds key tile kg (keys 16 kg ..; the warp's tiles s[2 kl], s[2 kl + 1]) of S^T B^T to acc:
+	// A = those tiles split to hi/lo in registers, B = the rows of the bf16 hi/lo pair at Bh (Bh + kTile
+	// holds the lo parts; swizzled, ldmatrix not transposed), hi*hi + hi*lo + lo*hi; token blocks of 16
+	// from n on skipped (they stay as they are).
+	__device__ __forceinline__ void rows_step(float (&acc)[8][4], const bf16* Bh, int kl, int kg, int n) {
 		const bf16* Bl = Bh + kTile;
 		const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1);
+		unsigned ah[4], al[4];
+		tc::split_bf16x2(s[2 * kl][0], s[2 * kl][1], ah[0], al[0]);
+		tc::split_bf16x2(s[2 * kl][2], s[2 * kl][3], ah[1], al[1]);
+		tc::split_bf16x2(s[2 * kl + 1][0], s[2 * kl + 1][1], ah[2], al[2]);
+		tc::split_bf16x2(s[2 * kl + 1][2], s[2 * kl + 1][3], ah[3], al[3]);
 #pragma unroll
-		for (int kk = 0; kk < 8; ++kk) {
-			unsigned ah[4], al[4];
-			tc::split_bf16x2(s[2 * kk][0], s[2 * kk][1], ah[0], al[0]);
-			tc::split_bf16x2(s[2 * kk][2], s[2 * kk][3], ah[1], al[1]);
-			tc::split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], ah[2], al[2]);
-			tc::split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], ah[3], al[3]);
+		for (int p = 0; p < 4; ++p) {
+			if (16 * p >= n) continue;
+			const int e = swz(16 * p + brow, 16 * kg + bcol);
+			unsigned bh[4], bl[4];
+			tc::ldmatrix_x4(bh, Bh + e);  // b of token tile 2p in [0..1], of 2p+1 in [2..3]
+			tc::ldmatrix_x4(bl, Bl + e);
 #pragma unroll
-			for (int p = 0; p < 4; ++p) {
-				if (16 * p >= n) continue;
-				const int e = swz(16 * p + brow, 16 * kk + bcol);
-				unsigned bh[4], bl[4];
-				tc::ldmatrix_x4(bh, Bh + e);  // b of token tile 2p in [0..1], of 2p+1 in [2..3]
-				tc::ldmatrix_x4(bl, Bl + e);
+			for (int q = 0; q < 2; ++q) {
+				float* a = acc[2 * p + q];
+				tc::mma_bf16_16816(a, ah, bh + 2 * q, a);
+				tc::mma_bf16_16816(a, ah, bl + 2 * q, a);
+				tc::mma_bf16_16816(a, al, bh + 2 * q, a);
+			}
+		}
+	}
+
+	// rows_all is rows_step over all four token blocks (KS): rows from n on are zero in X (land writes
+	// them so) and add nothing. The B fragments of kPG token blocks first, then the hi*hi products of
+	// their 2 kPG accumulators, the hi*lo ones, the lo*hi ones: each accumulator's chain is rows_step's,
+	// and no mma.sync waits on the one just before it.
+	__device__ __forceinline__ void rows_all(float (&acc)[8][4], const bf16* Bh, int kl, int kg) {
+		const bf16* Bl = Bh + kTile;
+		const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1);
+		unsigned ah[4], al[4];
+		tc::split_bf16x2(s[2 * kl][0], s[2 * kl][1], ah[0], al[0]);
+		tc::split_bf16x2(s[2 * kl][2], s[2 * kl][3], ah[1], al[1]);
+		tc::split_bf16x2(s[2 * kl + 1][0], s[2 * kl + 1][1], ah[2], al[2]);
+		tc::split_bf16x2(s[2 * kl + 1][2], s[2 * kl + 1][3], ah[3], al[3]);
 #pragma unroll
-				for (int q = 0; q < 2; ++q) {
-					float* acc = v[2 * p + q];
-					tc::mma_bf16_16816(acc, ah, bh + 2 * q, acc);
-					tc::mma_bf16_16816(acc, ah, bl + 2 * q, acc);
-					tc::mma_bf16_16816(acc, al, bh + 2 * q, acc);
+		for (int p0 = 0; p0 < 4; p0 += kPG) {
+			unsigned bh[kPG][4], bl[kPG][4];
+#pragma unroll
+			for (int p = 0; p < kPG; ++p) {
+				const int e = swz(16 * (p0 + p) + brow, 16 * kg + bcol);
+				tc::ldmatrix_x4(bh[p], Bh + e);  // b of token tile 2p in [0..1], of 2p+1 in [2..3]
+				tc::ldmatrix_x4(bl[p], Bl + e);
+			}
+#pragma unroll
+			for (int m = 0; m < 3; ++m) {
+#pragma unroll
+				for (int p = 0; p < kPG; ++p) {
+#pragma unroll
+					for (int q = 0; q < 2; ++q) {
+						float* a = acc[2 * (p0 + p) + q];
+						tc::mma_bf16_16816(a, m == 2 ? al : ah, (m == 1 ? bl[p] : bh[p]) + 2 * q, a);
+					}
 				}
+			}
+		}
+	}
+
+	// mma_rows adds S^T B^T to the v accumulators (B = the rows at Bh, as in rows_step), k steps
+	// ascending. The forward's V' and the backward's dV' both run it. KS: two chains, keys 0-63 onto v
+	// and keys 64-127 from zero, then v = acc0 + acc1: at vh 64 the second chain is the other warp of the
+	// column group, whose partial comes through EX (named barrier 1 + cw, the group's 64 threads): it
+	// posts its chain, the first warp adds and posts the sum, the second reads it; at vh 128 it is v2.
+	__device__ __forceinline__ void mma_rows(const bf16* Bh, int n) {
+		if (!KS) {
+#pragma unroll
+			for (int kk = 0; kk < 8; ++kk) rows_step(v, Bh, kk, kk, n);
+		} else if (kTwoChains) {
+#pragma unroll
+			for (int kk = 0; kk < 4; ++kk) {
+				rows_all(v, Bh, kk, kk);
+				rows_all(v2, Bh, kk + 4, kk + 4);
+			}
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+				for (int r = 0; r < 4; ++r) v[nt][r] = v[nt][r] + v2[nt][r];
+			}
+		} else {
+#pragma unroll
+			for (int kk = 0; kk < 4; ++kk) rows_all(v, Bh, kk, 4 * kh + kk);
+			float* ex = EX + cw * 1024 + lane;
+			if (kh == 1) {
+#pragma unroll
+				for (int i = 0; i < 32; ++i) ex[32 * i] = v[i / 4][i % 4];
+			}
+			tc::bar_sync(1 + cw, 64);
+			if (kh == 0) {
+#pragma unroll
+				for (int i = 0; i < 32; ++i) {
+					v[i / 4][i % 4] = v[i / 4][i % 4] + ex[32 * i];
+					ex[32 * i] = v[i / 4][i % 4];
+				}
+			}
+			tc::bar_sync(1 + cw, 64);
+			if (kh == 1) {
+#pragma unroll
+				for (int i = 0; i < 32; ++i) v[i / 4][i % 4] = ex[32 * i];
 			}
 		}
 	}
@@ -298,50 +420,61 @@ struct Walker {
 	// (they stay zero).
 	__device__ __forceinline__ void vprime(int x, int n) { mma_rows(X + x * 4 * kTile, n); }
 
-	// update runs (2) on stage x: S^T = e^gl S^T + V'^T Kt, token blocks from n on skipped.
+	// update runs (2) on stage x: S^T = e^gl S^T + V'^T Kt over all 64 tokens (rows from n on are zero).
 	__device__ __forceinline__ void update(int x, int n) {
 		const bf16* Kh = X + x * 4 * kTile + 2 * kTile;
 		const bf16* Kl = Kh + kTile;
 		const float decay = expf(gl);
 #pragma unroll
-		for (int nt = 0; nt < 16; ++nt) {
+		for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
 			for (int r = 0; r < 4; ++r) s[nt][r] *= decay;
 		}
 		const int brow = (lane & 7) + 8 * ((lane >> 3) & 1), bcol = 8 * (lane >> 4);
+		// All four token blocks (KS; rows from n on are zero in X and add nothing), the warp's key
+		// tiles in groups of eight accumulators: B fragments first, then hi*hi, hi*lo, lo*hi over the
+		// group, so that no mma.sync waits on the one before it (each chain as before).
 #pragma unroll
 		for (int j = 0; j < 4; ++j) {
-			if (16 * j >= n) continue;
 			unsigned ah[4], al[4];
 			tc::split_bf16x2(v[2 * j][0], v[2 * j][1], ah[0], al[0]);
 			tc::split_bf16x2(v[2 * j][2], v[2 * j][3], ah[1], al[1]);
 			tc::split_bf16x2(v[2 * j + 1][0], v[2 * j + 1][1], ah[2], al[2]);
 			tc::split_bf16x2(v[2 * j + 1][2], v[2 * j + 1][3], ah[3], al[3]);
 #pragma unroll
-			for (int p = 0; p < 8; ++p) {
-				const int e = swz(16 * j + brow, 16 * p + bcol);
-				unsigned bh[4], bl[4];
-				tc::ldmatrix_x4_trans(bh, Kh + e);  // b of key tile 2p in [0..1], of 2p+1 in [2..3]
-				tc::ldmatrix_x4_trans(bl, Kl + e);
+			for (int p0 = 0; p0 < kNT / 2; p0 += kPG) {
+				unsigned bh[kPG][4], bl[kPG][4];
 #pragma unroll
-				for (int q = 0; q < 2; ++q) {
-					float* acc = s[2 * p + q];
-					tc::mma_bf16_16816(acc, ah, bh + 2 * q, acc);
-					tc::mma_bf16_16816(acc, ah, bl + 2 * q, acc);
-					tc::mma_bf16_16816(acc, al, bh + 2 * q, acc);
+				for (int p = 0; p < kPG; ++p) {
+					const int e = swz(16 * j + brow, 64 * kh + 16 * (p0 + p) + bcol);
+					tc::ldmatrix_x4_trans(bh[p], Kh + e);  // b of key tile 2p in [0..1], of 2p+1 in [2..3]
+					tc::ldmatrix_x4_trans(bl[p], Kl + e);
+				}
+#pragma unroll
+				for (int m = 0; m < 3; ++m) {
+#pragma unroll
+					for (int p = 0; p < kPG; ++p) {
+#pragma unroll
+						for (int q = 0; q < 2; ++q) {
+							float* acc = s[2 * (p0 + p) + q];
+							tc::mma_bf16_16816(acc, m == 2 ? al : ah, (m == 1 ? bl[p] : bh[p]) + 2 * q, acc);
+						}
+					}
 				}
 			}
 		}
+		(void)n;
 	}
 
 	// store_vprime writes V' rows [0, n) of the chunk (fp32 [T, HV, 128], columns c0..).
 	__device__ __forceinline__ void store_vprime(float* vnew, int t0, int n, int h, int HV, int c0) const {
 #pragma unroll
 		for (int nt = 0; nt < 8; ++nt) {
+			if (kSplit == 2 && nt / 4 != kh) continue;  // both warps hold V'^T: each stores half the tokens
 #pragma unroll
 			for (int r = 0; r < 4; ++r) {
 				const int i = 8 * nt + 2 * t + (r & 1);
-				if (i < n) vnew[((long long)(t0 + i) * HV + h) * kD + c0 + 16 * warp + g + 8 * (r >> 1)] = v[nt][r];
+				if (i < n) vnew[((long long)(t0 + i) * HV + h) * kD + c0 + 16 * cw + g + 8 * (r >> 1)] = v[nt][r];
 			}
 		}
 	}
@@ -351,26 +484,27 @@ struct Walker {
 	// s[nt][2..3] (column g + 8), one packed 4-byte store each.
 	__device__ __forceinline__ void store_state16(bf16* dst, int c0) const {
 		if (!holds()) return;
+		bf16* base = dst + (c0 + 16 * cw + g) * kD + 64 * kh + 2 * t;  // constant offsets below
 #pragma unroll
-		for (int nt = 0; nt < 16; ++nt) {
+		for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
-			for (int hf = 0; hf < 2; ++hf) {
-				const int col = c0 + 16 * warp + g + 8 * hf, key = 8 * nt + 2 * t;
-				*reinterpret_cast<unsigned*>(dst + col * kD + key) = tc::pack_bf16x2(s[nt][2 * hf], s[nt][2 * hf + 1]);
-			}
+			for (int hf = 0; hf < 2; ++hf)
+				*reinterpret_cast<unsigned*>(base + 8 * hf * kD + 8 * nt) = tc::pack_bf16x2(s[nt][2 * hf], s[nt][2 * hf + 1]);
 		}
 	}
 
 	// store_vprime16 writes V'^T as bf16 into dst, one chunk's [128 (column)][64 (token)] block of
 	// vnew16, tokens from n on as 0: packed 4-byte stores of tokens 2t, 2t+1 as in store_state16.
 	__device__ __forceinline__ void store_vprime16(bf16* dst, int n, int c0) const {
+		bf16* base = dst + (c0 + 16 * cw + g) * kC + 2 * t;  // constant offsets below
 #pragma unroll
 		for (int nt = 0; nt < 8; ++nt) {
+			if (kSplit == 2 && nt / 4 != kh) continue;
 #pragma unroll
 			for (int hf = 0; hf < 2; ++hf) {
-				const int col = c0 + 16 * warp + g + 8 * hf, i = 8 * nt + 2 * t;
+				const int i = 8 * nt + 2 * t;
 				const float a = i < n ? v[nt][2 * hf] : 0.f, b = i + 1 < n ? v[nt][2 * hf + 1] : 0.f;
-				*reinterpret_cast<unsigned*>(dst + col * kC + i) = tc::pack_bf16x2(a, b);
+				*reinterpret_cast<unsigned*>(base + 8 * hf * kC + 8 * nt) = tc::pack_bf16x2(a, b);
 			}
 		}
 	}
@@ -415,7 +549,7 @@ __device__ __forceinline__ void summary_walk_mma(float* smem, const float* w, co
                                                  const float* gcum, const int* chunk_tok0, const int* chunk_len,
                                                  const int* seg_chunk0, const int* seg_nchunk, const int* list,
                                                  float* out_p, float* out_q, int HV, int HQK = 0) {
-	Walker<VH, KN> wk(smem);
+	Walker<VH, KN, true> wk(smem);
 	const int tiles = kD / VH;
 	const bool isP = blockIdx.x >= tiles;
 	const int c0 = (isP ? blockIdx.x - tiles : blockIdx.x) * VH;
@@ -444,7 +578,7 @@ __device__ __forceinline__ void state_walk_mma(float* smem, const float* w, cons
                                                const float* gcum, const int* chunk_tok0, const int* chunk_len,
                                                const int* seg_chunk0, const int* seg_nchunk, const float* start,
                                                float* h_out, float* vnew, float* final_state, int HV) {
-	Walker<VH> wk(smem);
+	Walker<VH, false, true> wk(smem);
 	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
 	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, false, c0);
 	wk.walk(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0, h_out, vnew);
@@ -469,7 +603,7 @@ gdn_state_walk_mma(const float* __restrict__ w, const float* __restrict__ u, con
 
 // ---- v5: gdn_state_walk_mma16 (bf16 H^T, V'^T for the output) and gdn_summary_walk_mma16 -------------
 // Both read kn [T, HQK, 128] (value head h: QK head h / (HV / HQK)) and gcum in place of the prep's
-// per-value-head Kt [T, HV, 128], and rebuild Kt in land (Walker<VH, true>):
+// per-value-head Kt [T, HV, 128], and rebuild Kt in land (Walker<VH, true, true>):
 //   Kt_i = kn_i * expf(gcum[t0 + n - 1] - gcum[t0 + i])   (fp32; one rounded product, __fmul_rn)
 // gdn_prep_mma's P1 expression on the same fp32 operands (glast = gam[n - 1] and gam[i] are the values
 // it writes to gcum; gdn_prep_fwd computes the same), so the rows split into X are the bits the prep
@@ -513,7 +647,7 @@ __device__ __forceinline__ void state_walk_mma16(float* smem, const float* w, co
                                                  const int* seg_chunk0, const int* seg_nchunk, const float* start,
                                                  float* h_out, float* vnew, float* final_state, bf16* h16,
                                                  bf16* vnew16, int HQK, int HV) {
-	Walker<VH, true> wk(smem);
+	Walker<VH, true, true> wk(smem);
 	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
 	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, false, c0);
 	wk.walk(w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0, h_out, vnew, h16,

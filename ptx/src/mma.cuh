@@ -135,6 +135,17 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// bar_sync: the named barrier id (1..15; 0 is __syncthreads') for count threads, whole warps (bar.sync id,
+// count): a barrier between some warps of a block. Like __syncthreads it orders the shared-memory
+// accesses of the threads that meet at it.
+__device__ __forceinline__ void bar_sync(int id, int count) {
+#if defined(GDNKCP_CPU_EMULATOR)
+	emu::named_barrier(static_cast<unsigned>(id), static_cast<unsigned>(count));
+#else
+	asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
+}
+
 // pack_bf16x2: rn(lo) in the low 16 bits, rn(hi) in the high 16 bits.
 __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
 	return static_cast<unsigned>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
@@ -147,13 +158,22 @@ __device__ __forceinline__ void split_bf16(float x, bf16& hi, bf16& lo) {
 	lo = __float2bfloat16_rn(x - __bfloat162float(hi));
 }
 
-// split_bf16x2: the splits of x0 (low halves) and x1 (high halves) as packed registers.
+// split_bf16x2: the splits of x0 (low halves) and x1 (high halves) as packed registers. On the GPU
+// each pair is one cvt.rn.bf16x2.f32 (hi, then lo), the hi parts widened back by a shift and a mask:
+// six instructions for what four scalar conversions and two packs took, the same bits (the same
+// round-to-nearest-even conversions of the same values).
 __device__ __forceinline__ void split_bf16x2(float x0, float x1, unsigned& hi, unsigned& lo) {
+#if defined(GDNKCP_CPU_EMULATOR)
 	bf16 h0, l0, h1, l1;
 	split_bf16(x0, h0, l0);
 	split_bf16(x1, h1, l1);
 	hi = static_cast<unsigned>(__bfloat16_as_ushort(h0)) | (static_cast<unsigned>(__bfloat16_as_ushort(h1)) << 16);
 	lo = static_cast<unsigned>(__bfloat16_as_ushort(l0)) | (static_cast<unsigned>(__bfloat16_as_ushort(l1)) << 16);
+#else
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(hi) : "f"(x1), "f"(x0));
+	const float l0 = x0 - __uint_as_float(hi << 16), l1 = x1 - __uint_as_float(hi & 0xffff0000u);
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(lo) : "f"(l1), "f"(l0));
+#endif
 }
 
 }  // namespace tc

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gdnkcp/gdnkcp/kcp"
 	"github.com/gdnkcp/gdnkcp/loader"
+	"github.com/gdnkcp/gdnkcp/sched"
 )
 
 func init() { register(newBenchCmd) }
@@ -22,6 +23,7 @@ type benchOptions struct {
 	reps, warmup               int
 	copyTBs, mmaTFLOPs         float64
 	json                       bool
+	forceVH                    int
 }
 
 // The core forward stages a bench times: l2norm to O on one rank (conv and
@@ -80,6 +82,7 @@ on the CUDA cores).`,
 	f.Float64Var(&o.copyTBs, "copy-tbs", 4.24, "device copy bandwidth for the memory floor, TB/s (bytes read + written)")
 	f.Float64Var(&o.mmaTFLOPs, "mma-tflops", 758, "bf16 matrix rate for the compute floor, TFLOP/s")
 	f.BoolVar(&o.json, "json", false, "write JSON to stdout")
+	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at this width (64 or 128) instead of the plan's decision; 0: the decision")
 	return cmd
 }
 
@@ -97,6 +100,8 @@ type benchRow struct {
 	PeakBytes    int64              `json:"peak_bytes,omitempty"`
 	MemFloor     float64            `json:"memory_floor_ms"`
 	FlopFloor    float64            `json:"compute_floor_ms"`
+	StateVH      int                `json:"state_walk_vh,omitempty"`
+	ForceVH      int                `json:"force_vh,omitempty"`
 }
 
 func median(xs []float64) float64 {
@@ -118,6 +123,9 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 	}
 	if o.reps < 1 || o.warmup < 0 {
 		return fmt.Errorf("--reps %d, --warmup %d: need at least one timed run", o.reps, o.warmup)
+	}
+	if o.forceVH != 0 && o.forceVH != 64 && o.forceVH != 128 {
+		return fmt.Errorf("--force-vh %d: want 64 or 128 (or 0 for the plan's decision)", o.forceVH)
 	}
 	var modes []string
 	for _, m := range strings.Split(o.modes, ",") {
@@ -157,9 +165,10 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 
 // benchSample is one timed run: its stage times (in order) and peak memory.
 type benchSample struct {
-	stages []kcp.StageTime
-	total  float64
-	peak   int64
+	stages  []kcp.StageTime
+	total   float64
+	peak    int64
+	stateVH int // the state walk's width (0: not known)
 }
 
 // sampleOnce runs mode once on g and returns what bench times of it.
@@ -184,6 +193,9 @@ func sampleOnce(g *kcp.GPU, mode string, in *kcp.Inputs, dout []float32) (benchS
 			return s, "", err
 		}
 		defer fw.Close()
+		if len(fw.VH) > 0 {
+			s.stateVH = fw.VH[0][sched.State]
+		}
 		fwdKeep, prefix := coreFwd, ""
 		if mode == benchModuleB1 {
 			fwdKeep, prefix = all, "fwd "
@@ -236,7 +248,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		stage = kcp.StageModule
 	}
 	in, dout := kcp.RandomInputs(plan, stage, 1)
-	gopts := kcp.GPUOptions{Options: kcp.Options{Stage: stage}, Blob: o.blob, KeepDevice: mode != benchCore}
+	gopts := kcp.GPUOptions{Options: kcp.Options{Stage: stage, ForceVH: o.forceVH}, Blob: o.blob, KeepDevice: mode != benchCore}
 	if err := gopts.SetKernels(kernels); err != nil {
 		return benchRow{}, fmt.Errorf("--kernels: %w", err)
 	}
@@ -248,7 +260,8 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		return benchRow{}, err
 	}
 	defer g.Close()
-	row := benchRow{Kernels: kernels, Mode: mode, Tokens: plan.Tokens, Docs: plan.Config.Docs, Reps: o.reps, Stages: map[string]float64{}}
+	row := benchRow{Kernels: kernels, Mode: mode, Tokens: plan.Tokens, Docs: plan.Config.Docs, Reps: o.reps, Stages: map[string]float64{},
+		ForceVH: o.forceVH}
 	stageTimes := map[string][]float64{}
 	var totals []float64
 	for i := 0; i < o.warmup+o.reps; i++ {
@@ -258,6 +271,9 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		}
 		row.Blob = blob
 		row.PeakBytes = max(row.PeakBytes, smp.peak)
+		if smp.stateVH != 0 {
+			row.StateVH = smp.stateVH
+		}
 		if i >= o.warmup {
 			for _, st := range smp.stages {
 				if !slices.Contains(row.StageOrder, st.Stage) {
@@ -302,6 +318,12 @@ func writeBench(w io.Writer, rows []benchRow) error {
 			r.Mode, r.Kernels, r.Tokens, len(r.Docs), r.Blob, r.Reps, r.MedianMillis, r.MinMillis, r.MemFloor, r.FlopFloor)
 		if r.PeakBytes > 0 {
 			fmt.Fprintf(&b, "; peak device memory %.2f GiB", float64(r.PeakBytes)/(1<<30))
+		}
+		switch {
+		case r.ForceVH != 0:
+			fmt.Fprintf(&b, "; every walk at vh %d (forced)", r.ForceVH)
+		case r.StateVH != 0:
+			fmt.Fprintf(&b, "; state walk at vh %d", r.StateVH)
 		}
 		b.WriteString("\n")
 		for _, s := range r.StageOrder {

@@ -19,7 +19,7 @@ dim3 gridDim, blockDim, blockIdx, threadIdx;
 namespace emu {
 namespace {
 
-enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
+enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kAtNamedBarrier, kDone };
 
 // A cp.async in flight (EMU_CP_ASYNC=deferred): its source bytes, read at issue.
 struct Copy {
@@ -32,6 +32,7 @@ struct Fiber {
   State state;
   dim3 tid;
   unsigned lin;                             // linear thread index: x + y*bx + z*bx*by
+  unsigned bar_id = 0, bar_count = 0;       // the named barrier it waits at (kAtNamedBarrier)
   std::vector<Copy> uncommitted;            // cp.async since the last commit
   std::deque<std::vector<Copy>> groups;     // committed, oldest first
 };
@@ -141,9 +142,10 @@ void run_block(unsigned n, bool reverse, Stats& st) {
       }
     }
     current = -1;
-    unsigned done = 0, at_block = 0, at_warp = 0;
+    unsigned done = 0, at_block = 0, at_warp = 0, at_named = 0;
     for (unsigned i = 0; i < n; ++i) {
       done += fibers[i].state == kDone;
+      at_named += fibers[i].state == kAtNamedBarrier;
       at_block += fibers[i].state == kAtBlockBarrier;
       at_warp += fibers[i].state == kAtWarpBarrier;
     }
@@ -158,6 +160,28 @@ void run_block(unsigned n, bool reverse, Stats& st) {
       released = true;
       ++st.warp_syncs;
     }
+    // A named barrier (bar.sync id, count) is released once count threads, whole warps, wait at it;
+    // every thread at it must name the same count.
+    for (unsigned id = 1; id < 16 && !released; ++id) {
+      unsigned at = 0, count = 0;
+      for (unsigned i = 0; i < n; ++i) {
+        if (fibers[i].state != kAtNamedBarrier || fibers[i].bar_id != id) continue;
+        if (at > 0 && fibers[i].bar_count != count)
+          fail("named barrier " + std::to_string(id) + ": threads name counts " + std::to_string(count) + " and " +
+               std::to_string(fibers[i].bar_count));
+        count = fibers[i].bar_count;
+        ++at;
+      }
+      if (at == 0) continue;
+      if (at > count)
+        fail("named barrier " + std::to_string(id) + ": " + std::to_string(at) + " threads wait at it, count " +
+             std::to_string(count));
+      if (at < count) continue;
+      for (unsigned i = 0; i < n; ++i)
+        if (fibers[i].state == kAtNamedBarrier && fibers[i].bar_id == id) fibers[i].state = kReady;
+      released = true;
+      ++st.named_syncs;
+    }
     if (!released && at_block == n) {
       for (unsigned i = 0; i < n; ++i) fibers[i].state = kReady;
       released = true;
@@ -167,8 +191,9 @@ void run_block(unsigned n, bool reverse, Stats& st) {
       char msg[256];
       snprintf(msg, sizeof msg,
                "barrier divergence: of %u threads, %u wait at __syncthreads, %u at a warp barrier "
-               "(shuffle or __syncwarp) whose warp is incomplete, %u have exited",
-               n, at_block, at_warp, done);
+               "(shuffle or __syncwarp) whose warp is incomplete, %u at a named barrier (bar.sync) short of its "
+               "count, %u have exited",
+               n, at_block, at_warp, at_named, done);
       fail(msg);
     }
   }
@@ -191,6 +216,15 @@ void register_smem(void* p, size_t bytes) { smems().emplace_back(static_cast<uns
 void block_barrier() {
   if (current < 0) fail("__syncthreads() outside a launch");
   yield(kAtBlockBarrier);
+}
+
+void named_barrier(unsigned id, unsigned count) {
+  if (current < 0) fail("bar.sync outside a launch");
+  if (id == 0 || id >= 16) fail("bar.sync " + std::to_string(id) + ": the emulator takes named barriers 1..15");
+  if (count == 0 || count % 32 != 0) fail("bar.sync with " + std::to_string(count) + " threads: a multiple of 32");
+  fibers[current].bar_id = id;
+  fibers[current].bar_count = count;
+  yield(kAtNamedBarrier);
 }
 
 void warp_barrier(unsigned mask) {

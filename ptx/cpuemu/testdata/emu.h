@@ -8,7 +8,8 @@
 // (ascending thread order in even blocks, descending in odd ones, so that a
 // missing barrier shows whichever way the hazard points), then the barrier is
 // released and the round repeats. __syncthreads() waits
-// for every thread of the block, __syncwarp() and the shuffles (and the
+// for every thread of the block, a named barrier (bar.sync id, count: tc::bar_sync
+// of mma.cuh) for count threads at that id, __syncwarp() and the shuffles (and the
 // tensor-core instructions below) for every lane of the warp. A warp's
 // barrier is released as soon as all its lanes reach it, so each warp runs
 // ahead to its next __syncthreads (or its end) before the next warp starts:
@@ -75,7 +76,7 @@ struct SmemRegistrar {
 
 // Counters of one launch.
 struct Stats {
-  unsigned long long blocks = 0, syncthreads = 0, warp_syncs = 0;
+  unsigned long long blocks = 0, syncthreads = 0, warp_syncs = 0, named_syncs = 0;
   unsigned long long mmas = 0, ldmatrix = 0, cp_async = 0;  // per warp, per warp, per thread
 };
 

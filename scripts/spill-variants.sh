@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# There (device run): compile ptx/src/gdnkcp.cu for one cubin target once per -D variant, concurrently, and
+# print the walk entries' registers and spills per variant: for choosing a register-allocation knob
+# without a full blob build. VARIANTS: space-separated, one -D flag each (one compile each); ARCH: sm_100a.
+#   run(command="ARCH=sm_100a VARIANTS='-DGDNKCP_WALK_PG128=1 -DGDNKCP_WALK_PG128=2' bash scripts/spill-variants.sh")
+set -uo pipefail
+cd "$(dirname "$0")/../ptx/src"
+export PATH=/usr/local/cuda/bin:$PATH
+arch=${ARCH:-sm_100a}
+i=0
+for v in ${VARIANTS:-''}; do
+	nvcc -cubin -gencode=arch=compute_${arch#sm_},code=$arch -O3 -std=c++17 -Xptxas -v $v -o /tmp/sv$i.cubin gdnkcp.cu >/tmp/sv$i.log 2>&1 &
+	i=$((i + 1))
+done
+wait
+i=0
+for v in ${VARIANTS:-''}; do
+	echo "== $arch $v"
+	awk '/Compiling entry function/{n=$0; sub(/.*function .?/, "", n); sub(/.? for.*/, "", n)} /spill stores/{sp=$0} /Used [0-9]+ registers/{if (n ~ /walk/) {r=$0; sub(/.*Used /, "", r); sub(/ registers.*/, "", r); s=sp; sub(/.*bytes stack frame, /, "", s); print "  " n ": " r " regs, " s}}' /tmp/sv$i.log
+	i=$((i + 1))
+done

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestWriteBench checks the bench table: the headline with the floors, the
+// peak memory and the walk width (forced or decided), then the stages.
+func TestWriteBench(t *testing.T) {
+	base := benchRow{Kernels: "v5", Mode: "core", Tokens: 32768, Docs: []int{32768}, Blob: "sm_90a", Reps: 5,
+		MedianMillis: 6.35, MinMillis: 6.3, MemFloor: 0.256, FlopFloor: 0.376, PeakBytes: 4 << 30,
+		Stages: map[string]float64{"prep": 1.3, "state walk": 3.2}, StageOrder: []string{"prep", "state walk"}}
+	for _, tc := range []struct {
+		name           string
+		stateVH, force int
+		want, wantNot  string
+	}{
+		{"decided", 64, 0, "; state walk at vh 64\n", "forced"},
+		{"forced", 64, 128, "; every walk at vh 128 (forced)\n", "state walk at"},
+		{"unknown", 0, 0, "peak device memory 4.00 GiB\n", "vh"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := base
+			r.StateVH, r.ForceVH = tc.stateVH, tc.force
+			var b strings.Builder
+			require.NoError(t, writeBench(&b, []benchRow{r}))
+			out := b.String()
+			assert.True(t, strings.HasPrefix(out, "core, v5 kernels, 32768 tokens in 1 documents, blob sm_90a, median of 5: 6.350 ms (min 6.300); floors: memory 0.256 ms, compute 0.376 ms"), out)
+			assert.Contains(t, out, tc.want)
+			assert.NotContains(t, strings.SplitN(out, "\n", 2)[0], tc.wantNot)
+			assert.Contains(t, out, "  prep                            1.300 ms\n  state walk                      3.200 ms\n")
+		})
+	}
+}
+
+// TestBenchForceVHFlag: a width other than 64 or 128 is an error before any
+// GPU work.
+func TestBenchForceVHFlag(t *testing.T) {
+	_, stderr, code := execute("bench", "--force-vh", "96")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "--force-vh 96: want 64 or 128")
+}
