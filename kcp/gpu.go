@@ -129,9 +129,14 @@ func walkMMASmem(vh int) int {
 	return 196608 + 256*(vh+4)
 }
 
-// bwdWalkMMASmem is bwalk_mma_smem(vh) of gdn_bwalk_mma.cu: 205824 bytes at
-// vh 64, 214016 at vh 128.
-func bwdWalkMMASmem(vh int) int { return 196608 + 128*(vh+8) }
+// bwdWalkMMASmem is bwalk_mma_smem(vh) of gdn_bwalk_mma.cu: 231424 bytes at
+// vh 64 (two dO stages and the key-split exchange), 214016 at vh 128.
+func bwdWalkMMASmem(vh int) int {
+	if vh == 64 {
+		return 196608 + 2*128*(vh+8) + 16384
+	}
+	return 196608 + 128*(vh+8)
+}
 
 // KernelSets are the names SetKernels takes.
 var KernelSets = []string{"fp32", "tc", "mma", "v5"}

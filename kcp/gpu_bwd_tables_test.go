@@ -352,10 +352,10 @@ func TestGPUBackwardEntries(t *testing.T) {
 	// gradients, and their shared memory; each switch only its own.
 	mma := GPUOptions{MMABackwardWalks: true}.kernelSet().backwardEntries()
 	require.Equal(t, gpuEntry{entryDVLocal, dvlocalSmem}, mma[0])
-	require.Equal(t, gpuEntry{entryOffsetMMA, bwdWalkMMASmem(128)}, mma[1])
-	require.Equal(t, gpuEntry{entryTapeMMA, bwdWalkMMASmem(128)}, mma[2])
+	require.Equal(t, gpuEntry{entryOffsetMMA, bwdWalkMMASmem(64)}, mma[1]) // the larger: 64 holds the key split
+	require.Equal(t, gpuEntry{entryTapeMMA, bwdWalkMMASmem(64)}, mma[2])
 	require.Equal(t, gpuEntry{entryChunkGrads, chunkGradSmem}, mma[3])
-	require.Equal(t, []int{205824, 214016}, []int{bwdWalkMMASmem(64), bwdWalkMMASmem(128)})
+	require.Equal(t, []int{231424, 214016}, []int{bwdWalkMMASmem(64), bwdWalkMMASmem(128)})
 	chunk := GPUOptions{MMABackwardChunk: true}.kernelSet().backwardEntries()
 	require.Equal(t, []gpuEntry{{entryDVLocalMMA, dvlocalMMASmem}, {entryOffset, bwdWalkSmem(128)},
 		{entryTape, bwdWalkSmem(128)}, {entryGradsMMA, chunkGradMMASmem}}, chunk[:4])

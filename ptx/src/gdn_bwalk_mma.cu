@@ -4,7 +4,17 @@
 // whose Walker it extends). Same arguments, grids and outputs (block 256):
 //   gdn_offset_walk_mma   grid (2*128/vh, nlist, HV)   bwalk_mma_smem(vh)
 //   gdn_tape_walk_mma     grid (128/vh, NS, HV)        bwalk_mma_smem(vh)
-// bwalk_mma_smem(vh) = 196608 + 128*(vh+8) bytes (205824 at vh 64, 214016 at vh 128).
+// bwalk_mma_smem(vh) = 196608 + 128*(vh+8) bytes, at vh 64 plus a second dO stage and the 16 KB key-split
+// exchange (231424 at vh 64, 214016 at vh 128).
+//
+// Key split (2026-12-01, after the forward walks' v5.1): BWalker is Walker<VH, false, true>, so (1) runs
+// as the forward's two key-half chains (dvl^T + keys 0-63, plus keys 64-127, added), and at vh 64 all
+// eight warps hold D^T (warp w: columns 16 (w % 4).., keys 64 (w / 4)..) and run (2) on their own keys;
+// each warp of a column group fills and reads its own copy of the dO stage (cp.async copies are visible
+// to other warps only after a block barrier, which the stage's reuse does not leave room for). (2) runs
+// over all four token blocks, its mma.sync product-major per group of key tiles (-W hi*hi, hi*lo, lo*hi,
+// then dO*Qg hi, lo: each accumulator's order as before). vh 64 and vh 128 stay bitwise equal. The
+// sections below describe the single-chain form it grew from; "warps 0-3 hold them" is now all eight.
 //
 // ---- The data flow: D never leaves the registers ---------------------------------------------------
 // A warp owns 16 adjoint columns and all 128 keys of them; it keeps D^T (16 x 128, m = column,
@@ -103,8 +113,12 @@ using walkmma::ctaid_y;
 using walkmma::ctaid_z;
 using walkmma::U32x2;
 
-__host__ __device__ constexpr int bwalk_mma_smem(int vh) { return 6 * kTile * 2 + 3 * kTile * 4 + kC * (vh + 8) * 2; }
-static_assert(bwalk_mma_smem(64) == 205824 && bwalk_mma_smem(128) == 214016,
+// At vh 64 (key split) each of a column group's two warps keeps its own dO stage, and the walk adds the
+// Walker's exchange EX.
+__host__ __device__ constexpr int bwalk_mma_smem(int vh) {
+	return 6 * kTile * 2 + 3 * kTile * 4 + kC * (vh + 8) * 2 * (vh == 64 ? 2 : 1) + (vh == 64 ? walkmma::kEx : 0);
+}
+static_assert(bwalk_mma_smem(64) == 231424 && bwalk_mma_smem(128) == 214016,
               "bwalk_mma_smem: keep the header and docs/mma-kernels.md in step");
 
 // BWalker reuses the forward Walker's registers and fragment bookkeeping: s holds D^T (the adjoint
@@ -112,8 +126,15 @@ static_assert(bwalk_mma_smem(64) == 205824 && bwalk_mma_smem(128) == 214016,
 // read and write them exactly as for S^T and V'^T. Its shared memory is laid out anew (X, R, OS
 // below; the Walker's UR is unused).
 template <int VH>
-struct BWalker : walkmma::Walker<VH> {
-	using Base = walkmma::Walker<VH>;
+struct BWalker : walkmma::Walker<VH, false, true> {
+	using Base = walkmma::Walker<VH, false, true>;
+	using Base::cw;
+	using Base::EX;
+	using Base::kh;
+	using Base::kNT;
+	using Base::kPG;
+	using Base::kTwoChains;
+	using Base::v2;
 	using Base::g;
 	using Base::gl;
 	using Base::holds;
@@ -126,7 +147,8 @@ struct BWalker : walkmma::Walker<VH> {
 	using Base::warp;
 	using Base::X;
 	static constexpr int kLO = VH + 8;  // padded bf16 row of the dO stage (conflict-free ldmatrix)
-	bf16* OS;                           // [64][kLO]: dO columns [c0, c0 + VH) of the next chunk
+	bf16* OS;                           // [kSplit][64][kLO]: dO columns [c0, c0 + VH) of the next chunk, one copy
+	                                    // a key half (each warp reads only the copy it filled)
 	unsigned o[4][4];                   // dO^T as A fragments (column x token tile j), exact in bf16
 
 	// X: [6][kTile] Kt hi, Kt lo, -W hi, -W lo, Qg hi, Qg lo (swizzled); R: [3][kTile] Kt, W, q fp32.
@@ -134,6 +156,7 @@ struct BWalker : walkmma::Walker<VH> {
 		X = reinterpret_cast<bf16*>(smem);
 		R = smem + 6 * kTile / 2;
 		OS = reinterpret_cast<bf16*>(R + 3 * kTile);
+		EX = reinterpret_cast<float*>(OS + Base::kSplit * kC * kLO);
 	}
 
 	// issue starts the copies of chunk (t0, n): this thread's 16-byte units of Kt, W and (withDO) q
@@ -156,8 +179,8 @@ struct BWalker : walkmma::Walker<VH> {
 		if (withDO && holds()) {
 #pragma unroll
 			for (int y = 0; y < 4; ++y) {
-				const int q = lane + 32 * y, i = q / 2, col = 16 * warp + 8 * (q % 2);
-				bf16* dst = OS + i * kLO + col;
+				const int q = lane + 32 * y, i = q / 2, col = 16 * cw + 8 * (q % 2);
+				bf16* dst = OS + kh * kC * kLO + i * kLO + col;
 				if (i < n)
 					tc::cp_async16(dst, dout + ((long long)(t0 + i) * HV + h) * kD + c0 + col);
 				else
@@ -198,15 +221,17 @@ struct BWalker : walkmma::Walker<VH> {
 #pragma unroll
 			for (int r = 0; r < 4; ++r) {
 				const int i = 8 * nt + 2 * t + (r & 1);
-				v[nt][r] = (withDO && i < n) ? dvl[((long long)(t0 + i) * HV + h) * kD + c0 + 16 * warp + g + 8 * (r >> 1)]
-				                             : 0.f;
+				v[nt][r] = (withDO && kh == 0 && i < n)
+				               ? dvl[((long long)(t0 + i) * HV + h) * kD + c0 + 16 * cw + g + 8 * (r >> 1)]
+				               : 0.f;
+				if (kTwoChains) v2[nt][r] = 0.f;
 			}
 		}
 		if (!withDO) return;
 		__syncwarp();  // the warp's dO copies (and zero rows), each visible to its own lane, to the warp
-		const int orow = (lane & 7) + 8 * (lane >> 4), ocol = 16 * warp + 8 * ((lane >> 3) & 1);
+		const int orow = (lane & 7) + 8 * (lane >> 4), ocol = 16 * cw + 8 * ((lane >> 3) & 1);
 #pragma unroll
-		for (int j = 0; j < 4; ++j) tc::ldmatrix_x4_trans(o[j], OS + (16 * j + orow) * kLO + ocol);
+		for (int j = 0; j < 4; ++j) tc::ldmatrix_x4_trans(o[j], OS + kh * kC * kLO + (16 * j + orow) * kLO + ocol);
 	}
 
 	// dvprime: dV'^T = dvl^T + D^T Kt^T (A = D^T split in registers, B = rows of Kt: ldmatrix, not
@@ -214,7 +239,10 @@ struct BWalker : walkmma::Walker<VH> {
 	__device__ __forceinline__ void dvprime(int n) { mma_rows(X, n); }
 
 	// dupdate: D^T = e^gl D^T + dV'^T (-W) [+ dO^T Qg] (A = dV'^T split in registers, and the exact
-	// dO^T; B = rows of -W and Qg: ldmatrix.trans), token blocks from n on skipped.
+	// dO^T; B = rows of -W and Qg: ldmatrix.trans) on the warp's keys, all four token blocks (rows from
+	// n on are zero in X and in the dO stage). Per group of kPG key-tile pairs: the -W fragments, then
+	// hi*hi, hi*lo, lo*hi over the group's accumulators, then the Qg fragments and dO*Qg hi, dO*Qg lo:
+	// each accumulator's chain is the single-warp order (-W products, then Qg, per token block).
 	__device__ __forceinline__ void dupdate(int n, bool withDO) {
 		const bf16* Wh = X + 2 * kTile;
 		const bf16* Wl = Wh + kTile;
@@ -222,43 +250,49 @@ struct BWalker : walkmma::Walker<VH> {
 		const bf16* Ql = Wh + 3 * kTile;
 		const float decay = expf(gl);
 #pragma unroll
-		for (int nt = 0; nt < 16; ++nt) {
+		for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
 			for (int r = 0; r < 4; ++r) s[nt][r] *= decay;
 		}
 		const int brow = (lane & 7) + 8 * ((lane >> 3) & 1), bcol = 8 * (lane >> 4);
 #pragma unroll
 		for (int j = 0; j < 4; ++j) {
-			if (16 * j >= n) continue;
 			unsigned ah[4], al[4];
 			tc::split_bf16x2(v[2 * j][0], v[2 * j][1], ah[0], al[0]);
 			tc::split_bf16x2(v[2 * j][2], v[2 * j][3], ah[1], al[1]);
 			tc::split_bf16x2(v[2 * j + 1][0], v[2 * j + 1][1], ah[2], al[2]);
 			tc::split_bf16x2(v[2 * j + 1][2], v[2 * j + 1][3], ah[3], al[3]);
 #pragma unroll
-			for (int p = 0; p < 8; ++p) {
-				const int e = swz(16 * j + brow, 16 * p + bcol);
-				unsigned bh[4], bl[4];
-				tc::ldmatrix_x4_trans(bh, Wh + e);  // b of key tile 2p in [0..1], of 2p+1 in [2..3]
-				tc::ldmatrix_x4_trans(bl, Wl + e);
+			for (int p0 = 0; p0 < kNT / 2; p0 += kPG) {
+				unsigned bh[kPG][4], bl[kPG][4];
 #pragma unroll
-				for (int q = 0; q < 2; ++q) {
-					float* acc = s[2 * p + q];
-					tc::mma_bf16_16816(acc, ah, bh + 2 * q, acc);
-					tc::mma_bf16_16816(acc, ah, bl + 2 * q, acc);
-					tc::mma_bf16_16816(acc, al, bh + 2 * q, acc);
+				for (int p = 0; p < kPG; ++p) {
+					const int e = swz(16 * j + brow, 64 * kh + 16 * (p0 + p) + bcol);
+					tc::ldmatrix_x4_trans(bh[p], Wh + e);  // b of key tile 2p in [0..1], of 2p+1 in [2..3]
+					tc::ldmatrix_x4_trans(bl[p], Wl + e);
 				}
+				Base::template mma_group<kNT>(s, p0, ah, al, bh, bl);
 				if (!withDO) continue;
-				tc::ldmatrix_x4_trans(bh, Qh + e);
-				tc::ldmatrix_x4_trans(bl, Ql + e);
 #pragma unroll
-				for (int q = 0; q < 2; ++q) {
-					float* acc = s[2 * p + q];
-					tc::mma_bf16_16816(acc, o[j], bh + 2 * q, acc);
-					tc::mma_bf16_16816(acc, o[j], bl + 2 * q, acc);
+				for (int p = 0; p < kPG; ++p) {
+					const int e = swz(16 * j + brow, 64 * kh + 16 * (p0 + p) + bcol);
+					tc::ldmatrix_x4_trans(bh[p], Qh + e);
+					tc::ldmatrix_x4_trans(bl[p], Ql + e);
+				}
+#pragma unroll
+				for (int m = 0; m < 2; ++m) {
+#pragma unroll
+					for (int p = 0; p < kPG; ++p) {
+#pragma unroll
+						for (int q = 0; q < 2; ++q) {
+							float* acc = s[2 * (p0 + p) + q];
+							tc::mma_bf16_16816(acc, o[j], (m == 1 ? bl[p] : bh[p]) + 2 * q, acc);
+						}
+					}
 				}
 			}
 		}
+		(void)n;
 	}
 
 	// walk runs the chunks [ch0, ch0 + nch) in reverse from D in the registers; with d_chunk set (the

@@ -98,8 +98,9 @@
 // (2) is untouched (each S^T element's chain is the same at both widths), and every output stays bitwise
 // equal between the widths and between the Kt-reading and the kn-reading (v5) entries. V' stores are
 // split between the pair's warps by token halves. EX is reused every chunk: a warp's next post follows
-// the next __syncthreads, which its partner reaches only after reading. ptxas 11.8, sm_90: the four
-// forward walk entries 243-253 registers, no spill.
+// the next __syncthreads, which its partner reaches only after reading. The backward walks (BWalker,
+// gdn_bwalk_mma.cu) take the same split. ptxas 11.8, sm_90: every walk entry 214-254 registers, no
+// spill; ptxas 13.0 spills the two state walks on the Blackwell targets (ptx/manifest_test.go).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -169,11 +170,11 @@ struct alignas(8) U32x2 {
 // KN = false (the v4 entries, BWalker) compiles to the code the Walker had before the flag existed
 // (same SASS, sm_90 and sm_80). The flag is tested with a plain `if (KN)`: with `if constexpr` in land's
 // unrolled loop nvcc 11.8 stopped unrolling v4's conversion loop.
-// KS (the forward walks): product (1) runs as two chains, keys 0-63 onto U^T and keys 64-127 from zero,
+// KS (every walk: the forward walks and BWalker): product (1) runs as two chains, keys 0-63 onto U^T and keys 64-127 from zero,
 // added at the end (V'^T = acc0 + acc1; see "Key split" at the end of this header comment). At vh 64 the
 // two chains of a column group run on two warps (warp w: columns 16 (w % 4).., keys 64 (w / 4)..), so all
 // eight warps hold state and multiply; at vh 128 each warp runs both chains itself (v and v2). KS = false
-// (BWalker) is the single chain over all 128 keys, with warps 4-7 idle at vh 64.
+// is the single chain over all 128 keys, with warps 4-7 idle at vh 64 (no entry uses it any more).
 template <int VH, bool KN = false, bool KS = false>
 struct Walker {
 	static constexpr int kCW = VH / 16;                    // column groups of 16 state columns
@@ -337,6 +338,25 @@ struct Walker {
 		}
 	}
 
+	// mma_group adds hi*hi, then hi*lo, then lo*hi to the 2 kPG accumulators acc[2 p0 ..] (A = ah / al,
+	// B = bh[p] / bl[p], two n-tiles each): consecutive mma.sync are independent, and each accumulator
+	// gets the three products in rows_step's order.
+	template <int N>
+	__device__ __forceinline__ void mma_group(float (&acc)[N][4], int p0, const unsigned (&ah)[4], const unsigned (&al)[4],
+	                                          const unsigned (&bh)[kPG][4], const unsigned (&bl)[kPG][4]) {
+#pragma unroll
+		for (int m = 0; m < 3; ++m) {
+#pragma unroll
+			for (int p = 0; p < kPG; ++p) {
+#pragma unroll
+				for (int q = 0; q < 2; ++q) {
+					float* a = acc[2 * (p0 + p) + q];
+					tc::mma_bf16_16816(a, m == 2 ? al : ah, (m == 1 ? bl[p] : bh[p]) + 2 * q, a);
+				}
+			}
+		}
+	}
+
 	// rows_all is rows_step over all four token blocks (KS): rows from n on are zero in X (land writes
 	// them so) and add nothing. The B fragments of kPG token blocks first, then the hi*hi products of
 	// their 2 kPG accumulators, the hi*lo ones, the lo*hi ones: each accumulator's chain is rows_step's,
@@ -358,17 +378,7 @@ struct Walker {
 				tc::ldmatrix_x4(bh[p], Bh + e);  // b of token tile 2p in [0..1], of 2p+1 in [2..3]
 				tc::ldmatrix_x4(bl[p], Bl + e);
 			}
-#pragma unroll
-			for (int m = 0; m < 3; ++m) {
-#pragma unroll
-				for (int p = 0; p < kPG; ++p) {
-#pragma unroll
-					for (int q = 0; q < 2; ++q) {
-						float* a = acc[2 * (p0 + p) + q];
-						tc::mma_bf16_16816(a, m == 2 ? al : ah, (m == 1 ? bl[p] : bh[p]) + 2 * q, a);
-					}
-				}
-			}
+			mma_group<8>(acc, p0, ah, al, bh, bl);
 		}
 	}
 
@@ -450,17 +460,7 @@ struct Walker {
 					tc::ldmatrix_x4_trans(bh[p], Kh + e);  // b of key tile 2p in [0..1], of 2p+1 in [2..3]
 					tc::ldmatrix_x4_trans(bl[p], Kl + e);
 				}
-#pragma unroll
-				for (int m = 0; m < 3; ++m) {
-#pragma unroll
-					for (int p = 0; p < kPG; ++p) {
-#pragma unroll
-						for (int q = 0; q < 2; ++q) {
-							float* acc = s[2 * (p0 + p) + q];
-							tc::mma_bf16_16816(acc, m == 2 ? al : ah, (m == 1 ? bl[p] : bh[p]) + 2 * q, acc);
-						}
-					}
-				}
+				mma_group<kNT>(s, p0, ah, al, bh, bl);
 			}
 		}
 		(void)n;
