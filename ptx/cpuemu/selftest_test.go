@@ -92,10 +92,44 @@ func TestEmulator(t *testing.T) {
 		}
 	})
 
+	t.Run("named_barrier_pairs", func(t *testing.T) {
+		// Warps w and w+4 meet at named barrier 1 + w%4 and read each other's post.
+		const blocks, n = 2, 256
+		j := newJob(t)
+		j.out("out", 4*blocks*n)
+		j.launch("pair", "emu_named_pair", grid1(blocks), n, "1024", buf("out"), i32a(1))
+		got := j.run(bin).f32s("out")
+		for i, v := range got {
+			w, lane := i%n/32, i%32
+			require.Equal(t, float32(lane*10+(w+4)%8), v, "thread %d", i)
+		}
+	})
+
+	t.Run("named_barrier_missing_reads_nan", func(t *testing.T) {
+		// Without the pair's barrier the warp that runs first reads its partner's slot unwritten, in
+		// either block order.
+		const blocks, n = 2, 256
+		j := newJob(t)
+		j.out("out", 4*blocks*n)
+		j.launch("pair", "emu_named_pair", grid1(blocks), n, "1024", buf("out"), i32a(0))
+		r := j.run(bin)
+		for b := 0; b < blocks; b++ {
+			fresh := 0
+			for i := b * n; i < (b+1)*n; i++ {
+				if math.Float32bits(f32Of(r.raw["out"], i)) == smemFill {
+					fresh++
+				}
+			}
+			require.Positive(t, fresh, "block %d: no warp read its partner's slot unwritten", b)
+		}
+	})
+
 	for _, c := range []struct {
 		name, kernel, smem, want string
 		args                     []string
 	}{
+		{"named_barrier_count_mismatch", "emu_named_count_mismatch", "0", "threads name counts 64 and 96", []string{buf("p")}},
+		{"named_barrier_short", "emu_named_short", "0", "at a named barrier (bar.sync) short of its count", []string{buf("p")}},
 		{"divergent_syncthreads", "emu_divergent_sync", "0", "barrier divergence", []string{buf("p")}},
 		{"smem_past_launch_size", "emu_smem_overflow", "1024", "beyond the launch's 1024 bytes", []string{i32a(1024)}},
 		{"smem_past_device_limit", "emu_smem_overflow", "232452", "more than the device's", []string{i32a(0)}},

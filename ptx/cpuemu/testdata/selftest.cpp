@@ -1,10 +1,11 @@
 // selftest.cpp: small kernels that check the emulator itself (emu_test.go's
-// TestEmulator): barriers, shuffles, static and dynamic shared memory, and
+// TestEmulator): barriers (named ones too), shuffles, static and dynamic shared memory, and
 // the errors it must report (divergent barriers, shared memory written past
 // the launch's size, global writes out of bounds, reads of unwritten shared
 // memory).
 #include <cuda_runtime.h>
 
+#include "mma.cuh"
 #include "registry.h"
 
 namespace emu_selftest {
@@ -62,6 +63,31 @@ extern "C" __global__ void emu_divergent_sync(float* out) {
   out[threadIdx.x] = 1.f;
 }
 
+// named_pair: warps w and w + 4 of a 256-thread block are pairs; each warp posts lane*10 + warp to
+// shared memory and reads its partner's after the pair's named barrier (tc::bar_sync(1 + w % 4, 64)),
+// or, with sync = 0, without it (a bug: the warp that runs first reads unwritten shared memory).
+extern "C" __global__ void emu_named_pair(float* out, int sync) {
+  extern __shared__ float smem[];
+  const int t = threadIdx.x, w = t / 32, lane = t % 32;
+  smem[t] = static_cast<float>(lane * 10 + w);
+  if (sync) gdnkcp::tc::bar_sync(1 + w % 4, 64);
+  out[blockIdx.x * blockDim.x + t] = smem[((w + 4) % 8) * 32 + lane];
+}
+
+// named_count_mismatch: the two warps at named barrier 1 name different thread counts (a bug).
+extern "C" __global__ void emu_named_count_mismatch(float* out) {
+  if (threadIdx.x >= 64) return;
+  gdnkcp::tc::bar_sync(1, threadIdx.x < 32 ? 64 : 96);
+  out[threadIdx.x] = 1.f;
+}
+
+// named_short: one warp waits at a named barrier for 64 threads that never come (a bug).
+extern "C" __global__ void emu_named_short(float* out) {
+  if (threadIdx.x >= 32) return;
+  gdnkcp::tc::bar_sync(2, 64);
+  out[threadIdx.x] = 1.f;
+}
+
 // smem_overflow: writes one float past n bytes of dynamic shared memory.
 extern "C" __global__ void emu_smem_overflow(int n) {
   extern __shared__ float smem[];
@@ -85,6 +111,9 @@ emu::Registrar selftest_kernels(
         EMU_KERNEL(emu_selftest, emu_divergent_sync),
         EMU_KERNEL(emu_selftest, emu_smem_overflow),
         EMU_KERNEL(emu_selftest, emu_oob_write),
+        EMU_KERNEL(emu_selftest, emu_named_pair),
+        EMU_KERNEL(emu_selftest, emu_named_count_mismatch),
+        EMU_KERNEL(emu_selftest, emu_named_short),
     },
     {});
 }  // namespace
