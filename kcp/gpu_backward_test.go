@@ -446,3 +446,68 @@ func TestGPUTensorCoreBackward(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUTensorCorePortable runs the mma and v5 kernel sets, module stage,
+// on every blob the device loads: the sm_90a cubin and the forced compute_80
+// PTX (the portable path, which TestGPUTensorCoreForward / Backward do not
+// take). Per blob: the output, states and gradients within the tolerances
+// of the CPU reference; ten forwards bitwise equal; twenty backwards of one
+// forward bitwise equal; and B3 (checkpoint, recompute, backward) bitwise
+// B1.
+func TestGPUTensorCorePortable(t *testing.T) {
+	seed := gpuTestSeed(t)
+	p := bwdPlan(t, bwdPacks[0].docs, 4, LayoutD, 1, 2)
+	if _, err := loader.DeviceCount(); err != nil {
+		t.Skipf("needs libcuda.so.1 and a CUDA GPU: %v", err)
+	}
+	ctx := context.Background()
+	in, dout := RandomInputs(p, StageModule, seed)
+	ref, _, err := Reference(ctx, p, in, nil, Options{Stage: StageModule})
+	require.NoError(t, err)
+	be, err := NewCPU(p, Options{Stage: StageModule})
+	require.NoError(t, err)
+	cpu, err := be.Forward(ctx, in)
+	require.NoError(t, err)
+	refGrads := cpuGrads(t, p, Options{Stage: StageModule}, in, dout)
+	for _, set := range []string{"mma", "v5"} {
+		t.Run(set, func(t *testing.T) {
+			opts := GPUOptions{Options: Options{Stage: StageModule}, KeepDevice: true}
+			require.NoError(t, opts.SetKernels(set))
+			probe, err := NewGPU(p, opts)
+			if errors.Is(err, ErrMissingKernels) {
+				t.Skipf("needs blobs with the %s kernels: %v", set, err)
+			}
+			require.NoError(t, err)
+			require.NoError(t, probe.Close())
+			for _, tg := range openTestGPUs(t, p, opts) {
+				what := set + " kernels " + tg.name
+				f, err := tg.g.Forward(ctx, in)
+				require.NoError(t, err, what)
+				checkAgainst(t, what, f, ref, cpu)
+				for i := 1; i < 10; i++ {
+					fi, err := tg.g.Forward(ctx, in)
+					require.NoError(t, err, what)
+					requireSameBits(t, fmt.Sprintf("%s: forward %d vs forward 0", what, i), f, fi)
+					require.NoError(t, fi.Close())
+				}
+				g1, err := f.Backward(ctx, dout)
+				require.NoError(t, err, what)
+				checkGrads(t, what, g1.Gradients(), refGrads)
+				for i := 1; i < 20; i++ {
+					gi, err := f.Backward(ctx, dout)
+					require.NoError(t, err, what)
+					requireSameGradBits(t, fmt.Sprintf("%s: backward %d vs backward 0", what, i), g1, gi)
+				}
+				require.NoError(t, f.Close())
+				ck, err := tg.g.ForwardCheckpoint(ctx, in)
+				require.NoError(t, err, what)
+				f3, err := ck.Recompute(ctx)
+				require.NoError(t, err, what)
+				g3, err := f3.Backward(ctx, dout)
+				require.NoError(t, err, what)
+				requireSameGradBits(t, what+": B3 vs B1", g1, g3)
+				require.NoError(t, f3.Close())
+			}
+		})
+	}
+}
