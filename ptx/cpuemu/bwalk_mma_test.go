@@ -1,7 +1,6 @@
 package cpuemu
 
 import (
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,27 +9,12 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged tensor-core backward walks of ptx/src/gdn_bwalk_mma.cu
+// The tensor-core backward walks of ptx/src/gdn_bwalk_mma.cu
 // (gdn_offset_walk_mma, gdn_tape_walk_mma: mma.sync with hi/lo splits,
 // cp.async stages) on the emulator, against internal/gdnref fed the very fp32
 // W, Kt, qn, gamma and dV'_local the walks read (made by the fp32 l2norm,
 // prep and gdn_dvlocal_bwd in the same job), the bf16 dO and random terminal
 // adjoints.
-
-// stagedBWalkMMA is the staged backward walk source; runner_bwalk_mma is
-// registered only while it (and the fp32 backward it builds with) is there.
-const stagedBWalkMMA = "../src/gdn_bwalk_mma.cu"
-
-func haveStagedBWalks() bool {
-	_, err := os.Stat(stagedBWalkMMA)
-	return err == nil && haveStagedWalks() && haveBackward()
-}
-
-func init() {
-	if haveStagedBWalks() {
-		binaries["runner_bwalk_mma"] = []string{"emu", "runner", "kernels_bwalk_mma"}
-	}
-}
 
 // bwalkMMATol bounds the normwise relative error of Pᵀ, R, the chunk
 // adjoints, dV' and the start adjoints against float64 from the same inputs.
@@ -51,7 +35,7 @@ const bwalkMMATol = 3e-5
 // measured 1.1e-5 (l2norm) and 1.65e-4 (no_l2norm); 1e-3 leaves 6x.
 const bwalkMMAElemTol = 1e-3
 
-// TestMMABackwardWalksOnCPU runs the staged backward walks on the cases of
+// TestMMABackwardWalksOnCPU runs the tensor-core backward walks on the cases of
 // TestBackwardKernelsOnCPU (chunks of 1, 3, 6, 8, 40, 63, 64 rows; grouped
 // heads; offset lists of one and two segments), vh 64 and 128: every
 // output poisoned first and fully written, vh 64 and 128 bitwise equal, Pᵀ,
@@ -59,9 +43,6 @@ const bwalkMMAElemTol = 1e-3
 // at issue on every case and, on the "no_l2norm" case, deferred to its wait
 // as well.
 func TestMMABackwardWalksOnCPU(t *testing.T) {
-	if !haveStagedBWalks() {
-		t.Skipf("%s (or the fp32 backward, or the staged forward walks) is not there: nothing staged to test", stagedBWalkMMA)
-	}
 	bin := built(t, "runner_bwalk_mma")
 	// Every case with cp.async landing at issue; no_l2norm (a two-chunk
 	// segment of 64 + 6 rows and a one-token one) also deferred to the wait.
@@ -106,7 +87,7 @@ func TestMMABackwardWalksOnCPU(t *testing.T) {
 }
 
 // addBWalksMMA adds the fp32 l2norm, prep and dV'_local (the walks' inputs)
-// and the staged offset and tape walks at vh 64 and 128, every output
+// and the tensor-core offset and tape walks at vh 64 and 128, every output
 // poisoned before its launch; the offset walks run over offList, the tape
 // walks start from dend ([NS, HV, 128, 128]).
 func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {

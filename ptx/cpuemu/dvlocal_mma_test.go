@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,26 +11,11 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/bf16"
 )
 
-// The staged tensor-core dV'_local of ptx/src/gdn_dvlocal_mma.cu
+// The tensor-core dV'_local of ptx/src/gdn_dvlocal_mma.cu
 // (gdn_dvlocal_mma: mma.sync with hi/lo splits, cp.async stages) on the
 // emulator, against float64 computed here from the very fp32 q, k, gamma and
 // bf16 dO the kernel reads, and beside the fp32 gdn_dvlocal_bwd run on the
 // same buffers.
-
-// stagedDvLocalMMA is the staged source; runner_dvlocal_mma is registered
-// only while it (and the fp32 backward it builds with) is there.
-const stagedDvLocalMMA = "../src/gdn_dvlocal_mma.cu"
-
-func haveStagedDvLocal() bool {
-	_, err := os.Stat(stagedDvLocalMMA)
-	return err == nil && haveBackward()
-}
-
-func init() {
-	if haveStagedDvLocal() {
-		binaries["runner_dvlocal_mma"] = []string{"emu", "runner", "kernels_dvlocal_mma"}
-	}
-}
 
 // dvlMMATol bounds the normwise relative error of dvl against float64 from
 // the same inputs. S = K Qᵀ runs as kh qh + kh ql + kl qh (each term off by
@@ -73,9 +57,6 @@ var dvlMMACases = []dvlMMACase{
 // dvlMMAElemTol (worst element over the rms) of the float64 formula
 // dvl_j = scale sum_{i=j..n-1} (q_i . k_j) e^(gamma_i - gamma_j) dO_i.
 func TestMMADvLocalOnCPU(t *testing.T) {
-	if !haveStagedDvLocal() {
-		t.Skipf("%s (or the fp32 backward) is not there: nothing staged to test", stagedDvLocalMMA)
-	}
 	built(t, "runner_dvlocal_mma")
 	for i := range dvlMMACases {
 		c := &dvlMMACases[i]

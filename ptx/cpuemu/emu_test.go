@@ -34,29 +34,27 @@ var cxxFlags = []string{"-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-mat
 
 // The binaries and their objects. runner_all exists only when
 // ptx/src/gdn_bwd.cu does; runner_mma holds the tensor-core test kernels;
-// runner_walk_mma the tensor-core walks of ptx/src/gdn_walk_mma.cu (only
-// while that file exists; docs/mma-kernels.md).
+// the runner_*_mma* binaries the tensor-core kernels of ptx/src (v4 / v5,
+// docs/mma-kernels.md), one file each (runner_mma16: the v5 walks and
+// output together).
 var binaries = map[string][]string{
-	"harness":         {"emu", "harness"},
-	"runner_fwd":      {"emu", "runner", "selftest", "kernels_fwd"},
-	"runner_all":      {"emu", "runner", "selftest", "kernels_all"},
-	"runner_mma":      {"emu", "runner", "mma_kernels"},
-	"runner_walk_mma": {"emu", "runner", "kernels_walk_mma"},
-}
-
-// stagedWalkMMA is the tensor-core walk source (staged before 2026-12-01,
-// now in ptx/src).
-const stagedWalkMMA = "../src/gdn_walk_mma.cu"
-
-// haveStagedWalks reports whether the staged walks are there to build.
-func haveStagedWalks() bool {
-	_, err := os.Stat(stagedWalkMMA)
-	return err == nil
+	"harness":            {"emu", "harness"},
+	"runner_fwd":         {"emu", "runner", "selftest", "kernels_fwd"},
+	"runner_all":         {"emu", "runner", "selftest", "kernels_all"},
+	"runner_mma":         {"emu", "runner", "mma_kernels"},
+	"runner_walk_mma":    {"emu", "runner", "kernels_walk_mma"},
+	"runner_bwalk_mma":   {"emu", "runner", "kernels_bwalk_mma"},
+	"runner_prep_mma":    {"emu", "runner", "kernels_prep_mma"},
+	"runner_output_mma":  {"emu", "runner", "kernels_output_mma"},
+	"runner_mma16":       {"emu", "runner", "kernels_mma16"},
+	"runner_dvlocal_mma": {"emu", "runner", "kernels_dvlocal_mma"},
+	"runner_grads_mma":   {"emu", "runner", "kernels_grads_mma"},
+	"runner_grads_mma5":  {"emu", "runner", "kernels_grads_mma5"},
 }
 
 // skipBinary reports binaries whose sources are absent.
 func skipBinary(b string) bool {
-	return (b == "runner_all" && !haveBackward()) || (b == "runner_walk_mma" && !haveStagedWalks())
+	return b == "runner_all" && !haveBackward()
 }
 
 func TestMain(m *testing.M) {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,28 +12,13 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged grouped chunk gradients of ptx/src/gdn_chunk_grads_mma5.cu
+// The grouped chunk gradients of ptx/src/gdn_chunk_grads_mma5.cu
 // (gdn_chunk_grads_mma5: one CTA per chunk and QK head, its value heads in
 // ascending order, dq and dk summed in registers and put through the l2norm
 // backward in the CTA) on the emulator, against internal/gdnref.ChunkGrads per
 // value head, summed over the QK head's value heads and pushed through
 // gdnref.L2NormBackward in float64; beside the fp32 gdn_chunk_grads +
 // gdn_qk_bwd pair run on the same buffers.
-
-// stagedGradsMMA5 is the staged source; runner_grads_mma5 is registered only
-// while it (and the fp32 backward it builds with) is there.
-const stagedGradsMMA5 = "../src/gdn_chunk_grads_mma5.cu"
-
-func haveStagedGrads5() bool {
-	_, err := os.Stat(stagedGradsMMA5)
-	return err == nil && haveStagedGrads()
-}
-
-func init() {
-	if haveStagedGrads5() {
-		binaries["runner_grads_mma5"] = []string{"emu", "runner", "kernels_grads_mma5"}
-	}
-}
 
 // The bounds are gdn_chunk_grads_mma's (gradsMMATol, gradsMMAElemTol): the
 // kernel runs the same products; the sum over value heads and the l2norm
@@ -68,9 +52,6 @@ var gradsMMA5Cases = []gradsMMA5Case{
 // dg, dbeta within gradsMMATol (normwise) and gradsMMAElemTol (worst element
 // over the rms) of float64.
 func TestMMA5ChunkGradsOnCPU(t *testing.T) {
-	if !haveStagedGrads5() {
-		t.Skipf("%s (or gdn_chunk_grads_mma.cu, or the fp32 backward) is not there: nothing staged to test", stagedGradsMMA5)
-	}
 	built(t, "runner_grads_mma5")
 	for i := range gradsMMA5Cases {
 		c := &gradsMMA5Cases[i]
@@ -189,7 +170,7 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 	r := j.run(bin)
 	t.Logf("runner:\n%s", r.log)
 
-	// The staged kernel's outputs: a chunk's rows written and finite in the
+	// The kernel's outputs: a chunk's rows written and finite in the
 	// head columns, everything else still poisoned. got gathers (chunk, head,
 	// row, column) order, the QK head for dq / dk and the value head for the
 	// rest (the fp32 pair's too; its gdn_qk_bwd also writes the gap rows).

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,26 +12,11 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged tensor-core chunk gradients of ptx/src/gdn_chunk_grads_mma.cu
+// The tensor-core chunk gradients of ptx/src/gdn_chunk_grads_mma.cu
 // (gdn_chunk_grads_mma: mma.sync with hi/lo splits, the inverse rebuilt on
 // mma, cp.async stages) on the emulator, against internal/gdnref.ChunkGrads
 // fed the very fp32 / bf16 inputs the kernel reads, and beside the fp32
 // gdn_chunk_grads run on the same buffers.
-
-// stagedGradsMMA is the staged source; runner_grads_mma is registered only
-// while it (and the fp32 backward it builds with) is there.
-const stagedGradsMMA = "../src/gdn_chunk_grads_mma.cu"
-
-func haveStagedGrads() bool {
-	_, err := os.Stat(stagedGradsMMA)
-	return err == nil && haveBackward()
-}
-
-func init() {
-	if haveStagedGrads() {
-		binaries["runner_grads_mma"] = []string{"emu", "runner", "kernels_grads_mma"}
-	}
-}
 
 // gradsMMATol bounds the normwise relative error of dq, dk, dv, dg and dbeta
 // against float64 from the same inputs. Every fp32 x fp32 product runs as
@@ -78,9 +62,6 @@ var gradsMMACases = []gradsMMACase{
 // dq, dk, dv, dg, dbeta within gradsMMATol (normwise) and gradsMMAElemTol (worst
 // element over the rms) of gdnref.ChunkGrads.
 func TestMMAChunkGradsOnCPU(t *testing.T) {
-	if !haveStagedGrads() {
-		t.Skipf("%s (or the fp32 backward) is not there: nothing staged to test", stagedGradsMMA)
-	}
 	built(t, "runner_grads_mma")
 	for i := range gradsMMACases {
 		c := &gradsMMACases[i]

@@ -10,8 +10,8 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/bf16"
 )
 
-// The v5 walks and the bf16 hand-over between the staged state walk and the
-// staged output: gdn_state_walk_mma16 (ptx/src/gdn_walk_mma.cu:
+// The v5 walks and the bf16 hand-over between the state walk and the
+// output: gdn_state_walk_mma16 (ptx/src/gdn_walk_mma.cu:
 // gdn_state_walk_mma reading kn and gcum in place of the prep's Kt, which it
 // rebuilds, plus bf16 copies of each chunk's start state H^T and of V'^T),
 // gdn_summary_walk_mma16 (gdn_summary_walk_mma with the same Kt rebuild) and
@@ -21,12 +21,6 @@ import (
 // gdnref.Output fed the walk's own fp32 H and V', rounded to bf16 as the
 // output reads them (its own error) and not rounded (what the bf16 hand-over
 // costs).
-
-func init() {
-	if haveStagedWalks() && haveStagedOutput() {
-		binaries["runner_mma16"] = []string{"emu", "runner", "kernels_mma16"}
-	}
-}
 
 // mma16Cases: "core", the segments of TestForwardKernelsOnCPU's "core" case
 // (1, 63, 64, 65 and 200 tokens: chunks of 1, 8, 63 and 64 rows, random
@@ -97,9 +91,6 @@ const gapRows = 3
 // rounding of the same reference; both within mma16HandOverTol /
 // mma16TotalTol of gdnref.Output from the unrounded fp32 H and V'.
 func TestMMA16OnCPU(t *testing.T) {
-	if !haveStagedWalks() || !haveStagedOutput() {
-		t.Skipf("%s or %s is not there (landed or removed): nothing staged to test", stagedWalkMMA, stagedOutputMMA)
-	}
 	bin := built(t, "runner_mma16")
 	for _, rn := range []struct {
 		name  string

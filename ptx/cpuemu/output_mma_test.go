@@ -12,28 +12,13 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged tensor-core output of ptx/src/gdn_output_mma.cu
+// The tensor-core output of ptx/src/gdn_output_mma.cu
 // (gdn_output_mma: mma.sync, hi/lo splits, cp.async stages split in place)
 // on the emulator, against gdnref.Output fed the very fp32 qn, kn, gamma,
 // V' and chunk states the kernel reads.
 
-// stagedOutputMMA is the staged output source; runner_output_mma is
-// registered only while it is there.
-const stagedOutputMMA = "../src/gdn_output_mma.cu"
-
-func haveStagedOutput() bool {
-	_, err := os.Stat(stagedOutputMMA)
-	return err == nil
-}
-
-func init() {
-	if haveStagedOutput() {
-		binaries["runner_output_mma"] = []string{"emu", "runner", "kernels_output_mma"}
-	}
-}
-
 // Operand precisions of gdn_output_mma_probe (the kSplit* bits of the
-// staged file): every operand split (the entry's kOutputPrec), plain bf16,
+// kernel file): every operand split (the entry's kOutputPrec), plain bf16,
 // Q and H split, and the fp32 state side (H, V', P) split.
 const (
 	precAll   = 31
@@ -158,9 +143,6 @@ const outProbesEnv = "GDNKCP_OUTPUT_PROBES"
 // outMMAElemTol of the rms) and bit for bit the bf16 rounding of the probe's
 // fp32 (so the two modes and the two output types agree).
 func TestMMAOutputOnCPU(t *testing.T) {
-	if !haveStagedOutput() {
-		t.Skipf("%s is not there (landed or removed): nothing staged to test", stagedOutputMMA)
-	}
 	bin := built(t, "runner_output_mma")
 	var mu sync.Mutex
 	got := map[string][]byte{}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,26 +13,11 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged tensor-core chunk prep of ptx/src/gdn_prep_mma.cu
+// The tensor-core chunk prep of ptx/src/gdn_prep_mma.cu
 // (gdn_prep_mma: mma.sync with hi/lo splits, a blocked (I + L)^-1, cp.async
 // stages) on the emulator, against internal/gdnref.Prep fed the very fp32
 // kn, g, beta and bf16 v the kernel reads, and beside the fp32 gdn_prep_fwd
 // run on the same buffers.
-
-// stagedPrepMMA is the staged prep source; runner_prep_mma is registered
-// only while it is there.
-const stagedPrepMMA = "../src/gdn_prep_mma.cu"
-
-func haveStagedPrep() bool {
-	_, err := os.Stat(stagedPrepMMA)
-	return err == nil
-}
-
-func init() {
-	if haveStagedPrep() {
-		binaries["runner_prep_mma"] = []string{"emu", "runner", "kernels_prep_mma"}
-	}
-}
 
 // prepMMATol bounds the normwise relative error of gcum, W, U and Kt against
 // float64 from the same inputs. Every product of two fp32 quantities (K K^T,
@@ -85,9 +69,6 @@ var prepMMACases = []prepMMACase{
 // with kt null (nokt cases), gcum, W and U bitwise those of the run with kt
 // (gap rows included).
 func TestMMAPrepOnCPU(t *testing.T) {
-	if !haveStagedPrep() {
-		t.Skipf("%s is not there (landed or removed): nothing staged to test", stagedPrepMMA)
-	}
 	built(t, "runner_prep_mma")
 	for i := range prepMMACases {
 		c := &prepMMACases[i]

@@ -10,7 +10,7 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
-// The staged tensor-core walks of ptx/src/gdn_walk_mma.cu
+// The tensor-core walks of ptx/src/gdn_walk_mma.cu
 // (gdn_summary_walk_mma, gdn_state_walk_mma: mma.sync with hi/lo splits,
 // cp.async stages) on the emulator, against internal/gdnref fed the very fp32
 // W, U, Kt and gamma the walks read (made by the fp32 l2norm and prep of
@@ -29,16 +29,13 @@ import (
 // A single element is held to 10x that against the states' rms.
 const mmaWalkTol = 3e-5
 
-// TestMMAWalksOnCPU runs the staged walks on the "core" case of
+// TestMMAWalksOnCPU runs the tensor-core walks on the "core" case of
 // TestForwardKernelsOnCPU (segments of 1, 63, 64, 65 and 200 tokens: chunks
 // of 1, 8, 63 and 64 rows; HQK 1, HV 2; random non-zero start states), vh 64
 // and 128, with cp.async landing at once and deferred to its wait: every
 // output poisoned first and fully written, vh 64 and 128 bitwise equal, V',
 // the chunk states, the final states, P and Q within mmaWalkTol of gdnref.
 func TestMMAWalksOnCPU(t *testing.T) {
-	if !haveStagedWalks() {
-		t.Skipf("%s is not there (landed or removed): nothing staged to test", stagedWalkMMA)
-	}
 	bin := built(t, "runner_walk_mma")
 	c := &fwdCases[0]
 	require.Equal(t, "core", c.name)
@@ -74,7 +71,7 @@ func randomStates(n int, seed uint64) []float32 {
 }
 
 // addWalksMMA adds the fp32 l2norm and prep (the walks' inputs) and the
-// staged summary and state walks at vh 64 and 128, every output poisoned
+// tensor-core summary and state walks at vh 64 and 128, every output poisoned
 // before its launch; the state walks start from start ([NS, HV, 128, 128]).
 func addWalksMMA(j *job, d *gdnData, start []float32) {
 	c, l := d.c, d.l
