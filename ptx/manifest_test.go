@@ -72,19 +72,9 @@ func TestDefaultStore(t *testing.T) {
 // knownWalkSpills are the walk entries of the committed blobs that break the
 // no-spill rule, with why: TestEmbeddedWalksDoNotSpill fails for any other
 // spilling walk, and for a listed one that no longer spills (then remove it
-// here).
-var knownWalkSpills = map[string]string{
-	"sm_100a gdn_state_walk_mma":   blackwellStateWalkSpill,
-	"sm_100a gdn_state_walk_mma16": blackwellStateWalkSpill,
-	"sm_103a gdn_state_walk_mma":   blackwellStateWalkSpill,
-	"sm_103a gdn_state_walk_mma16": blackwellStateWalkSpill,
-	"sm_107a gdn_state_walk_mma":   blackwellStateWalkSpill,
-	"sm_107a gdn_state_walk_mma16": blackwellStateWalkSpill,
-}
-
-const blackwellStateWalkSpill = "ptxas 13.0 on the Blackwell targets spills the forward state walks at 255 registers: the vh 128 form holds S^T (64), " +
-	"V'^T in two key-half chains (64) and the state walk's output addresses. sm_90a (the measured H200) and the compute_80 " +
-	"PTX are spill-free; not yet measured on Blackwell (docs/perf-notes.md, 2026-12-01)."
+// here). None since 2026-12-01: the Blackwell state walks' spills went with
+// the vh 128 chain parked in shared memory (docs/mma-kernels.md).
+var knownWalkSpills = map[string]string{}
 
 // TestEmbeddedWalksDoNotSpill holds the house rule that walk kernels never
 // spill registers: every cubin's walk entries (the name holds "walk") have

@@ -22,7 +22,7 @@ build)
 	done
 	# NVML needs cgo: one archdetect binary with it (glibc there is newer than here).
 	go test -ldflags='-s -w' -c -o .gpu/archdetect-cgo.test ./archdetect 2>/dev/null
-	for tool in kcp ptxcheck; do
+	for tool in kcp ptxcheck ptxgen; do
 		[ -d "tools/$tool" ] && CGO_ENABLED=0 go build -ldflags='-s -w' -o ".gpu/$tool" "./tools/$tool"
 	done
 	ls -la .gpu

@@ -8,14 +8,22 @@
 // past a short chunk's end are neither read nor written. No atomics; every sum has one fixed order.
 //
 // ---- The data flow -----------------------------------------------------------------------------------
-// Every matrix operand lives in shared memory as fp32 (row stride 132 for 128-wide tiles, 68 for 64-wide
-// ones) or, when exact in bf16 (dO, v), as bf16 pairs (row stride 68 words). A warp builds its mma
-// fragments straight from these with plain loads and splits fp32 in registers (x = hi + lo, hi = rn(x),
-// lo = rn(x - hi)); a transposed operand is the same load with the strides swapped, so every product
-// below is one generic loop (gemm). Warp w owns rows 16 rt .. 16 rt + 15 (rt = w % 4) and columns
-// 64 ch .. (ch = w / 4) of a 64 x 128 result (8 accumulator tiles), or columns 32 ch .. of a 64 x 64 one
-// (4 tiles; warps whose tile lies wholly above the diagonal skip the mma of a strictly/causally lower
-// result and store its zeros). dq and dk stay in accumulator registers from phase 1 to their store.
+// Every matrix operand lives in shared memory as fp32 (132 words a row for 128-wide tiles, 68 for 64-wide
+// ones, laid out by rowo below) or, when exact in bf16 (dO, v), as bf16 pairs (row stride 68 words). A warp
+// builds its mma fragments straight from these with plain loads (a row-major pair one 8-byte load) and
+// splits fp32 in registers (x = hi + lo, hi = rn(x), lo = rn(x - hi)); a transposed operand is the same
+// load with rows and columns swapped, so every product below is one generic loop (gemm).
+// Bank conflicts (32 banks of 4 bytes; a warp's 8-byte loads in two half-warp phases): with plain rows of
+// 132 / 68 words (4 banks apart) the row-major pair loads (rows g, columns 2t, 2t + 1) were 2-way; the
+// fp32 tiles that fragments are built from now keep each 8-row block's 8 P words but place its rows 0..7 at
+// bank units 0, 2, 4, 6, 2, 4, 6, 0 (rowo), which makes those pair loads and the transposed scalar loads
+// (rows 2t (+1), columns g) conflict-free, and keeps cp.async units, float4 reads and contiguous row reads
+// conflict-free. E, F kk and E2 (read only by the per-thread row / column sums) keep plain rows: for the
+// row sums (lane = row) plain rows give 4-way, rowo 8-way. The bf16 tiles (68 words: rows 4 banks apart,
+// 32-bit fragment loads conflict-free) are unchanged. Addresses only: every output keeps its bits.
+// Warp w owns rows 16 rt .. 16 rt + 15 (rt = w % 4) and columns 64 ch .. (ch = w / 4) of a 64 x 128 result
+// (8 accumulator tiles), or columns 32 ch .. of a 64 x 64 one (4 tiles; warps whose tile lies wholly above
+// the diagonal skip the mma of a strictly/causally lower result and store its zeros). dq and dk stay in accumulator registers from phase 1 to their store.
 //   S1  cp.async K, Q, V' (fp32) and dO (bf16) rows < n, zeros past n; beta, gamma.          barrier 1
 //   1a  K K^T, S = Q K^T (3 products each), dP = dO V'^T (dO exact: 2 products); kk to KK, L = beta_i kk
 //       e^(gamma_i - gamma_j) (j < i < n) to LS, G1 = scale dP Γ (j <= i < n) to G1S, E = G1 ⊙ S to ES. barrier 2
@@ -81,7 +89,11 @@
 // __launch_bounds__(256, 1) (255 allowed), no spill expected. Measured (nvcc 11.8, -O3 -std=c++17): sm_90
 // cubin 240 registers, compute_80 PTX through ptxas -arch=sm_80 243 registers; both 0 bytes stack frame,
 // 0 spill stores / loads (sm_90a and Blackwell targets not built: 11.8 lacks them). 240 x 256 threads fits
-// the SM's 64K registers once: one CTA an SM, as the shared memory already decides.
+// the SM's 64K registers once: one CTA an SM, as the shared memory already decides. With the rowo layout
+// (lane row offsets spelled as one term each: rowo(i0) = 16 rt kP + rowo(g), rowo(2t + 1) = rowo(2t) + P + 4):
+// sm_90 cubin 232 registers (236 before), compute_80 PTX through ptxas -arch=sm_80 230 (236), no spill. (Spelled
+// rowo(i0) / rowo(r) directly, the v5 kernel spilled 4-20 bytes on sm_80, and a diagonal-inverse loop bound of
+// i kept xcol in a 64-byte local array: hence the j < 16, if (j < i) loop and the spelled offsets.)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -97,8 +109,8 @@ using tc::bf16;
 constexpr int kD = fwd::kD, kC = fwd::kC, kThreads = fwd::kThreads;
 static_assert(kThreads == 256 && kD == 128 && kC == 64, "the fragment bookkeeping below assumes these");
 
-constexpr int kP = kD + 4;        // fp32 row of a [64|128][128] tile (528 bytes: cp.async rows stay 16-byte aligned)
-constexpr int kQ = kC + 4;        // fp32 row of a [64][64] tile
+constexpr int kP = kD + 4;        // fp32 row budget of a [64|128][128] tile (528 bytes; rowo keeps rows 16-byte aligned)
+constexpr int kQ = kC + 4;        // fp32 row budget of a [64][64] tile
 constexpr int kW = kD / 2 + 4;    // 32-bit words of a bf16 [64][128] row (272 bytes)
 constexpr int kTP = kC * kP;      // floats of a [64][kP] tile
 constexpr int kTQ = kC * kQ;      // floats of a [64][kQ] tile
@@ -112,13 +124,41 @@ constexpr int kGradMMASmem = 4 * (3 * kTP + kTW + kBig + 2 * kTQ + kScal);
 static_assert(kGradMMASmem == 227136, "kGradMMASmem: keep the header and the README in step");
 static_assert(kGradMMASmem <= 232448, "above the opt-in limit");
 
-// frag_a: the A fragment (16 x 16) whose element (m, k) is p[m sm + k sk], split (S) or plain bf16.
-template <bool S>
-__device__ __forceinline__ void frag_a(const float* p, int sm, int sk, int g, int t, unsigned hi[4], unsigned lo[4]) {
+// rowo: the word offset of row m in a tile of row pitch P (kP or kQ) laid out in 8-row blocks: a block
+// keeps its 8 P words (8 rows of W = P - 4 data words + 32 spare words, the old padded rows' budget), but
+// row m % 8 sits at position q (m's bits 1 and 2 swapped: rows 0, 1, 4, 5, 2, 3, 6, 7 in memory order) plus
+// 2 ((q + 1) / 2) 16-byte units of gap: rows 0..7 start at bank units 0, 2, 4, 6, 2, 4, 6, 0 (mod 8). Rows
+// g = 0..3 (and 4..7) thus start 2 units apart (a half-warp's 8-byte pair loads of rows g, columns 2t, 2t + 1
+// fill the 32 banks), and so do rows 0, 2, 4, 6 and rows 1, 3, 5, 7 (a warp's scalar loads of rows 2t (+1),
+// columns g fill them). rowo(2t + 1) = rowo(2t) + P + 4 (the transposed pair one register, as before);
+// columns stay contiguous (cp.async units, float2 / float4 pairs); rowo(8 a + m) = 8 a P + rowo(m): a pointer
+// moved by a multiple of 8 rows (m P) and by any column count stays valid.
+template <int P>
+__device__ __forceinline__ int rowo(int m) {
+	const int q = (m & 1) | ((m >> 1) & 2) | ((m << 1) & 4);
+	return (m >> 3) * (8 * P) + 4 * (q * ((P - 4) / 4) + 2 * ((q + 1) >> 1));
+}
+
+__device__ __forceinline__ float2 ld2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ void st2(float* p, float x0, float x1) { *reinterpret_cast<float2*>(p) = make_float2(x0, x1); }
+
+// frag_a: the A fragment (16 x 16) of a rowo<P> tile, split (S) or plain bf16: element (m, k) at
+// p[rowo(m) + k] (T false: row-major, the pair k, k + 1 one 8-byte load) or p[rowo(k) + m] (T: transposed).
+template <bool S, int P, bool T>
+__device__ __forceinline__ void frag_a(const float* p, int g, int t, unsigned hi[4], unsigned lo[4]) {
 #pragma unroll
 	for (int r = 0; r < 4; ++r) {
 		const int m = g + 8 * (r & 1), k = 2 * t + 8 * (r >> 1);
-		const float x0 = p[m * sm + k * sk], x1 = p[m * sm + (k + 1) * sk];
+		float x0, x1;
+		if (T) {  // rows k, k + 1 (k even): rowo(k) = rowo(2t) + 8 (r >> 1) P, rowo(k + 1) = rowo(k) + P + 4
+			const int o = rowo<P>(2 * t) + 8 * (r >> 1) * P + m;
+			x0 = p[o];
+			x1 = p[o + P + 4];
+		} else {  // row m = g + 8 (r & 1)
+			const float2 x = ld2(p + rowo<P>(g) + 8 * (r & 1) * P + k);
+			x0 = x.x;
+			x1 = x.y;
+		}
 		if (S)
 			tc::split_bf16x2(x0, x1, hi[r], lo[r]);
 		else
@@ -126,13 +166,24 @@ __device__ __forceinline__ void frag_a(const float* p, int sm, int sk, int g, in
 	}
 }
 
-// frag_b: the B fragment (16 x 8) whose element (k, n) is sign p[k sk + n sn], split.
-__device__ __forceinline__ void frag_b(const float* p, int sk, int sn, int g, int t, unsigned hi[2], unsigned lo[2],
-                                       float sign = 1.f) {
+// frag_b: the B fragment (16 x 8) of a rowo<P> tile, split: element (k, n) is sign p[rowo(n) + k] (T false:
+// B = tile^T, the pair k, k + 1 one 8-byte load) or sign p[rowo(k) + n] (T).
+template <int P, bool T>
+__device__ __forceinline__ void frag_b(const float* p, int g, int t, unsigned hi[2], unsigned lo[2], float sign = 1.f) {
 #pragma unroll
 	for (int r = 0; r < 2; ++r) {
 		const int k = 2 * t + 8 * r;
-		tc::split_bf16x2(sign * p[k * sk + g * sn], sign * p[(k + 1) * sk + g * sn], hi[r], lo[r]);
+		float x0, x1;
+		if (T) {  // rows k, k + 1 as in frag_a
+			const int o = rowo<P>(2 * t) + 8 * r * P + g;
+			x0 = p[o];
+			x1 = p[o + P + 4];
+		} else {
+			const float2 x = ld2(p + rowo<P>(g) + k);
+			x0 = x.x;
+			x1 = x.y;
+		}
+		tc::split_bf16x2(sign * x0, sign * x1, hi[r], lo[r]);
 	}
 }
 
@@ -158,36 +209,35 @@ __device__ __forceinline__ void mma_t(float acc[4], const unsigned ah[4], const 
 	if (SA) tc::mma_bf16_16816(acc, al, bh, acc);
 }
 
-// gemm: acc[NT] += A B over the k steps k0 .. k1 - 1 (16 each), both fp32 and split: A (m, k) at
-// a[m sam + k sak] (a at the warp's first row), B (k, n) at b[k sbk + n sbn] (b at its first column).
-template <int NT>
-__device__ __forceinline__ void gemm(float (*acc)[4], const float* a, int sam, int sak, const float* b, int sbk,
-                                     int sbn, int k0, int k1, int g, int t) {
+// gemm: acc[NT] += A B over the k steps k0 .. k1 - 1 (16 each), both fp32 rowo tiles and split: A (m, k)
+// at a[rowo<AP>(m) + k] (AT: a[rowo<AP>(k) + m]; a at the warp's first row / column), B (k, n) at
+// b[rowo<BP>(n) + k] (BT: b[rowo<BP>(k) + n]; b at its first column / row).
+template <int NT, int AP, bool AT, int BP, bool BT>
+__device__ __forceinline__ void gemm(float (*acc)[4], const float* a, const float* b, int k0, int k1, int g, int t) {
 	for (int kk = k0; kk < k1; ++kk) {
 		unsigned ah[4], al[4];
-		frag_a<true>(a + 16 * kk * sak, sam, sak, g, t, ah, al);
+		frag_a<true, AP, AT>(a + (AT ? 16 * kk * AP : 16 * kk), g, t, ah, al);
 #pragma unroll
 		for (int nt = 0; nt < NT; ++nt) {
 			unsigned bh[2], bl[2];
-			frag_b(b + 16 * kk * sbk + 8 * nt * sbn, sbk, sbn, g, t, bh, bl);
+			frag_b<BP, BT>(b + (BT ? 16 * kk * BP + 8 * nt : 16 * kk + 8 * nt * BP), g, t, bh, bl);
 			mma_t<true, true>(acc[nt], ah, al, bh, bl);
 		}
 	}
 }
 
 // copy_f32: cp.async of the rows < n of a [ROWS][128] fp32 tile (global row stride `stride`) into a
-// [ROWS][kP] stage, zeros in the rows >= n; thread tid owns the 16-byte units tid + 256 x.
+// [ROWS][kP] rowo stage, zeros in the rows >= n; thread tid owns the 16-byte units tid + 256 x.
 template <int ROWS>
 __device__ __forceinline__ void copy_f32(float* dst, const float* src, long long stride, int n) {
 #pragma unroll
 	for (int x = 0; x < ROWS * 32 / kThreads; ++x) {
 		const int u = threadIdx.x + kThreads * x, r = u >> 5, c4 = 4 * (u & 31);
-		float* d = dst + r * kP + c4;
+		float* d = dst + rowo<kP>(threadIdx.x >> 5) + 8 * x * kP + c4;  // rowo(r), r = threadIdx.x / 32 + 8 x
 		if (r < n) {
 			tc::cp_async16(d, src + r * stride + c4);
 		} else {
-#pragma unroll
-			for (int e = 0; e < 4; ++e) d[e] = 0.f;
+			*reinterpret_cast<float4*>(d) = make_float4(0.f, 0.f, 0.f, 0.f);
 		}
 	}
 }
@@ -246,6 +296,9 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 	const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
 	const int lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3, rt = w & 3, ch = w >> 2;
 	const int i0 = 16 * rt + g, i1 = i0 + 8;
+	// rowo of rows i0, i1 (kP and kQ tiles) and of row 2t (kQ), spelled so that the lane's part is one term
+	const int rp0 = 16 * rt * kP + rowo<kP>(g), rp1 = rp0 + 8 * kP, rq0 = 16 * rt * kQ + rowo<kQ>(g), rq1 = rq0 + 8 * kQ;
+	const int rqt = rowo<kQ>(2 * t);
 	const bool lower = !(ch == 1 && rt < 2);  // the warp's 16 x 32 tile of a 64 x 64 result touches j <= i
 	const int t0 = chunk_tok0[c], n = chunk_len[c];
 	const int qh = h / (HV / HQK);
@@ -291,16 +344,16 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 		if (lower) {
 			for (int k8 = 0; k8 < kD / 16; ++k8) {
 				unsigned kh[4], kl[4], qa[4], ql[4], oa[4];
-				frag_a<true>(KF + 16 * rt * kP + 16 * k8, kP, 1, g, t, kh, kl);
-				frag_a<true>(QF + 16 * rt * kP + 16 * k8, kP, 1, g, t, qa, ql);
+				frag_a<true, kP, false>(KF + 16 * rt * kP + 16 * k8, g, t, kh, kl);
+				frag_a<true, kP, false>(QF + 16 * rt * kP + 16 * k8, g, t, qa, ql);
 				frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
 #pragma unroll
 				for (int nt = 0; nt < 4; ++nt) {
 					unsigned bh[2], bl[2], vh[2], vl[2];
-					frag_b(KF + (32 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, bh, bl);  // (k, n) = K[j][d]
+					frag_b<kP, false>(KF + (32 * ch + 8 * nt) * kP + 16 * k8, g, t, bh, bl);  // (k, n) = K[j][d]
 					mma_t<true, true>(kk[nt], kh, kl, bh, bl);
 					mma_t<true, true>(s[nt], qa, ql, bh, bl);
-					frag_b(VF + (32 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, vh, vl);  // (k, n) = V'[j][d]
+					frag_b<kP, false>(VF + (32 * ch + 8 * nt) * kP + 16 * k8, g, t, vh, vl);  // (k, n) = V'[j][d]
 					tc::mma_bf16_16816(dp[nt], oa, vh, dp[nt]);
 					tc::mma_bf16_16816(dp[nt], oa, vl, dp[nt]);
 				}
@@ -309,14 +362,23 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 #pragma unroll
 		for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-			for (int r = 0; r < 4; ++r) {
-				const int i = i0 + 8 * (r >> 1), j = 32 * ch + 8 * nt + 2 * t + (r & 1);
-				const float ge = expf(gam[i] - gam[j]);
-				KKF[i * kQ + j] = kk[nt][r];
-				LS[i * kQ + j] = (j < i && i < n) ? bet[i] * kk[nt][r] * ge : 0.f;
-				const float gv = (j <= i && i < n) ? scale * dp[nt][r] * ge : 0.f;
-				G1S[i * kQ + j] = gv;
-				ES[i * kQ + j] = gv * s[nt][r];
+			for (int r2 = 0; r2 < 4; r2 += 2) {  // the pair r2, r2 + 1: columns j, j + 1 of row i, 8-byte stores
+				float kv[2], lv[2], gv[2], ev[2];
+				const int i = i0 + 8 * (r2 >> 1);
+#pragma unroll
+				for (int r1 = 0; r1 < 2; ++r1) {
+					const int r = r2 + r1, j = 32 * ch + 8 * nt + 2 * t + r1;
+					const float ge = expf(gam[i] - gam[j]);
+					kv[r1] = kk[nt][r];
+					lv[r1] = (j < i && i < n) ? bet[i] * kk[nt][r] * ge : 0.f;
+					gv[r1] = (j <= i && i < n) ? scale * dp[nt][r] * ge : 0.f;
+					ev[r1] = gv[r1] * s[nt][r];
+				}
+				const int j = 32 * ch + 8 * nt + 2 * t;
+				st2(KKF + (r2 < 2 ? rq0 : rq1) + j, kv[0], kv[1]);
+				st2(LS + (r2 < 2 ? rq0 : rq1) + j, lv[0], lv[1]);
+				st2(G1S + (r2 < 2 ? rq0 : rq1) + j, gv[0], gv[1]);
+				st2(ES + i * kQ + j, ev[0], ev[1]);  // ES: plain rows (read only by the row / column sums)
 			}
 		}
 	}
@@ -324,18 +386,19 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 
 	// ---- 1b: dq = G1 K, dk = G1^T Q; the diagonal blocks of A; the sums of E ----
 	float DQ[8][4] = {}, DK[8][4] = {};
-	gemm<8>(DQ, G1S + 16 * rt * kQ, kQ, 1, KF + 64 * ch, kP, 1, 0, rt + 1, g, t);  // G1 lower: j <= i
-	gemm<8>(DK, G1S + 16 * rt, 1, kQ, QF + 64 * ch, kP, 1, rt, kC / 16, g, t);    // (m, k) = G1[i][j], i >= j
+	gemm<8, kQ, false, kP, true>(DQ, G1S + 16 * rt * kQ, KF + 64 * ch, 0, rt + 1, g, t);  // G1 lower: j <= i
+	gemm<8, kQ, true, kP, true>(DK, G1S + 16 * rt, QF + 64 * ch, rt, kC / 16, g, t);    // (m, k) = G1[i][j], i >= j
 	if (w < 4 && lane < 16) {  // (I + L_bb)^-1, block b = w, column lane
-		const int o = 16 * w;
+		const int o = 16 * w;  // row o + i at o kQ + rowo(i) (o a multiple of 8; i unrolled: a constant)
 		float xcol[16];
 #pragma unroll
 		for (int i = 0; i < 16; ++i) {
 			float sacc = 0.f;
 #pragma unroll
-			for (int j = 0; j < i; ++j) sacc = fmaf(LS[(o + i) * kQ + o + j], xcol[j], sacc);
+			for (int j = 0; j < 16; ++j)  // j < i (fully unrolled: a loop bound of i kept xcol in local memory)
+				if (j < i) sacc = fmaf(LS[o * kQ + rowo<kQ>(i) + o + j], xcol[j], sacc);
 			xcol[i] = (i == lane ? 1.f : 0.f) - sacc;
-			AF[(o + i) * kQ + o + lane] = xcol[i];
+			AF[o * kQ + rowo<kQ>(i) + o + lane] = xcol[i];
 		}
 	}
 	if (tid >= 2 * kC && tid < 3 * kC) {  // sum_j E_ij, j ascending
@@ -358,11 +421,11 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 			float xt[2][4] = {};  // X^T: m = column in block j, n = row in block i
 			for (int bk = bj; bk < bi; ++bk) {
 				unsigned ah[4], al[4];
-				frag_a<true>(AF + (16 * bk) * kQ + 16 * bj, 1, kQ, g, t, ah, al);  // (m, k) = A_kj[k][m]
+				frag_a<true, kQ, true>(AF + (16 * bk) * kQ + 16 * bj, g, t, ah, al);  // (m, k) = A_kj[k][m]
 #pragma unroll
 				for (int nt = 0; nt < 2; ++nt) {
 					unsigned bh[2], bl[2];  // (k, n) = L_ik[n][k]
-					frag_b(LS + (16 * bi + 8 * nt) * kQ + 16 * bk, 1, kQ, g, t, bh, bl);
+					frag_b<kQ, false>(LS + (16 * bi + 8 * nt) * kQ + 16 * bk, g, t, bh, bl);
 					mma_t<true, true>(xt[nt], ah, al, bh, bl);
 				}
 			}
@@ -374,15 +437,15 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 #pragma unroll
 			for (int nt = 0; nt < 2; ++nt) {
 				unsigned bh[2], bl[2];  // (k, n) = -D_i[n][k]
-				frag_b(AF + (16 * bi + 8 * nt) * kQ + 16 * bi, 1, kQ, g, t, bh, bl, -1.f);
+				frag_b<kQ, false>(AF + (16 * bi + 8 * nt) * kQ + 16 * bi, g, t, bh, bl, -1.f);
 				mma_t<true, true>(res[nt], ah, al, bh, bl);
 			}
 #pragma unroll
 			for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
 				for (int r = 0; r < 4; ++r) {
-					const int m = g + 8 * (r >> 1), nn = 8 * nt + 2 * t + (r & 1);
-					AF[(16 * bi + nn) * kQ + 16 * bj + m] = res[nt][r];
+					const int m = g + 8 * (r >> 1);  // row nn = 8 nt + 2 t + (r & 1) of block i
+					AF[(16 * bi + 8 * nt) * kQ + rqt + (r & 1) * (kQ + 4) + 16 * bj + m] = res[nt][r];
 				}
 			}
 		}
@@ -399,11 +462,11 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 		for (int x = 0; x < kD * 32 / kThreads; ++x) {
 			const int u = tid + kThreads * x, r = u >> 5, c4 = 4 * (u & 31);
 			const float4 h4 = *reinterpret_cast<const float4*>(hs + r * kD + c4);
-			const float* d4 = BIG + r * kP + c4;
-			dh = fmaf(d4[0], h4.x, dh);
-			dh = fmaf(d4[1], h4.y, dh);
-			dh = fmaf(d4[2], h4.z, dh);
-			dh = fmaf(d4[3], h4.w, dh);
+			const float4 d4 = *reinterpret_cast<const float4*>(BIG + rowo<kP>(w) + 8 * x * kP + c4);  // rowo(r), r = w + 8 x
+			dh = fmaf(d4.x, h4.x, dh);
+			dh = fmaf(d4.y, h4.y, dh);
+			dh = fmaf(d4.z, h4.z, dh);
+			dh = fmaf(d4.w, h4.w, dh);
 		}
 #pragma unroll
 		for (int off = 16; off > 0; off >>= 1) dh += __shfl_xor_sync(0xffffffffu, dh, off);
@@ -412,7 +475,7 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 	__syncthreads();  // barrier 5: every thread's D units landed
 	{
 		float acc[8][4] = {};
-		gemm<8>(acc, VF + 16 * rt * kP, kP, 1, BIG + 64 * ch * kP, 1, kP, 0, kD / 16, g, t);  // (k, n) = D[n][k]
+		gemm<8, kP, false, kP, false>(acc, VF + 16 * rt * kP, BIG + 64 * ch * kP, 0, kD / 16, g, t);  // (k, n) = D[n][k]
 		float p0 = 0.f, p1 = 0.f;
 		const float ta = tail[i0], tb = tail[i1];
 #pragma unroll
@@ -422,10 +485,13 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 			DK[nt][1] = fmaf(ta, acc[nt][1], DK[nt][1]);
 			DK[nt][2] = fmaf(tb, acc[nt][2], DK[nt][2]);
 			DK[nt][3] = fmaf(tb, acc[nt][3], DK[nt][3]);
-			p0 = fmaf(acc[nt][0], KF[i0 * kP + col], p0);
-			p0 = fmaf(acc[nt][1], KF[i0 * kP + col + 1], p0);
-			p1 = fmaf(acc[nt][2], KF[i1 * kP + col], p1);
-			p1 = fmaf(acc[nt][3], KF[i1 * kP + col + 1], p1);
+			{
+				const float2 ya = ld2(KF + rp0 + col), yb = ld2(KF + rp1 + col);
+				p0 = fmaf(acc[nt][0], ya.x, p0);
+				p0 = fmaf(acc[nt][1], ya.y, p0);
+				p1 = fmaf(acc[nt][2], yb.x, p1);
+				p1 = fmaf(acc[nt][3], yb.y, p1);
+			}
 		}
 		rowpart(part + (1 * 2 + ch) * kC, i0, i1, p0, p1, t);
 	}
@@ -443,11 +509,11 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 		for (int k8 = 0; k8 < kD / 16; ++k8) {
 			unsigned oa[4], ah[4], al[4];
 			frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
-			frag_a<true>(VF + 16 * rt * kP + 16 * k8, kP, 1, g, t, ah, al);
+			frag_a<true, kP, false>(VF + 16 * rt * kP + 16 * k8, g, t, ah, al);
 #pragma unroll
 			for (int nt = 0; nt < 8; ++nt) {
 				unsigned bh[2], bl[2];  // (k, n) = H[n][k]
-				frag_b(BIG + (64 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, bh, bl);
+				frag_b<kP, false>(BIG + (64 * ch + 8 * nt) * kP + 16 * k8, g, t, bh, bl);
 				tc::mma_bf16_16816(qg[nt], oa, bh, qg[nt]);
 				tc::mma_bf16_16816(qg[nt], oa, bl, qg[nt]);
 				mma_t<true, true>(wa[nt], ah, al, bh, bl);
@@ -460,13 +526,13 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 			const int col = 64 * ch + 8 * nt + 2 * t;
 #pragma unroll
 			for (int r = 0; r < 4; ++r) {
-				const int i = r < 2 ? i0 : i1, cc = col + (r & 1);
+				const int cc = col + (r & 1);  // row r < 2 ? i0 : i1
 				const float x = scale * qg[nt][r];
 				DQ[nt][r] = fmaf(r < 2 ? ea : eb, x, DQ[nt][r]);
 				if (r < 2)
-					p0 = fmaf(x, QF[i * kP + cc], p0);
+					p0 = fmaf(x, QF[(r < 2 ? rp0 : rp1) + cc], p0);
 				else
-					p1 = fmaf(x, QF[i * kP + cc], p1);
+					p1 = fmaf(x, QF[(r < 2 ? rp0 : rp1) + cc], p1);
 			}
 			if (i0 < n)
 				*reinterpret_cast<float2*>(dqv + ((long long)(t0 + i0) * HV + h) * kD + col) = make_float2(DQ[nt][0], DQ[nt][1]);
@@ -479,10 +545,8 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt) {
 		const int col = 64 * ch + 8 * nt + 2 * t;
-		QF[i0 * kP + col] = -wa[nt][0];
-		QF[i0 * kP + col + 1] = -wa[nt][1];
-		QF[i1 * kP + col] = -wa[nt][2];
-		QF[i1 * kP + col + 1] = -wa[nt][3];
+		st2(QF + rp0 + col, -wa[nt][0], -wa[nt][1]);
+		st2(QF + rp1 + col, -wa[nt][2], -wa[nt][3]);
 	}
 	for (int e = tid; e < kC * (kD / 2); e += kThreads) {  // v rows as bf16 pairs, zeros past n
 		const int r = e >> 6, wd = e & 63;
@@ -501,13 +565,13 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 		float xu[8][4] = {}, xw[8][4] = {};
 		for (int k8 = rt; k8 < kC / 16; ++k8) {  // (m, k) = A[i][j]: i >= j
 			unsigned ah[4], al[4];
-			frag_a<true>(AF + 16 * rt + 16 * k8 * kQ, 1, kQ, g, t, ah, al);
+			frag_a<true, kQ, true>(AF + 16 * rt + 16 * k8 * kQ, g, t, ah, al);
 #pragma unroll
 			for (int nt = 0; nt < 8; ++nt) {
 				unsigned bh[2], bl[2];
-				frag_b(VF + 16 * k8 * kP + 64 * ch + 8 * nt, kP, 1, g, t, bh, bl);
+				frag_b<kP, true>(VF + 16 * k8 * kP + 64 * ch + 8 * nt, g, t, bh, bl);
 				mma_t<true, true>(xu[nt], ah, al, bh, bl);
-				frag_b(QF + 16 * k8 * kP + 64 * ch + 8 * nt, kP, 1, g, t, bh, bl);
+				frag_b<kP, true>(QF + 16 * k8 * kP + 64 * ch + 8 * nt, g, t, bh, bl);
 				mma_t<true, true>(xw[nt], ah, al, bh, bl);
 			}
 		}
@@ -535,10 +599,13 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 			DK[nt][1] = fmaf(ga, xw[nt][1], DK[nt][1]);
 			DK[nt][2] = fmaf(gb, xw[nt][2], DK[nt][2]);
 			DK[nt][3] = fmaf(gb, xw[nt][3], DK[nt][3]);
-			pr0 = fmaf(xw[nt][0], KF[i0 * kP + col], pr0);
-			pr0 = fmaf(xw[nt][1], KF[i0 * kP + col + 1], pr0);
-			pr1 = fmaf(xw[nt][2], KF[i1 * kP + col], pr1);
-			pr1 = fmaf(xw[nt][3], KF[i1 * kP + col + 1], pr1);
+			{
+				const float2 ya = ld2(KF + rp0 + col), yb = ld2(KF + rp1 + col);
+				pr0 = fmaf(xw[nt][0], ya.x, pr0);
+				pr0 = fmaf(xw[nt][1], ya.y, pr0);
+				pr1 = fmaf(xw[nt][2], yb.x, pr1);
+				pr1 = fmaf(xw[nt][3], yb.y, pr1);
+			}
 		}
 		rowpart(part + (2 * 2 + ch) * kC, i0, i1, pu0, pu1, t);
 		rowpart(part + (3 * 2 + ch) * kC, i0, i1, pr0, pr1, t);
@@ -548,15 +615,15 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 		if (lower) {
 			for (int k8 = 0; k8 < kD / 16; ++k8) {
 				unsigned dh[4], dl[4], wh[4], wl[4];
-				frag_a<true>(VF + 16 * rt * kP + 16 * k8, kP, 1, g, t, dh, dl);
-				frag_a<true>(QF + 16 * rt * kP + 16 * k8, kP, 1, g, t, wh, wl);
+				frag_a<true, kP, false>(VF + 16 * rt * kP + 16 * k8, g, t, dh, dl);
+				frag_a<true, kP, false>(QF + 16 * rt * kP + 16 * k8, g, t, wh, wl);
 #pragma unroll
 				for (int nt = 0; nt < 4; ++nt) {
 					unsigned vv[2], kh[2], kl[2];
 					frag_bt_bf(VB + (32 * ch + 8 * nt) * kW + 8 * k8, kW, g, t, vv);  // (k, n) = v[j][d]
 					tc::mma_bf16_16816(t1[nt], dh, vv, t1[nt]);
 					tc::mma_bf16_16816(t1[nt], dl, vv, t1[nt]);
-					frag_b(KF + (32 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, kh, kl);  // (k, n) = K[j][d]
+					frag_b<kP, false>(KF + (32 * ch + 8 * nt) * kP + 16 * k8, g, t, kh, kl);  // (k, n) = K[j][d]
 					mma_t<true, true>(t2[nt], wh, wl, kh, kl);
 				}
 			}
@@ -566,7 +633,7 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 #pragma unroll
 			for (int r = 0; r < 4; ++r) {
 				const int i = i0 + 8 * (r >> 1), j = 32 * ch + 8 * nt + 2 * t + (r & 1);
-				DAS[i * kQ + j] = (j < i && i < n) ? fmaf(bet[j], t1[nt][r], bg[j] * t2[nt][r]) : 0.f;
+				DAS[(r < 2 ? rq0 : rq1) + j] = (j < i && i < n) ? fmaf(bet[j], t1[nt][r], bg[j] * t2[nt][r]) : 0.f;
 			}
 		}
 	}
@@ -575,17 +642,17 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 	// ---- S5: M = A^T dA; dL = -M A^T; F, dKK, E2, F kk ----
 	{
 		float m[4][4] = {};
-		gemm<4>(m, AF + 16 * rt, 1, kQ, DAS + 32 * ch, kQ, 1, rt, kC / 16, g, t);  // (m, k) = A[a][x], a >= x
+		gemm<4, kQ, true, kQ, true>(m, AF + 16 * rt, DAS + 32 * ch, rt, kC / 16, g, t);  // (m, k) = A[a][x], a >= x
 #pragma unroll
 		for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-			for (int r = 0; r < 4; ++r) MS[(i0 + 8 * (r >> 1)) * kQ + 32 * ch + 8 * nt + 2 * t + (r & 1)] = m[nt][r];
+			for (int r = 0; r < 4; ++r) MS[(r < 2 ? rq0 : rq1) + 32 * ch + 8 * nt + 2 * t + (r & 1)] = m[nt][r];
 		}
 	}
 	__syncthreads();  // barrier 11: M
 	{
 		float l[4][4] = {};
-		if (lower) gemm<4>(l, MS + 16 * rt * kQ, kQ, 1, AF + 32 * ch * kQ, 1, kQ, 0, 2 * ch + 2, g, t);  // (k, n) = A[j][b]
+		if (lower) gemm<4, kQ, false, kQ, false>(l, MS + 16 * rt * kQ, AF + 32 * ch * kQ, 0, 2 * ch + 2, g, t);  // (k, n) = A[j][b]
 #pragma unroll
 		for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
@@ -594,12 +661,12 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 				float x = 0.f, e2 = 0.f, fk = 0.f;
 				if (j < i && i < n) {
 					const float f = -l[nt][r] * expf(gam[i] - gam[j]);  // F = dL Γ
-					const float kkv = KKF[i * kQ + j];
+					const float kkv = KKF[(r < 2 ? rq0 : rq1) + j];
 					x = bet[i] * f;
 					e2 = x * kkv;
 					fk = f * kkv;
 				}
-				DKK[i * kQ + j] = x;
+				DKK[(r < 2 ? rq0 : rq1) + j] = x;
 				E2S[i * kQ + j] = e2;
 				FKS[i * kQ + j] = fk;
 			}
@@ -627,8 +694,8 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 		const int i = tid - 3 * kC;
 		gt[3 * kC + i] = tail[i] * (part[(1 * 2 + 0) * kC + i] + part[(1 * 2 + 1) * kC + i]);  // s_i
 	}
-	gemm<8>(DK, DKK + 16 * rt * kQ, kQ, 1, KF + 64 * ch, kP, 1, 0, rt + 1, g, t);  // dKK[i][j], j < i
-	gemm<8>(DK, DKK + 16 * rt, 1, kQ, KF + 64 * ch, kP, 1, rt, kC / 16, g, t);      // dKK[j][i], j > i
+	gemm<8, kQ, false, kP, true>(DK, DKK + 16 * rt * kQ, KF + 64 * ch, 0, rt + 1, g, t);  // dKK[i][j], j < i
+	gemm<8, kQ, true, kP, true>(DK, DKK + 16 * rt, KF + 64 * ch, rt, kC / 16, g, t);      // dKK[j][i], j > i
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt) {
 		const int col = 64 * ch + 8 * nt + 2 * t;

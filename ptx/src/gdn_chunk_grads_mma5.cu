@@ -39,7 +39,9 @@
 //       dx = fmaf(-y, y . dy, dy) * rstd. dq, dk rows < n stored.
 // 14 G + 1 barriers a CTA (+ 1 with l2norm). Shared memory: gdn_chunk_grads_mma's 227136 bytes re-laid so
 // that nothing grows: Q stays all along (dW moves from Q's slot to BIG rows 0-63, dA after it, M over dW; dKK
-// goes over dV', E2 and v over dO), and S shares K K^T's tile. (227136 <= 232448: one CTA an SM.)
+// goes over dV', E2 and v over dO), and S shares K K^T's tile. (227136 <= 232448: one CTA an SM.) The fp32
+// tiles use gdn_chunk_grads_mma's rowo layout (K, Q, V' / dV' / dKK, D / H / dW, L, G1, dA, M, A, SKK; E,
+// F kk and E2 plain rows), whose header gives the bank-conflict analysis.
 //
 // ---- Precision --------------------------------------------------------------------------------------------
 // The products are gdn_chunk_grads_mma's (fp32 x fp32 as ah bh + ah bl + al bh; dO, v exact bf16); the sum over
@@ -57,6 +59,8 @@
 // DQ, DK: 128 accumulators) and S4 are the peaks. Measured (nvcc 11.8, -O3 -std=c++17): sm_90 cubin 254
 // registers, compute_80 PTX through ptxas -arch=sm_80 254 registers; both 0 bytes stack frame, 0 spill stores
 // / loads (with XU and XW in one pass: 255 / 254, also no spills). 254 x 256 = 65024 <= 65536: one CTA an SM.
+// With gdn_chunk_grads_mma's rowo layout: sm_90 cubin 246 registers (244 before it, same nvcc), compute_80 PTX
+// through ptxas -arch=sm_80 245 (254), both 0 bytes stack frame, no spill.
 // ptxas simply fills what __launch_bounds__(256, 1) allows: a probe copy without the bounds, under
 // -maxrregcount, builds spill-free at 232, 216 and 200 registers and first spills at 184 (36 bytes), so a
 // newer ptxas (sm_90a, Blackwell) has ~50 registers of room before it must spill.
@@ -126,6 +130,9 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 	const int c = blockIdx.x, qh = blockIdx.y, tid = threadIdx.x;
 	const int lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3, rt = w & 3, ch = w >> 2;
 	const int i0 = 16 * rt + g, i1 = i0 + 8;
+	// rowo of rows i0, i1 (kP and kQ tiles) and of row 2t (kQ), spelled so that the lane's part is one term
+	const int rp0 = 16 * rt * kP + rowo<kP>(g), rp1 = rp0 + 8 * kP, rq0 = 16 * rt * kQ + rowo<kQ>(g), rq1 = rq0 + 8 * kQ;
+	const int rqt = rowo<kQ>(2 * t);
 	const bool lower = !(ch == 1 && rt < 2);  // the warp's 16 x 32 tile of a 64 x 64 result touches j <= i
 	const int t0 = chunk_tok0[c], n = chunk_len[c];
 	const int grp = HV / HQK;
@@ -142,12 +149,12 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 		if (lower) {
 			for (int k8 = 0; k8 < kD / 16; ++k8) {
 				unsigned kh[4], kl[4], qa[4], ql[4];
-				frag_a<true>(KF + 16 * rt * kP + 16 * k8, kP, 1, g, t, kh, kl);
-				frag_a<true>(QF + 16 * rt * kP + 16 * k8, kP, 1, g, t, qa, ql);
+				frag_a<true, kP, false>(KF + 16 * rt * kP + 16 * k8, g, t, kh, kl);
+				frag_a<true, kP, false>(QF + 16 * rt * kP + 16 * k8, g, t, qa, ql);
 #pragma unroll
 				for (int nt = 0; nt < 4; ++nt) {
 					unsigned bh[2], bl[2];
-					frag_b(KF + (32 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, bh, bl);  // (k, n) = K[j][d]
+					frag_b<kP, false>(KF + (32 * ch + 8 * nt) * kP + 16 * k8, g, t, bh, bl);  // (k, n) = K[j][d]
 					mma_t<true, true>(kk[nt], kh, kl, bh, bl);
 					mma_t<true, true>(s[nt], qa, ql, bh, bl);
 				}
@@ -157,8 +164,8 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 #pragma unroll
 				for (int r = 0; r < 4; ++r) {
 					const int i = i0 + 8 * (r >> 1), j = 32 * ch + 8 * nt + 2 * t + (r & 1);
-					if (j <= i) SKK[i * kQ + j] = s[nt][r];
-					if (j < i) SKK[j * kQ + i] = kk[nt][r];
+					if (j <= i) SKK[(r < 2 ? rq0 : rq1) + j] = s[nt][r];
+					if (j < i) SKK[(32 * ch + 8 * nt) * kQ + rqt + (r & 1) * (kQ + 4) + i] = kk[nt][r];
 				}
 			}
 		}
@@ -211,7 +218,7 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 #pragma unroll
 					for (int nt = 0; nt < 4; ++nt) {
 						unsigned vh[2], vl[2];
-						frag_b(VF + (32 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, vh, vl);  // (k, n) = V'[j][d]
+						frag_b<kP, false>(VF + (32 * ch + 8 * nt) * kP + 16 * k8, g, t, vh, vl);  // (k, n) = V'[j][d]
 						tc::mma_bf16_16816(dp[nt], oa, vh, dp[nt]);
 						tc::mma_bf16_16816(dp[nt], oa, vl, dp[nt]);
 					}
@@ -224,28 +231,29 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 					const int i = i0 + 8 * (r >> 1), j = 32 * ch + 8 * nt + 2 * t + (r & 1);
 					const float ge = expf(gam[i] - gam[j]);
 					const bool in = j <= i && i < n;
-					LS[i * kQ + j] = (j < i && i < n) ? bet[i] * SKK[j * kQ + i] * ge : 0.f;
+					LS[(r < 2 ? rq0 : rq1) + j] = (j < i && i < n) ? bet[i] * SKK[(32 * ch + 8 * nt) * kQ + rqt + (r & 1) * (kQ + 4) + i] * ge : 0.f;
 					const float gv = in ? scale * dp[nt][r] * ge : 0.f;
-					G1S[i * kQ + j] = gv;
-					ES[i * kQ + j] = in ? gv * SKK[i * kQ + j] : 0.f;
+					G1S[(r < 2 ? rq0 : rq1) + j] = gv;
+					ES[i * kQ + j] = in ? gv * SKK[(r < 2 ? rq0 : rq1) + j] : 0.f;  // ES: plain rows (read only by the sums)
 				}
 			}
 		}
 		__syncthreads();  // barrier 2: G1, E, L, eg, tail, bg
 
 		// ---- 1b: dq += G1 K, dk += G1^T Q; the diagonal blocks of A; the sums of E ----
-		gemm<8>(DQ, G1S + 16 * rt * kQ, kQ, 1, KF + 64 * ch, kP, 1, 0, rt + 1, g, t);  // G1 lower: j <= i
-		gemm<8>(DK, G1S + 16 * rt, 1, kQ, QF + 64 * ch, kP, 1, rt, kC / 16, g, t);    // (m, k) = G1[i][j], i >= j
+		gemm<8, kQ, false, kP, true>(DQ, G1S + 16 * rt * kQ, KF + 64 * ch, 0, rt + 1, g, t);  // G1 lower: j <= i
+		gemm<8, kQ, true, kP, true>(DK, G1S + 16 * rt, QF + 64 * ch, rt, kC / 16, g, t);    // (m, k) = G1[i][j], i >= j
 		if (w < 4 && lane < 16) {  // (I + L_bb)^-1, block b = w, column lane
-			const int o = 16 * w;
+			const int o = 16 * w;  // row o + i at o kQ + rowo(i) (o a multiple of 8; i unrolled: a constant)
 			float xcol[16];
 #pragma unroll
 			for (int i = 0; i < 16; ++i) {
 				float sacc = 0.f;
 #pragma unroll
-				for (int j = 0; j < i; ++j) sacc = fmaf(LS[(o + i) * kQ + o + j], xcol[j], sacc);
+				for (int j = 0; j < 16; ++j)  // j < i (fully unrolled: a loop bound of i kept xcol in local memory)
+					if (j < i) sacc = fmaf(LS[o * kQ + rowo<kQ>(i) + o + j], xcol[j], sacc);
 				xcol[i] = (i == lane ? 1.f : 0.f) - sacc;
-				AF[(o + i) * kQ + o + lane] = xcol[i];
+				AF[o * kQ + rowo<kQ>(i) + o + lane] = xcol[i];
 			}
 		}
 		if (tid >= 2 * kC && tid < 3 * kC) {  // sum_j E_ij, j ascending
@@ -268,11 +276,11 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 				float xt[2][4] = {};  // X^T: m = column in block j, n = row in block i
 				for (int bk = bj; bk < bi; ++bk) {
 					unsigned ah[4], al[4];
-					frag_a<true>(AF + (16 * bk) * kQ + 16 * bj, 1, kQ, g, t, ah, al);  // (m, k) = A_kj[k][m]
+					frag_a<true, kQ, true>(AF + (16 * bk) * kQ + 16 * bj, g, t, ah, al);  // (m, k) = A_kj[k][m]
 #pragma unroll
 					for (int nt = 0; nt < 2; ++nt) {
 						unsigned bh[2], bl[2];  // (k, n) = L_ik[n][k]
-						frag_b(LS + (16 * bi + 8 * nt) * kQ + 16 * bk, 1, kQ, g, t, bh, bl);
+						frag_b<kQ, false>(LS + (16 * bi + 8 * nt) * kQ + 16 * bk, g, t, bh, bl);
 						mma_t<true, true>(xt[nt], ah, al, bh, bl);
 					}
 				}
@@ -284,15 +292,15 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 #pragma unroll
 				for (int nt = 0; nt < 2; ++nt) {
 					unsigned bh[2], bl[2];  // (k, n) = -D_i[n][k]
-					frag_b(AF + (16 * bi + 8 * nt) * kQ + 16 * bi, 1, kQ, g, t, bh, bl, -1.f);
+					frag_b<kQ, false>(AF + (16 * bi + 8 * nt) * kQ + 16 * bi, g, t, bh, bl, -1.f);
 					mma_t<true, true>(res[nt], ah, al, bh, bl);
 				}
 #pragma unroll
 				for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
 					for (int r = 0; r < 4; ++r) {
-						const int m = g + 8 * (r >> 1), nn = 8 * nt + 2 * t + (r & 1);
-						AF[(16 * bi + nn) * kQ + 16 * bj + m] = res[nt][r];
+						const int m = g + 8 * (r >> 1);  // row nn = 8 nt + 2 t + (r & 1) of block i
+						AF[(16 * bi + 8 * nt) * kQ + rqt + (r & 1) * (kQ + 4) + 16 * bj + m] = res[nt][r];
 					}
 				}
 			}
@@ -309,11 +317,11 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			for (int x = 0; x < kD * 32 / kThreads; ++x) {
 				const int u = tid + kThreads * x, r = u >> 5, c4 = 4 * (u & 31);
 				const float4 h4 = *reinterpret_cast<const float4*>(hs + r * kD + c4);
-				const float* d4 = BIG + r * kP + c4;
-				dh = fmaf(d4[0], h4.x, dh);
-				dh = fmaf(d4[1], h4.y, dh);
-				dh = fmaf(d4[2], h4.z, dh);
-				dh = fmaf(d4[3], h4.w, dh);
+				const float4 d4 = *reinterpret_cast<const float4*>(BIG + rowo<kP>(w) + 8 * x * kP + c4);  // rowo(r), r = w + 8 x
+				dh = fmaf(d4.x, h4.x, dh);
+				dh = fmaf(d4.y, h4.y, dh);
+				dh = fmaf(d4.z, h4.z, dh);
+				dh = fmaf(d4.w, h4.w, dh);
 			}
 #pragma unroll
 			for (int off = 16; off > 0; off >>= 1) dh += __shfl_xor_sync(0xffffffffu, dh, off);
@@ -322,7 +330,7 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 		__syncthreads();  // barrier 5: every thread's D units landed
 		{
 			float acc[8][4] = {};
-			gemm<8>(acc, VF + 16 * rt * kP, kP, 1, BIG + 64 * ch * kP, 1, kP, 0, kD / 16, g, t);  // (k, n) = D[n][k]
+			gemm<8, kP, false, kP, false>(acc, VF + 16 * rt * kP, BIG + 64 * ch * kP, 0, kD / 16, g, t);  // (k, n) = D[n][k]
 			float p0 = 0.f, p1 = 0.f;
 			const float ta = tail[i0], tb = tail[i1];
 #pragma unroll
@@ -332,10 +340,13 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 				DK[nt][1] = fmaf(ta, acc[nt][1], DK[nt][1]);
 				DK[nt][2] = fmaf(tb, acc[nt][2], DK[nt][2]);
 				DK[nt][3] = fmaf(tb, acc[nt][3], DK[nt][3]);
-				p0 = fmaf(acc[nt][0], KF[i0 * kP + col], p0);
-				p0 = fmaf(acc[nt][1], KF[i0 * kP + col + 1], p0);
-				p1 = fmaf(acc[nt][2], KF[i1 * kP + col], p1);
-				p1 = fmaf(acc[nt][3], KF[i1 * kP + col + 1], p1);
+				{
+					const float2 ya = ld2(KF + rp0 + col), yb = ld2(KF + rp1 + col);
+					p0 = fmaf(acc[nt][0], ya.x, p0);
+					p0 = fmaf(acc[nt][1], ya.y, p0);
+					p1 = fmaf(acc[nt][2], yb.x, p1);
+					p1 = fmaf(acc[nt][3], yb.y, p1);
+				}
 			}
 			rowpart(part + (1 * 2 + ch) * kC, i0, i1, p0, p1, t);
 		}
@@ -353,11 +364,11 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			for (int k8 = 0; k8 < kD / 16; ++k8) {
 				unsigned oa[4], ah[4], al[4];
 				frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
-				frag_a<true>(VF + 16 * rt * kP + 16 * k8, kP, 1, g, t, ah, al);
+				frag_a<true, kP, false>(VF + 16 * rt * kP + 16 * k8, g, t, ah, al);
 #pragma unroll
 				for (int nt = 0; nt < 8; ++nt) {
 					unsigned bh[2], bl[2];  // (k, n) = H[n][k]
-					frag_b(BIG + (64 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, bh, bl);
+					frag_b<kP, false>(BIG + (64 * ch + 8 * nt) * kP + 16 * k8, g, t, bh, bl);
 					tc::mma_bf16_16816(qg[nt], oa, bh, qg[nt]);
 					tc::mma_bf16_16816(qg[nt], oa, bl, qg[nt]);
 					mma_t<true, true>(wa[nt], ah, al, bh, bl);
@@ -370,13 +381,13 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 				const int col = 64 * ch + 8 * nt + 2 * t;
 #pragma unroll
 				for (int r = 0; r < 4; ++r) {
-					const int i = r < 2 ? i0 : i1, cc = col + (r & 1);
+					const int cc = col + (r & 1);  // row r < 2 ? i0 : i1
 					const float x = scale * qg[nt][r];
 					DQ[nt][r] = fmaf(r < 2 ? ea : eb, x, DQ[nt][r]);
 					if (r < 2)
-						p0 = fmaf(x, QF[i * kP + cc], p0);
+						p0 = fmaf(x, QF[(r < 2 ? rp0 : rp1) + cc], p0);
 					else
-						p1 = fmaf(x, QF[i * kP + cc], p1);
+						p1 = fmaf(x, QF[(r < 2 ? rp0 : rp1) + cc], p1);
 				}
 			}
 			rowpart(part + (0 * 2 + ch) * kC, i0, i1, p0, p1, t);
@@ -385,10 +396,8 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 #pragma unroll
 		for (int nt = 0; nt < 8; ++nt) {
 			const int col = 64 * ch + 8 * nt + 2 * t;
-			WF[i0 * kP + col] = -wa[nt][0];
-			WF[i0 * kP + col + 1] = -wa[nt][1];
-			WF[i1 * kP + col] = -wa[nt][2];
-			WF[i1 * kP + col + 1] = -wa[nt][3];
+			st2(WF + rp0 + col, -wa[nt][0], -wa[nt][1]);
+			st2(WF + rp1 + col, -wa[nt][2], -wa[nt][3]);
 		}
 		for (int e = tid; e < kC * (kD / 2); e += kThreads) {  // v rows as bf16 pairs, zeros past n
 			const int r = e >> 6, wd = e & 63;
@@ -407,11 +416,11 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			float xu[8][4] = {};
 			for (int k8 = rt; k8 < kC / 16; ++k8) {  // (m, k) = A[i][j]: i >= j
 				unsigned ah[4], al[4];
-				frag_a<true>(AF + 16 * rt + 16 * k8 * kQ, 1, kQ, g, t, ah, al);
+				frag_a<true, kQ, true>(AF + 16 * rt + 16 * k8 * kQ, g, t, ah, al);
 #pragma unroll
 				for (int nt = 0; nt < 8; ++nt) {
 					unsigned bh[2], bl[2];
-					frag_b(VF + 16 * k8 * kP + 64 * ch + 8 * nt, kP, 1, g, t, bh, bl);
+					frag_b<kP, true>(VF + 16 * k8 * kP + 64 * ch + 8 * nt, g, t, bh, bl);
 					mma_t<true, true>(xu[nt], ah, al, bh, bl);
 				}
 			}
@@ -442,11 +451,11 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			float xw[8][4] = {};
 			for (int k8 = rt; k8 < kC / 16; ++k8) {
 				unsigned ah[4], al[4];
-				frag_a<true>(AF + 16 * rt + 16 * k8 * kQ, 1, kQ, g, t, ah, al);
+				frag_a<true, kQ, true>(AF + 16 * rt + 16 * k8 * kQ, g, t, ah, al);
 #pragma unroll
 				for (int nt = 0; nt < 8; ++nt) {
 					unsigned bh[2], bl[2];
-					frag_b(WF + 16 * k8 * kP + 64 * ch + 8 * nt, kP, 1, g, t, bh, bl);
+					frag_b<kP, true>(WF + 16 * k8 * kP + 64 * ch + 8 * nt, g, t, bh, bl);
 					mma_t<true, true>(xw[nt], ah, al, bh, bl);
 				}
 			}
@@ -459,10 +468,13 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 				DK[nt][1] = fmaf(ga, xw[nt][1], DK[nt][1]);
 				DK[nt][2] = fmaf(gb, xw[nt][2], DK[nt][2]);
 				DK[nt][3] = fmaf(gb, xw[nt][3], DK[nt][3]);
-				p0 = fmaf(xw[nt][0], KF[i0 * kP + col], p0);
-				p0 = fmaf(xw[nt][1], KF[i0 * kP + col + 1], p0);
-				p1 = fmaf(xw[nt][2], KF[i1 * kP + col], p1);
-				p1 = fmaf(xw[nt][3], KF[i1 * kP + col + 1], p1);
+				{
+					const float2 ya = ld2(KF + rp0 + col), yb = ld2(KF + rp1 + col);
+					p0 = fmaf(xw[nt][0], ya.x, p0);
+					p0 = fmaf(xw[nt][1], ya.y, p0);
+					p1 = fmaf(xw[nt][2], yb.x, p1);
+					p1 = fmaf(xw[nt][3], yb.y, p1);
+				}
 			}
 			rowpart(part + (3 * 2 + ch) * kC, i0, i1, p0, p1, t);
 		}
@@ -471,15 +483,15 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			if (lower) {
 				for (int k8 = 0; k8 < kD / 16; ++k8) {
 					unsigned dh[4], dl[4], wh[4], wl[4];
-					frag_a<true>(VF + 16 * rt * kP + 16 * k8, kP, 1, g, t, dh, dl);
-					frag_a<true>(WF + 16 * rt * kP + 16 * k8, kP, 1, g, t, wh, wl);
+					frag_a<true, kP, false>(VF + 16 * rt * kP + 16 * k8, g, t, dh, dl);
+					frag_a<true, kP, false>(WF + 16 * rt * kP + 16 * k8, g, t, wh, wl);
 #pragma unroll
 					for (int nt = 0; nt < 4; ++nt) {
 						unsigned vv[2], kh[2], kl[2];
 						frag_bt_bf(VB + (32 * ch + 8 * nt) * kW + 8 * k8, kW, g, t, vv);  // (k, n) = v[j][d]
 						tc::mma_bf16_16816(t1[nt], dh, vv, t1[nt]);
 						tc::mma_bf16_16816(t1[nt], dl, vv, t1[nt]);
-						frag_b(KF + (32 * ch + 8 * nt) * kP + 16 * k8, 1, kP, g, t, kh, kl);  // (k, n) = K[j][d]
+						frag_b<kP, false>(KF + (32 * ch + 8 * nt) * kP + 16 * k8, g, t, kh, kl);  // (k, n) = K[j][d]
 						mma_t<true, true>(t2[nt], wh, wl, kh, kl);
 					}
 				}
@@ -489,7 +501,7 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 #pragma unroll
 				for (int r = 0; r < 4; ++r) {
 					const int i = i0 + 8 * (r >> 1), j = 32 * ch + 8 * nt + 2 * t + (r & 1);
-					DAS[i * kQ + j] = (j < i && i < n) ? fmaf(bet[j], t1[nt][r], bg[j] * t2[nt][r]) : 0.f;
+					DAS[(r < 2 ? rq0 : rq1) + j] = (j < i && i < n) ? fmaf(bet[j], t1[nt][r], bg[j] * t2[nt][r]) : 0.f;
 				}
 			}
 		}
@@ -498,17 +510,17 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 		// ---- S5: M = A^T dA (over dW); dL = -M A^T; F, dKK (over dV'), E2 (over v), F kk (over dA) ----
 		{
 			float m[4][4] = {};
-			gemm<4>(m, AF + 16 * rt, 1, kQ, DAS + 32 * ch, kQ, 1, rt, kC / 16, g, t);  // (m, k) = A[a][x], a >= x
+			gemm<4, kQ, true, kQ, true>(m, AF + 16 * rt, DAS + 32 * ch, rt, kC / 16, g, t);  // (m, k) = A[a][x], a >= x
 #pragma unroll
 			for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-				for (int r = 0; r < 4; ++r) MS[(i0 + 8 * (r >> 1)) * kQ + 32 * ch + 8 * nt + 2 * t + (r & 1)] = m[nt][r];
+				for (int r = 0; r < 4; ++r) MS[(r < 2 ? rq0 : rq1) + 32 * ch + 8 * nt + 2 * t + (r & 1)] = m[nt][r];
 			}
 		}
 		__syncthreads();  // barrier 11: M; dA dead
 		{
 			float l[4][4] = {};
-			if (lower) gemm<4>(l, MS + 16 * rt * kQ, kQ, 1, AF + 32 * ch * kQ, 1, kQ, 0, 2 * ch + 2, g, t);  // (k, n) = A[j][b]
+			if (lower) gemm<4, kQ, false, kQ, false>(l, MS + 16 * rt * kQ, AF + 32 * ch * kQ, 0, 2 * ch + 2, g, t);  // (k, n) = A[j][b]
 #pragma unroll
 			for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
@@ -517,12 +529,12 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 					float x = 0.f, e2 = 0.f, fk = 0.f;
 					if (j < i && i < n) {
 						const float f = -l[nt][r] * expf(gam[i] - gam[j]);  // F = dL Γ
-						const float kkv = SKK[j * kQ + i];
+						const float kkv = SKK[(32 * ch + 8 * nt) * kQ + rqt + (r & 1) * (kQ + 4) + i];
 						x = bet[i] * f;
 						e2 = x * kkv;
 						fk = f * kkv;
 					}
-					DKK[i * kQ + j] = x;
+					DKK[(r < 2 ? rq0 : rq1) + j] = x;
 					E2S[i * kQ + j] = e2;
 					FKS[i * kQ + j] = fk;
 				}
@@ -550,8 +562,8 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			const int i = tid - 3 * kC;
 			gt[3 * kC + i] = tail[i] * (part[(1 * 2 + 0) * kC + i] + part[(1 * 2 + 1) * kC + i]);  // s_i
 		}
-		gemm<8>(DK, DKK + 16 * rt * kQ, kQ, 1, KF + 64 * ch, kP, 1, 0, rt + 1, g, t);  // dKK[i][j], j < i
-		gemm<8>(DK, DKK + 16 * rt, 1, kQ, KF + 64 * ch, kP, 1, rt, kC / 16, g, t);      // dKK[j][i], j > i
+		gemm<8, kQ, false, kP, true>(DK, DKK + 16 * rt * kQ, KF + 64 * ch, 0, rt + 1, g, t);  // dKK[i][j], j < i
+		gemm<8, kQ, true, kP, true>(DK, DKK + 16 * rt, KF + 64 * ch, rt, kC / 16, g, t);      // dKK[j][i], j > i
 		__syncthreads();  // barrier 13: the sums and s_i
 		if (tid < n) {
 			const int i = tid;
@@ -594,14 +606,14 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 #pragma unroll
 		for (int nt = 0; nt < 8; ++nt) {
 			const int col = 64 * ch + 8 * nt + 2 * t;
-			a0 = fmaf(QF[i0 * kP + col], DQ[nt][0], a0);
-			a0 = fmaf(QF[i0 * kP + col + 1], DQ[nt][1], a0);
-			a1 = fmaf(QF[i1 * kP + col], DQ[nt][2], a1);
-			a1 = fmaf(QF[i1 * kP + col + 1], DQ[nt][3], a1);
-			b0 = fmaf(KF[i0 * kP + col], DK[nt][0], b0);
-			b0 = fmaf(KF[i0 * kP + col + 1], DK[nt][1], b0);
-			b1 = fmaf(KF[i1 * kP + col], DK[nt][2], b1);
-			b1 = fmaf(KF[i1 * kP + col + 1], DK[nt][3], b1);
+			a0 = fmaf(QF[rp0 + col], DQ[nt][0], a0);
+			a0 = fmaf(QF[rp0 + col + 1], DQ[nt][1], a0);
+			a1 = fmaf(QF[rp1 + col], DQ[nt][2], a1);
+			a1 = fmaf(QF[rp1 + col + 1], DQ[nt][3], a1);
+			b0 = fmaf(KF[rp0 + col], DK[nt][0], b0);
+			b0 = fmaf(KF[rp0 + col + 1], DK[nt][1], b0);
+			b1 = fmaf(KF[rp1 + col], DK[nt][2], b1);
+			b1 = fmaf(KF[rp1 + col + 1], DK[nt][3], b1);
 		}
 		rowpart(part + (0 * 2 + ch) * kC, i0, i1, a0, a1, t);  // then the 4 lanes of a row, then ch 0 + ch 1
 		rowpart(part + (1 * 2 + ch) * kC, i0, i1, b0, b1, t);
@@ -619,14 +631,14 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 #pragma unroll
 		for (int nt = 0; nt < 8; ++nt) {
 			const int col = 64 * ch + 8 * nt + 2 * t;
-			DQ[nt][0] = fmaf(-QF[i0 * kP + col], pa0, DQ[nt][0]) * q0;
-			DQ[nt][1] = fmaf(-QF[i0 * kP + col + 1], pa0, DQ[nt][1]) * q0;
-			DQ[nt][2] = fmaf(-QF[i1 * kP + col], pa1, DQ[nt][2]) * q1;
-			DQ[nt][3] = fmaf(-QF[i1 * kP + col + 1], pa1, DQ[nt][3]) * q1;
-			DK[nt][0] = fmaf(-KF[i0 * kP + col], pb0, DK[nt][0]) * k0;
-			DK[nt][1] = fmaf(-KF[i0 * kP + col + 1], pb0, DK[nt][1]) * k0;
-			DK[nt][2] = fmaf(-KF[i1 * kP + col], pb1, DK[nt][2]) * k1;
-			DK[nt][3] = fmaf(-KF[i1 * kP + col + 1], pb1, DK[nt][3]) * k1;
+			DQ[nt][0] = fmaf(-QF[rp0 + col], pa0, DQ[nt][0]) * q0;
+			DQ[nt][1] = fmaf(-QF[rp0 + col + 1], pa0, DQ[nt][1]) * q0;
+			DQ[nt][2] = fmaf(-QF[rp1 + col], pa1, DQ[nt][2]) * q1;
+			DQ[nt][3] = fmaf(-QF[rp1 + col + 1], pa1, DQ[nt][3]) * q1;
+			DK[nt][0] = fmaf(-KF[rp0 + col], pb0, DK[nt][0]) * k0;
+			DK[nt][1] = fmaf(-KF[rp0 + col + 1], pb0, DK[nt][1]) * k0;
+			DK[nt][2] = fmaf(-KF[rp1 + col], pb1, DK[nt][2]) * k1;
+			DK[nt][3] = fmaf(-KF[rp1 + col + 1], pb1, DK[nt][3]) * k1;
 		}
 	}
 #pragma unroll

@@ -24,7 +24,8 @@
 //       mask is a select, so S^T of a row or column past n never reaches (2)); gamma.
 //       wait group 1; each thread splits the q, k pairs it copied to bf16 hi/lo IN PLACE (as
 //       gdn_output_mma: the 8 fp32 of columns 8cb .. 8cb+7 of row r become a 16-byte hi unit and a 16-byte
-//       lo unit in the same 32 bytes, pair slot cb ^ ((r >> 1) & 3), hi first on even rows); wait group 0.
+//       lo unit in the same 32 bytes, pair slot cb ^ ((r >> 1) & 3), hi first on even rows; copies, loads
+//       and stores conflict-free, see copy_tile there); wait group 0.
 //                                                                                        __syncthreads
 //   (1) S^T = K Q^T   rows j of the warp x columns i >= 16 rt (causal: 1..4 of the 4 column tiles of 16,
 //                     and none at or past n): A = K rows (ldmatrix.x4), B = rows of Q (the n index;

@@ -29,8 +29,14 @@
 // of (r, cb) sits at pair slot cb ^ ((r >> 1) & 3) of its row and its hi unit in the slot's first half
 // when r is even, second half when r is odd (lo the other half): the 8 rows of every ldmatrix 8x8 then
 // fall in 8 different 16-byte bank groups (row stride 512 bytes, a multiple of 128), conflict-free without
-// padding. The same thread copies a pair, waits for its own copies and converts it (reading all 8 floats
-// before writing), so the conversion needs no barrier; one __syncthreads then publishes the stage.
+// padding. The fp32 halves sit where the bf16 units will: columns 8cb .. 8cb+3 where the hi unit goes
+// (first half on even rows, second on odd), columns 8cb+4 .. 8cb+7 in the other half. The same thread copies
+// a pair, waits for its own copies and converts it (reading both halves before writing), so the conversion
+// needs no barrier; one __syncthreads then publishes the stage. A warp's 32 pairs are rows 2m and 2m + 1,
+// pairs 4 (l / 8) + l % 4 (lane l; row 2m + (l / 4) % 2), and it copies, reads and writes one half of each
+// a 16-byte access: the 8 lanes of a quarter-warp (4 slots cb % 4 apart x 2 row parities) hit 8 different
+// 16-byte bank groups, so cp.async, the split's loads and its hi / lo stores are conflict-free (with 16 pairs
+// of one row a quarter-warp, the layout before 2026-12, each of them was 2-way: 8 wavefronts, not 4).
 // Rows past n are zero-filled by the thread that owns them (0 splits to 0): a guard, as masked P is a
 // select (exactly 0) and K / V' land where H's finite splits were, so 0 * V' is 0 even without it.
 // Regions: QR [64][128] (Q for both phases) | XR [128][128] (H, then K [64][128] and V' [64][128]) | gam.
@@ -99,47 +105,63 @@ constexpr int kSplitQ = 1, kSplitK = 2, kSplitH = 4, kSplitV = 8, kSplitP = 16;
 constexpr int kSplitAll = 31;
 constexpr int kOutputPrec = kSplitAll;
 
-// pair: the float offset of the 8 fp32 of columns 8cb .. 8cb+7 of row r in a staged [rows][128] tile.
+// pair: the float offset of the 32-byte slot of the 8 fp32 of columns 8cb .. 8cb+7 of row r in a staged
+// [rows][128] tile.
 __device__ __forceinline__ int pair(int r, int cb) { return r * kD + 8 * (cb ^ ((r >> 1) & 3)); }
-// unit: the bf16 offset of the 8 bf16 of those columns after the split, part 0 hi, 1 lo.
-__device__ __forceinline__ int unit(int r, int cb, int part) {
-	return 2 * pair(r, cb) + 8 * ((r & 1) ^ part);
+// hslot: the float offset of columns 8cb + 4q .. 8cb + 4q + 3 (q = 0, 1) of row r: the slot's first 16 bytes
+// when q == r % 2, else its second 16 bytes (odd rows hold their columns 4..7 first).
+__device__ __forceinline__ int hslot(int r, int cb, int q) { return pair(r, cb) + 4 * ((r & 1) ^ q); }
+// unit: the bf16 offset of the 8 bf16 of those columns after the split, part 0 hi (over the fp32 of
+// columns 8cb .. 8cb+3), 1 lo (over columns 8cb+4 .. 8cb+7).
+__device__ __forceinline__ int unit(int r, int cb, int part) { return 2 * hslot(r, cb, part); }
+// owned: the pair (r, cb) that index p = tid + 256 k of copy_tile / convert_tile stands for. The 32 p of a
+// warp cover rows 2m, 2m + 1 (m = p / 32); lane l takes row 2m + (l / 4) % 2 and pair 4 (l / 8) + l % 4, so
+// a quarter-warp (8 lanes) holds 4 pairs of each row, whose slots differ in cb % 4: their 16-byte halves
+// q (at 32 slot + 16 (q ^ r % 2) bytes) fall in 8 different 16-byte bank groups.
+__device__ __forceinline__ void owned(int p, int& r, int& cb) {
+	r = 2 * (p >> 5) + ((p >> 2) & 1);
+	cb = (p & 3) + 4 * ((p >> 3) & 3);
 }
 
 // copy_tile issues the cp.async copies of the rows < n of a [ROWS][128] fp32 tile (row stride `stride`
 // elements in global memory) into the stage dst, and zero-fills the rows >= n; each thread owns the
-// pairs tid + 256 k.
+// pairs owned(tid + 256 k) and copies their halves q = 0, 1 one instruction each (conflict-free).
 template <int ROWS>
 __device__ __forceinline__ void copy_tile(float* dst, const float* src, long long stride, int n) {
+	int r0, cb;
+	owned(threadIdx.x, r0, cb);  // owned(tid + 256 k) is (r0 + 16 k, cb): same row parity and slot, 16 rows on
 #pragma unroll
 	for (int k = 0; k < ROWS * 16 / kThreads; ++k) {
-		const int p = threadIdx.x + kThreads * k, r = p >> 4, cb = p & 15;
-		float* d = dst + pair(r, cb);
+		const int r = r0 + 16 * k;
+		float* d0 = dst + hslot(r0, cb, 0) + 16 * k * kD;  // hslot(r, cb, 0)
+		float* d1 = dst + hslot(r0, cb, 1) + 16 * k * kD;  // hslot(r, cb, 1)
 		if (r < n) {
 			const float* s = src + r * stride + 8 * cb;
-			tc::cp_async16(d, s);
-			tc::cp_async16(d + 4, s + 4);
+			tc::cp_async16(d0, s);
+			tc::cp_async16(d1, s + 4);
 		} else {
-			unsigned* z = reinterpret_cast<unsigned*>(d);
-#pragma unroll
-			for (int i = 0; i < 8; ++i) z[i] = 0u;
+			*reinterpret_cast<uint4*>(d0) = uint4{0u, 0u, 0u, 0u};
+			*reinterpret_cast<uint4*>(d1) = uint4{0u, 0u, 0u, 0u};
 		}
 	}
 }
 
 // convert_tile splits the thread's own pairs of a staged tile in place (after its cp.async wait): hi
-// unit and, when SPLIT, lo unit. Words are read and written as unsigned only (no type punning between
-// the loads and the stores for the compiler to reorder).
+// unit over half 0 and, when SPLIT, lo unit over half 1, each half one 16-byte access (conflict-free).
+// Words are read and written as unsigned only (no type punning between the loads and the stores for the
+// compiler to reorder).
 template <int ROWS, bool SPLIT>
 __device__ __forceinline__ void convert_tile(float* tile) {
 	unsigned* w = reinterpret_cast<unsigned*>(tile);
+	int r0, cb;
+	owned(threadIdx.x, r0, cb);  // as copy_tile: pair k is (r0 + 16 k, cb)
 #pragma unroll
 	for (int k = 0; k < ROWS * 16 / kThreads; ++k) {
-		const int p = threadIdx.x + kThreads * k, r = p >> 4, cb = p & 15;
-		const unsigned* f = w + pair(r, cb);
-		float x[8];
-#pragma unroll
-		for (int i = 0; i < 8; ++i) x[i] = __uint_as_float(f[i]);
+		uint4* f0 = reinterpret_cast<uint4*>(w + hslot(r0, cb, 0) + 16 * k * kD);
+		uint4* f1 = reinterpret_cast<uint4*>(w + hslot(r0, cb, 1) + 16 * k * kD);
+		const uint4 a = *f0, b = *f1;
+		const float x[8] = {__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(a.z), __uint_as_float(a.w),
+		                    __uint_as_float(b.x), __uint_as_float(b.y), __uint_as_float(b.z), __uint_as_float(b.w)};
 		unsigned hi[4], lo[4];
 #pragma unroll
 		for (int i = 0; i < 4; ++i) {
@@ -148,14 +170,8 @@ __device__ __forceinline__ void convert_tile(float* tile) {
 			else
 				hi[i] = tc::pack_bf16x2(x[2 * i], x[2 * i + 1]);
 		}
-		unsigned* uh = w + unit(r, cb, 0) / 2;
-#pragma unroll
-		for (int i = 0; i < 4; ++i) uh[i] = hi[i];
-		if (SPLIT) {
-			unsigned* ul = w + unit(r, cb, 1) / 2;
-#pragma unroll
-			for (int i = 0; i < 4; ++i) ul[i] = lo[i];
-		}
+		*f0 = uint4{hi[0], hi[1], hi[2], hi[3]};
+		if (SPLIT) *f1 = uint4{lo[0], lo[1], lo[2], lo[3]};
 	}
 }
 

@@ -40,6 +40,10 @@
 //       the swizzled stages. W = Ah Kh + Ah Kl + Al Kh, U = Ah V + Al V, per 16-wide k step, k
 //       ascending; the accumulators go straight to global memory (rows < n, 8-byte stores).
 // No atomics; every element is one fixed instruction sequence: bitwise reproducible.
+// LS and AI keep rows of kLA = 68 words' budget but in lrow order (8-row blocks, rows 0, 1, 4, 5, 2, 3, 6, 7
+// with spare 16-byte units between them, see lrow): the 8-byte pair accesses of rows g (P2's L stores, P4's
+// B fragments, P5's A loads) are conflict-free (2-way with plain 68-word rows, 4 banks apart), the
+// transposed scalars of rows 2t (+1) (P4's A fragments and A stores) stay conflict-free.
 //
 // ---- Precision --------------------------------------------------------------------------------------
 // hi + lo keeps ~16 bits (|x - hi - lo| <= 2^-16 |x|); a three-product term is off by ~3 * 2^-16 |a||b|,
@@ -88,7 +92,7 @@ namespace prepmma {
 
 using tc::bf16;
 constexpr int kD = fwd::kD, kC = fwd::kC, kThreads = fwd::kThreads;
-constexpr int kLA = kC + 4;  // padded fp32 row of LS and AI
+constexpr int kLA = kC + 4;  // fp32 row budget of LS and AI (64 data words + 4 spare; rows laid out by lrow)
 static_assert(kThreads == 256 && kD == 128 && kC == 64, "the fragment bookkeeping below assumes these");
 
 // Shared memory: KF fp32 [64][128] (later LS fp32 [64][68]) | AI fp32 [64][68] | KH, KL, VS bf16
@@ -104,23 +108,40 @@ struct alignas(8) U32x2 {
 	unsigned x, y;
 };
 
-// frag_a loads the A fragment (16 x 16) whose element (m, k) is p[m * sm + k * sk] (fp32) and splits
-// it: hi[0..3], lo[0..3] in the m16n8k16 A layout (g = lane / 4, t = lane % 4).
-__device__ __forceinline__ void frag_a(const float* p, int sm, int sk, int g, int t, unsigned hi[4], unsigned lo[4]) {
+// lrow: the word offset of row m of LS / AI ([64] rows of 64 fp32 in 8-row blocks of 8 kLA words, the
+// budget of plain rows of kLA words). In a block, row m % 8 sits at position q (m's bits 1 and 2 swapped: rows
+// 0, 1, 4, 5, 2, 3, 6, 7 in memory order) after 2 ((q + 1) / 2) spare 16-byte units: rows 0..7 start at bank
+// units 0, 2, 4, 6, 2, 4, 6, 0 (mod 8; plain rows of 68 words: 0, 1, 2, ..., 7, rows 4 banks apart). So rows
+// g = 0..3 (4..7) start 8 banks apart (a half-warp's 8-byte pairs of rows g, columns 2t, 2t + 1: 1 wavefront,
+// plain rows 2) and so do rows 0, 2, 4, 6 and 1, 3, 5, 7 (a warp's scalars of rows 2t (+1), columns g: 1, as
+// plain rows). Columns stay contiguous; rows 16-byte aligned (gdn_chunk_grads_mma.cu's rowo<kLA> with the
+// chunk-gradient swizzle patch).
+__device__ __forceinline__ int lrow(int m) {
+	const int q = (m & 1) | ((m >> 1) & 2) | ((m << 1) & 4);
+	return (m >> 3) * (8 * kLA) + 64 * q + 8 * ((q + 1) >> 1);
+}
+static_assert(64 * 7 + 8 * 4 + 64 == 8 * kLA, "lrow: an 8-row block fills exactly 8 kLA words");
+
+// frag_at loads the A fragment (16 x 16) whose element (m, k) is T[row r0 + k][column c0 + m] of an lrow
+// tile (fp32; transposed, scalar loads) and splits it: hi[0..3], lo[0..3] in the m16n8k16 A layout
+// (g = lane / 4, t = lane % 4).
+__device__ __forceinline__ void frag_at(const float* T, int r0, int c0, int g, int t, unsigned hi[4], unsigned lo[4]) {
 #pragma unroll
 	for (int r = 0; r < 4; ++r) {
 		const int m = g + 8 * (r & 1), k = 2 * t + 8 * (r >> 1);
-		tc::split_bf16x2(p[m * sm + k * sk], p[m * sm + (k + 1) * sk], hi[r], lo[r]);
+		tc::split_bf16x2(T[lrow(r0 + k) + c0 + m], T[lrow(r0 + k + 1) + c0 + m], hi[r], lo[r]);
 	}
 }
 
-// frag_b loads the B fragment (16 x 8) whose element (k, n) is sign * p[k * sk + n * sn] and splits it.
-__device__ __forceinline__ void frag_b(const float* p, int sk, int sn, float sign, int g, int t, unsigned hi[2],
-                                       unsigned lo[2]) {
+// frag_bn loads the B fragment (16 x 8) whose element (k, n) is sign * T[row r0 + n][column c0 + k] of an
+// lrow tile (B = tile^T; the pair k, k + 1 one 8-byte load) and splits it.
+__device__ __forceinline__ void frag_bn(const float* T, int r0, int c0, float sign, int g, int t, unsigned hi[2],
+                                        unsigned lo[2]) {
 #pragma unroll
 	for (int r = 0; r < 2; ++r) {
 		const int k = 2 * t + 8 * r;
-		tc::split_bf16x2(sign * p[k * sk + g * sn], sign * p[(k + 1) * sk + g * sn], hi[r], lo[r]);
+		const float2 x = *reinterpret_cast<const float2*>(T + lrow(r0 + g) + c0 + k);
+		tc::split_bf16x2(sign * x.x, sign * x.y, hi[r], lo[r]);
 	}
 }
 
@@ -140,8 +161,8 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
              float* __restrict__ kt, int HQK, int HV) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	float* KF = smem;                // [64][128] fp32 k as copied
-	float* LS = smem;                // [64][kLA] fp32 L (over KF, once converted)
-	float* AI = KF + kC * kD;        // [64][kLA] fp32 (I + L)^-1, blocks on and below the diagonal
+	float* LS = smem;                // [64][kLA] fp32 L (over KF, once converted), rows at lrow
+	float* AI = KF + kC * kD;        // [64][kLA] fp32 (I + L)^-1, blocks on and below the diagonal, rows at lrow
 	bf16* KH = reinterpret_cast<bf16*>(AI + kC * kLA);
 	bf16* KL = KH + kC * kD;
 	bf16* VS = KL + kC * kD;
@@ -245,9 +266,11 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 #pragma unroll
 		for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-			for (int r = 0; r < 4; ++r) {
-				const int i = 16 * bi + gq + 8 * (r >> 1), j = 16 * bj + 8 * nt + 2 * tq + (r & 1);
-				LS[i * kLA + j] = (j < i && i < n) ? bet[i] * acc[nt][r] * expf(gam[i] - gam[j]) : 0.f;
+			for (int hr = 0; hr < 2; ++hr) {  // elements r = 2 hr, 2 hr + 1: columns j, j + 1, one 8-byte store
+				const int i = 16 * bi + gq + 8 * hr, j = 16 * bj + 8 * nt + 2 * tq, j1 = j + 1;
+				const float l0 = (j < i && i < n) ? bet[i] * acc[nt][2 * hr] * expf(gam[i] - gam[j]) : 0.f;
+				const float l1 = (j1 < i && i < n) ? bet[i] * acc[nt][2 * hr + 1] * expf(gam[i] - gam[j1]) : 0.f;
+				*reinterpret_cast<float2*>(LS + lrow(i) + j) = make_float2(l0, l1);
 			}
 		}
 	}
@@ -256,14 +279,18 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 	// ---- P3: the diagonal blocks (I + L_bb)^-1, column c a lane ----
 	if (warp < 4 && lane < 16) {
 		const int o = 16 * warp;
+		// the block's rows: lrow(o + i) = 2 warp 8 kLA + lrow(i), lrow(i) a constant once i is unrolled
+		const float* Lo = LS + 2 * warp * (8 * kLA) + o;
+		float* Ao = AI + 2 * warp * (8 * kLA) + o;
 		float xcol[16];
 #pragma unroll
 		for (int i = 0; i < 16; ++i) {
 			float s = 0.f;
 #pragma unroll
-			for (int j = 0; j < i; ++j) s = fmaf(LS[(o + i) * kLA + o + j], xcol[j], s);
+			for (int j = 0; j < 16; ++j)  // (j < i as a test: with it as the bound xcol went to local memory)
+				if (j < i) s = fmaf(Lo[lrow(i) + j], xcol[j], s);
 			xcol[i] = (i == lane ? 1.f : 0.f) - s;
-			AI[(o + i) * kLA + o + lane] = xcol[i];
+			Ao[lrow(i) + lane] = xcol[i];
 		}
 	}
 	__syncthreads();  // barrier 4: the diagonal blocks of AI
@@ -278,11 +305,11 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 			float xt[2][4] = {};  // X^T: m = column in block j, n = row in block i
 			for (int bk = bj; bk < bi; ++bk) {
 				unsigned ah[4], al[4];
-				frag_a(AI + (16 * bk) * kLA + 16 * bj, 1, kLA, gq, tq, ah, al);  // (m, k) = A_kj[k][m]
+				frag_at(AI, 16 * bk, 16 * bj, gq, tq, ah, al);  // (m, k) = A_kj[k][m]
 #pragma unroll
 				for (int nt = 0; nt < 2; ++nt) {
 					unsigned bh[2], bl[2];  // (k, n) = L_ik[n][k]
-					frag_b(LS + (16 * bi + 8 * nt) * kLA + 16 * bk, 1, kLA, 1.f, gq, tq, bh, bl);
+					frag_bn(LS, 16 * bi + 8 * nt, 16 * bk, 1.f, gq, tq, bh, bl);
 					mma3(xt[nt], ah, al, bh, bl);
 				}
 			}
@@ -293,7 +320,7 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 #pragma unroll
 			for (int nt = 0; nt < 2; ++nt) {
 				unsigned bh[2], bl[2];  // (k, n) = -D_i[n][k]
-				frag_b(AI + (16 * bi + 8 * nt) * kLA + 16 * bi, 1, kLA, -1.f, gq, tq, bh, bl);
+				frag_bn(AI, 16 * bi + 8 * nt, 16 * bi, -1.f, gq, tq, bh, bl);
 				mma3(res[nt], ah, al, bh, bl);
 			}
 #pragma unroll
@@ -301,7 +328,7 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 #pragma unroll
 				for (int r = 0; r < 4; ++r) {
 					const int m = gq + 8 * (r >> 1), nn = 8 * nt + 2 * tq + (r & 1);
-					AI[(16 * bi + nn) * kLA + 16 * bj + m] = res[nt][r];
+					AI[lrow(16 * bi + nn) + 16 * bj + m] = res[nt][r];
 				}
 			}
 		}
@@ -320,7 +347,8 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 #pragma unroll
 			for (int r = 0; r < 4; ++r) {
 				const int m = 16 * mi + gq + 8 * (r & 1), k = 16 * kk + 2 * tq + 8 * (r >> 1);
-				const float a0 = AI[m * kLA + k], a1 = AI[m * kLA + k + 1];
+				const float2 a = *reinterpret_cast<const float2*>(AI + lrow(m) + k);
+				const float a0 = a.x, a1 = a.y;
 				tc::split_bf16x2(a0 * coef[k], a1 * coef[k + 1], wh[r], wl[r]);
 				tc::split_bf16x2(a0 * bet[k], a1 * bet[k + 1], uh[r], ul[r]);
 			}

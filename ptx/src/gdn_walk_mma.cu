@@ -94,7 +94,11 @@
 // eight warps hold state: each runs its half of (1) (96 mma), the key-64 warp posts its partial to EX
 // [column group][32 regs][32 lanes] (16 KB, conflict-free), named barrier 1 + (w % 4) for the pair's 64
 // threads, the key-0 warp adds and posts the sum, the barrier again, the other reads it: both hold all of
-// V'^T and run (2) on their own keys (96 mma). vh 128: each warp runs both chains (v, v2) and adds them.
+// V'^T and run (2) on their own keys (96 mma). vh 128: each warp runs both chains and adds them; the
+// forward walks park the first chain's sums in the warp's own U columns of UR (free between land and the
+// next chunk's U copies, which these walks therefore issue after (1)), so the second runs in v; BWalker,
+// without a free stage, holds it in v2. Parking took ptxas 11.8's sm_90 count for gdn_state_walk_mma
+// from 254 to 184 registers and gdn_state_walk_mma16 from 248 to 228.
 // (2) is untouched (each S^T element's chain is the same at both widths), and every output stays bitwise
 // equal between the widths and between the Kt-reading and the kn-reading (v5) entries. V' stores are
 // split between the pair's warps by token halves. EX is reused every chunk: a warp's next post follows
@@ -184,6 +188,7 @@ struct Walker {
 	// kPG: B fragments loaded at once (pairs of n-tiles); fewer at vh 128, whose accumulators fill the
 	// registers (GDNKCP_WALK_PG128: 2 on Hopper, 1 on Blackwell, where ptxas allocates differently).
 	static constexpr int kPG = kTwoChains ? GDNKCP_WALK_PG128 : 4;
+	static constexpr bool kDeferU = kTwoChains;            // U copies after (1): UR is (1)'s scratch (mma_rows)
 	static constexpr int kLU = VH + 4;                     // padded fp32 row of the U stage (conflict-free C loads)
 	bf16* X;                                               // [2][4][kTile]: -W hi, -W lo, Kt hi, Kt lo (swizzled)
 	float* R;                                              // [2][kTile]: W, Kt of the next chunk as copied
@@ -195,6 +200,12 @@ struct Walker {
 	float v[8][4];          // V'^T (U^T before (1)): the same columns x tokens 8 nt + (2t, 2t+1)
 	float v2[8][4];         // kTwoChains: the chain of keys 64-127 in (1) (otherwise unused, no registers)
 	float gl;               // gamma_last of the chunk whose U is in v
+	// KN at vh 64 (kPrefetchK; vh 128 has no registers to spare): the next chunk's gamma_last and one Kt
+	// row factor a lane (row warp + 8 (lane % 8)), computed a chunk ahead by prefetch_factors; land
+	// takes row warp + 8k's from lane k with a shuffle (eight factors a lane spilled 16 bytes with
+	// ptxas 13.0 on sm_90a).
+	static constexpr bool kPrefetchK = KN && kSplit == 2;
+	float ef, gln;
 
 	__device__ __forceinline__ explicit Walker(float* smem) {
 		X = reinterpret_cast<bf16*>(smem);
@@ -242,7 +253,7 @@ struct Walker {
 	// 8 x, unit lane) into R and, when u is set, this warp's 16 U columns into UR; one commit group.
 	// KN: kt is kn [T, HQK, 128] and the Kt rows are copied from kn's QK head qh = h / (HV / HQK).
 	__device__ __forceinline__ void issue(const float* w, const float* u, const float* kt, int t0, int n, int h, int HV,
-	                                      int c0, int HQK = 0, int qh = 0) {
+	                                      int c0, int HQK = 0, int qh = 0, bool withU = true) {
 #pragma unroll
 		for (int x = 0; x < 16; ++x) {
 			const int a = x / 8, i = warp + 8 * (x % 8);
@@ -257,6 +268,22 @@ struct Walker {
 					tc::cp_async16(R + a * kTile + i * kD + 4 * lane, (a ? kt : w) + ((long long)(t0 + i) * HV + h) * kD + 4 * lane);
 			}
 		}
+		if (withU) issue_u(u, t0, n, h, HV, c0);
+		tc::cp_async_commit();
+	}
+
+	// prefetch_factors (KN) reads, a chunk ahead, what land needs to rebuild Kt: gamma_last of chunk
+	// (t0, n) and the factor e^(gamma_last - gcum[t0 + i]) of row i = warp + 8 (lane % 8) (rows past n
+	// take row n - 1's, any finite factor: their kn is zero), the expression land used to evaluate itself,
+	// so the rebuilt Kt keeps its bits while its global loads and expf leave the chunk's critical path.
+	__device__ __forceinline__ void prefetch_factors(const float* gcum, int t0, int n, int h, int HV) {
+		gln = gcum[(long long)(t0 + n - 1) * HV + h];
+		const int i = warp + 8 * (lane % 8), ir = i < n ? i : n - 1;
+		ef = expf(gln - gcum[(long long)(t0 + ir) * HV + h]);
+	}
+
+	// issue_u starts the copies of this warp's 16 U columns of chunk (t0, n) into UR (no commit).
+	__device__ __forceinline__ void issue_u(const float* u, int t0, int n, int h, int HV, int c0) {
 		if (u != nullptr && holds() && kh == 0) {
 #pragma unroll
 			for (int y = 0; y < 8; ++y) {
@@ -264,19 +291,19 @@ struct Walker {
 				if (i < n) tc::cp_async16(UR + i * kLU + col, u + ((long long)(t0 + i) * HV + h) * kD + c0 + col);
 			}
 		}
-		tc::cp_async_commit();
 	}
 
 	// land waits for this thread's copies of chunk (t0, n), converts its units of R into stage x of X
 	// (-W and Kt as bf16 hi/lo, zero rows from n on), loads U^T (zero past n) into the V'
 	// accumulators and reads gamma_last. R and UR may be refilled after the next __syncthreads.
-	// KN: R holds kn rows; each is multiplied by its factor e^(gamma_last - gcum[t0 + i]) (read here,
-	// never held across the chunk) before the split: kn_i * e as one rounded fp32 product (__fmul_rn,
-	// never fused with the split's subtraction), exactly the Kt element the prep stores.
+	// KN: R holds kn rows; each is multiplied by its factor e^(gamma_last - gcum[t0 + i]) (at vh 64
+	// computed a chunk ahead by prefetch_factors, one a lane, and shuffled in; at vh 128 read here)
+	// before the split: kn_i * e as one rounded fp32 product (__fmul_rn, never fused with the split's
+	// subtraction), exactly the Kt element the prep stores.
 	__device__ __forceinline__ void land(int x, const float* u, const float* gcum, int t0, int n, int h, int HV) {
 		tc::cp_async_wait<0>();
 		bf16* xs = X + x * 4 * kTile;
-		if (KN) gl = gcum[(long long)(t0 + n - 1) * HV + h];
+		if (KN) gl = kPrefetchK ? gln : gcum[(long long)(t0 + n - 1) * HV + h];
 #pragma unroll
 		for (int y = 0; y < 16; ++y) {
 			const int a = y / 8, i = warp + 8 * (y % 8);
@@ -284,7 +311,10 @@ struct Walker {
 			if (i < n) f = *reinterpret_cast<const float4*>(R + a * kTile + i * kD + 4 * lane);
 			if (KN && a == 1) {  // gdn_prep_mma P1: k * expf(glast - gam[i]), glast = gam[n - 1]
 				const int ir = i < n ? i : n - 1;  // rows past n: f = 0, any finite factor (here 1) keeps +0
-				const float e = expf(gl - gcum[(long long)(t0 + ir) * HV + h]);
+				// kPrefetchK: lane y % 8 computed the same expression for row i = warp + 8 (y % 8) (land runs
+				// on whole warps: the shuffle's lanes all take part).
+				const float e = kPrefetchK ? __shfl_sync(0xffffffffu, ef, y % 8)
+				                           : expf(gl - gcum[(long long)(t0 + ir) * HV + h]);
 				f = make_float4(__fmul_rn(f.x, e), __fmul_rn(f.y, e), __fmul_rn(f.z, e), __fmul_rn(f.w, e));
 			}
 			const float sg = a ? 1.f : -1.f;  // -W: the sign is exact in the split
@@ -387,10 +417,28 @@ struct Walker {
 	// and keys 64-127 from zero, then v = acc0 + acc1: at vh 64 the second chain is the other warp of the
 	// column group, whose partial comes through EX (named barrier 1 + cw, the group's 64 threads): it
 	// posts its chain, the first warp adds and posts the sum, the second reads it; at vh 128 it is v2.
+	// SCRATCH (the forward walks at vh 128): instead of v2, the first chain's sums wait in this warp's
+	// own U columns of UR (64 rows x 16 columns: 1024 floats, each lane rereading only what it wrote)
+	// while the second chain runs in v; the walk then issues the next chunk's U copies only after (1)
+	// (walk(): kDeferU). Same bits as the v2 form, 32 registers fewer.
+	template <bool SCRATCH = false>
 	__device__ __forceinline__ void mma_rows(const bf16* Bh, int n) {
 		if (!KS) {
 #pragma unroll
 			for (int kk = 0; kk < 8; ++kk) rows_step(v, Bh, kk, kk, n);
+		} else if (kTwoChains && SCRATCH) {
+#pragma unroll
+			for (int kk = 0; kk < 4; ++kk) rows_all(v, Bh, kk, kk);
+			float* sc = UR + 16 * cw + (lane >> 4) * kLU + (lane & 15);  // slot i: row 2i + lane / 16
+#pragma unroll
+			for (int i = 0; i < 32; ++i) {
+				sc[2 * i * kLU] = v[i / 4][i % 4];
+				v[i / 4][i % 4] = 0.f;
+			}
+#pragma unroll
+			for (int kk = 0; kk < 4; ++kk) rows_all(v, Bh, kk + 4, kk + 4);
+#pragma unroll
+			for (int i = 0; i < 32; ++i) v[i / 4][i % 4] = sc[2 * i * kLU] + v[i / 4][i % 4];
 		} else if (kTwoChains) {
 #pragma unroll
 			for (int kk = 0; kk < 4; ++kk) {
@@ -428,7 +476,7 @@ struct Walker {
 
 	// vprime runs (1) on stage x: V'^T = U^T + S^T (-W)^T, token blocks of 16 from n on skipped
 	// (they stay zero).
-	__device__ __forceinline__ void vprime(int x, int n) { mma_rows(X + x * 4 * kTile, n); }
+	__device__ __forceinline__ void vprime(int x, int n) { mma_rows<kTwoChains>(X + x * 4 * kTile, n); }
 
 	// update runs (2) on stage x: S^T = e^gl S^T + V'^T Kt over all 64 tokens (rows from n on are zero).
 	__device__ __forceinline__ void update(int x, int n) {
@@ -522,18 +570,27 @@ struct Walker {
 		if (nch <= 0) return;
 		const int qh = KN ? h / (HV / HQK) : 0;
 		issue(w, u, kt, chunk_tok0[ch0], chunk_len[ch0], h, HV, c0, HQK, qh);
+		if (kPrefetchK) prefetch_factors(gcum, chunk_tok0[ch0], chunk_len[ch0], h, HV);
 		land(0, u, gcum, chunk_tok0[ch0], chunk_len[ch0], h, HV);
 		for (int ci = 0; ci < nch; ++ci) {
 			const int c = ch0 + ci, x = ci & 1, n = chunk_len[c];
 			// Stage x converted by every thread; every warp done with stage 1 - x; every thread done
 			// reading R and UR (its land of chunk c), so the copies of chunk c + 1 may start.
 			__syncthreads();
-			if (ci + 1 < nch) issue(w, u, kt, chunk_tok0[c + 1], chunk_len[c + 1], h, HV, c0, HQK, qh);
+			if (ci + 1 < nch) {
+				issue(w, u, kt, chunk_tok0[c + 1], chunk_len[c + 1], h, HV, c0, HQK, qh, !kDeferU);
+				if (kPrefetchK) prefetch_factors(gcum, chunk_tok0[c + 1], chunk_len[c + 1], h, HV);
+			}
 			if (holds()) {
 				const long long blk = (long long)c * HV + h;
 				if (h_out != nullptr) store_state(h_out + blk * kD * kD, c0);
 				if (h16 != nullptr) store_state16(h16 + blk * kD * kD, c0);
 				vprime(x, n);
+				if (kDeferU && ci + 1 < nch) {  // the scratch in UR is read: the next chunk's U may land there
+					__syncwarp();
+					issue_u(u, chunk_tok0[c + 1], chunk_len[c + 1], h, HV, c0);
+					tc::cp_async_commit();
+				}
 				if (vnew != nullptr) store_vprime(vnew, chunk_tok0[c], n, h, HV, c0);
 				if (vnew16 != nullptr) store_vprime16(vnew16 + blk * kD * kC, n, c0);
 				update(x, n);
@@ -609,9 +666,12 @@ gdn_state_walk_mma(const float* __restrict__ w, const float* __restrict__ u, con
 // it writes to gcum; gdn_prep_fwd computes the same), so the rows split into X are the bits the prep
 // would have written to kt, and every output is bitwise what gdn_state_walk_mma / gdn_summary_walk_mma
 // give when fed that kt. The prep then need not write Kt at all (gdn_prep_mma takes kt = null) in a
-// forward that no backward follows. The factors are read and computed in land only (8 rows a thread, one
-// gcum load and one expf each, next to the 16 units it converts), nothing more is held across a chunk,
-// and the chunk keeps its one __syncthreads and one __syncwarp. kn is shared by the HV / HQK value
+// forward that no backward follows. The factors (8 rows a thread, one gcum load and one expf each) are
+// computed in land at vh 128; at vh 64, where the key split left registers, a chunk ahead by
+// prefetch_factors right after the chunk's copies are issued (one row a lane: gamma_last and the factor
+// in two registers, eight loads and expf a warp instead of a thread), and land shuffles each row's factor
+// from its lane (off the critical path). Either way the chunk keeps its one __syncthreads and one
+// __syncwarp. kn is shared by the HV / HQK value
 // heads of a QK head: the walks' CTAs of sibling heads run at the same time, so most of those rows come
 // from L2.
 //   gdn_summary_walk_mma16(w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p,

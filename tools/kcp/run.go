@@ -86,7 +86,7 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	addPlacementFlags(cmd, &o)
 	f.StringVar(&o.faultKill, "fault-kill", "", "fault test: RANK:STAGE, the process running RANK kills itself (SIGKILL) when the rank reaches STAGE (e.g. 1:tape walk)")
 	f.StringVar(&o.faultError, "fault-error", "", "fault test: RANK:STAGE, the rank fails with an error at STAGE")
-	f.StringVar(&o.kernels, "kernels", "fp32", "GPU backend: fp32 (CUDA-core kernels, the default), tc (tensor-core forward, ~4x faster, output error ~3.7e-3), mma (v4: forward, backward walks, dV'_local and chunk gradients on mma.sync) or v5 (mma with bf16 H and V' for the output and the chunk gradients grouped by QK head); mma and v5 need blobs built with them")
+	f.StringVar(&o.kernels, "kernels", kcp.KernelsAuto, "GPU backend: auto (the fastest set the blob has and the GPU's shared memory allows: v5 on Hopper and data-centre Blackwell, fp32 on Ampere), fp32 (CUDA-core kernels), tc (tensor-core forward, output error ~3.7e-3), mma (v4: forward, backward walks, dV'_local and chunk gradients on mma.sync) or v5 (mma with bf16 H and V' for the output and the chunk gradients grouped by QK head, ~10x faster than fp32)")
 	f.BoolVar(&o.check, "check", true, "compare the output and every gradient with the naive float64 reference")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
 	f.IntVar(&o.hqk, "hqk", kcp.DefaultHQK, "query/key heads")
@@ -185,8 +185,11 @@ type runGPU struct {
 	Device  string `json:"device"`  // archdetect's line: name, CC, SMs, blob and why
 	Blob    string `json:"blob"`    // the blob slot loaded
 	Kernels string `json:"kernels"` // the kernel set: fp32, tc, mma or v5
-	Reps    int    `json:"reps"`
-	Warmup  int    `json:"warmup"`
+	// KernelsChoice says why --kernels auto chose Kernels (empty when the
+	// set was named).
+	KernelsChoice string `json:"kernels_choice,omitempty"`
+	Reps          int    `json:"reps"`
+	Warmup        int    `json:"warmup"`
 	// Devices are this process's GPUs, RankDevices each rank's (-1: a rank
 	// another process runs), Comm how the ranks exchanged (loopback, nccl,
 	// or communicator: one rank a process under a launcher).
@@ -502,7 +505,19 @@ func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, do
 func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, name string, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
 	opts kcp.Options, in *kcp.Inputs, dout []float32, bar *runBar) (rep *runReport, err error) {
 	kopts := kcp.GPUOptions{Options: opts, Device: o.device, Blob: o.blob, KeepDevice: true}
-	if err := kopts.SetKernels(o.kernels); err != nil {
+	kernels, kernelsWhy := o.kernels, ""
+	if kernels == kcp.KernelsAuto {
+		dev := o.device
+		if pl.env != nil {
+			dev = pl.env.LocalRank
+		} else if len(pl.devices) > 0 {
+			dev = pl.devices[0]
+		}
+		if kernels, kernelsWhy, err = kcp.ChooseKernels(dev, o.blob); err != nil {
+			return nil, gpuOpenError(err)
+		}
+	}
+	if err := kopts.SetKernels(kernels); err != nil {
 		return nil, fmt.Errorf("--kernels: %w", err)
 	}
 	hook, err := o.stageHook(stderr)
@@ -517,13 +532,7 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 	defer func() { err = errors.Join(err, closeComm()) }()
 	g, err := kcp.NewGPU(plan, gopts)
 	if err != nil {
-		if errors.Is(err, loader.ErrNoDriver) {
-			return nil, fmt.Errorf("--backend gpu: no CUDA driver on this machine: %w; use --backend cpu", err)
-		}
-		if loader.IsCode(err, loader.ErrorNoDevice) {
-			return nil, fmt.Errorf("--backend gpu: the CUDA driver sees no GPU on this machine: %w; use --backend cpu", err)
-		}
-		return nil, fmt.Errorf("--backend gpu: %w", err)
+		return nil, gpuOpenError(err)
 	}
 	defer func() { _ = g.Close() }() // the run's own errors matter more
 	ctx := context.Background()
@@ -565,7 +574,8 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 		return nil, err
 	}
 	rep.SecondsBackend, rep.SecondsRef = tBackend.Seconds(), tRef.Seconds()
-	rep.GPU = gpuReport(g.Profile().String(), o.kernels, o.warmup, local, steps)
+	rep.GPU = gpuReport(g.Profile().String(), kernels, o.warmup, local, steps)
+	rep.GPU.KernelsChoice = kernelsWhy
 	rep.GPU.Devices, rep.GPU.Comm, rep.GPU.RankDevices = g.Devices(), string(g.Comm()), g.RankDevices()
 	rep.GPU.Exchange = exchangeKind(g)
 	rep.GPU.Digests = map[string]string{}
@@ -586,6 +596,18 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 		}
 	}
 	return rep, nil
+}
+
+// gpuOpenError says what stops the GPU backend from starting: no driver, no
+// GPU, or err itself.
+func gpuOpenError(err error) error {
+	if errors.Is(err, loader.ErrNoDriver) {
+		return fmt.Errorf("--backend gpu: no CUDA driver on this machine: %w; use --backend cpu", err)
+	}
+	if loader.IsCode(err, loader.ErrorNoDevice) {
+		return fmt.Errorf("--backend gpu: the CUDA driver sees no GPU on this machine: %w; use --backend cpu", err)
+	}
+	return fmt.Errorf("--backend gpu: %w", err)
 }
 
 // gpuReport summarises the timed repetitions: per-rank medians of each
@@ -873,6 +895,9 @@ func writeRunText(w io.Writer, r *runReport) error {
 		fmt.Fprintf(&b, "gradients: %s\n", r.Note)
 	}
 	if gi := r.GPU; gi != nil {
+		if gi.KernelsChoice != "" {
+			fmt.Fprintf(&b, "kernels %s\n", gi.KernelsChoice)
+		}
 		fmt.Fprintf(&b, "gpu ranks on devices %v, exchanging through %s (%s exchange)\n", gi.RankDevices, gi.Comm, orUnknown(gi.Exchange))
 		for _, rk := range gi.Ranks {
 			fmt.Fprintf(&b, "  rank %d digest %s\n", rk.Rank, gi.Digests[fmt.Sprint(rk.Rank)])
