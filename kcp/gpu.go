@@ -432,6 +432,7 @@ type gpuDevice struct {
 	ctx     *loader.Context
 	kernels *archdetect.Kernels
 	fn      map[string]*loader.Function
+	stage   *stagerPool // pinned upload chunks, lent to runs (gpu_staging.go)
 }
 
 // openGPUDevice detects device, loads the blob and resolves every entry the
@@ -460,7 +461,8 @@ func openGPUDevice(device int, blob string, ks kernelSet) (d *gpuDevice, err err
 			err = errors.Join(err, k.Close())
 		}
 	}()
-	d = &gpuDevice{refs: 1, profile: prof, ks: ks, ctx: ctx, kernels: k, fn: map[string]*loader.Function{}}
+	d = &gpuDevice{refs: 1, profile: prof, ks: ks, ctx: ctx, kernels: k, fn: map[string]*loader.Function{},
+		stage: &stagerPool{ctx: ctx}}
 	for _, e := range ks.allEntries() {
 		f, err := k.Function(e.name)
 		if err != nil {
@@ -491,7 +493,7 @@ func (d *gpuDevice) release() error {
 	if d.refs--; d.refs > 0 {
 		return nil
 	}
-	return errors.Join(d.kernels.Close(), d.ctx.Close())
+	return errors.Join(d.stage.close(), d.kernels.Close(), d.ctx.Close())
 }
 
 // GPU is the CUDA backend of one plan: every rank of the plan runs on its own
@@ -688,6 +690,15 @@ func newGPU(plan *Plan, gopts GPUOptions, fleet *gpuFleet) (*GPU, error) {
 	o, err = o.normalize()
 	if err != nil {
 		return nil, err
+	}
+	perDev := map[int]int{}
+	for _, r := range layout.local {
+		perDev[layout.devices[r]]++
+	}
+	for d, n := range perDev {
+		if err := fleet.device(d).stage.reserve(n); err != nil {
+			return nil, fmt.Errorf("kcp: gpu: device %d: pinned upload buffers for %d ranks: %w", d, n, err)
+		}
 	}
 	return &GPU{plan: plan, opts: o, gopts: gopts, dev: dev, fleet: fleet, layout: layout}, nil
 }

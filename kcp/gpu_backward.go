@@ -205,7 +205,7 @@ func (f *GPUForward) backwardRank(ctx context.Context, w *rankWork, dout []float
 		return fmt.Errorf("rank %d kept no device buffers", r)
 	}
 	cm := w.cm
-	b := &bwdRun{f: f, rk: rk, cm: cm, tb: tb, mem: newDevMem(rk.dev.ctx), res: res, st: w.st}
+	b := &bwdRun{f: f, rk: rk, cm: cm, tb: tb, mem: newDevMem(rk.dev.ctx, rk.dev.stage), res: res, st: w.st}
 	defer func() {
 		if err != nil && rk.stream != nil {
 			// Let launched work finish before its memory goes; its error,
@@ -348,7 +348,7 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		return err
 	}
 	s := rk.stream
-	if b.dout, err = upload(m, s, "dout", gatherDOut(p, rk.rank, dout), 2); err != nil {
+	if b.dout, err = uploadDOut(m, s, p, rk.rank, dout); err != nil {
 		return wrap(err)
 	}
 	tables := []struct {

@@ -16,9 +16,13 @@ type devMem struct {
 	names   []string
 	bytes   int64 // device memory held now
 	peak    int64 // the most device memory held at once since newDevMem
+	pool    *stagerPool
+	st      *stager // the run's, from pool (devMem.stager)
 }
 
-func newDevMem(ctx *loader.Context) *devMem { return &devMem{ctx: ctx} }
+// newDevMem tracks a run's device memory in ctx; pool (nil: none) lends the
+// run a stager for its large uploads.
+func newDevMem(ctx *loader.Context, pool *stagerPool) *devMem { return &devMem{ctx: ctx, pool: pool} }
 
 // devMemLive is the device memory all devMems of the process hold now, in
 // bytes: the tests' check that every path frees what it allocated.
@@ -81,23 +85,41 @@ func (m *devMem) free() error {
 		return nil
 	}
 	var errs []error
+	if m.st != nil { // no buffer goes while a staged copy into it may run
+		errs = append(errs, m.st.wait())
+	}
 	for i := len(m.release) - 1; i >= 0; i-- {
 		if err := m.release[i](); err != nil {
 			errs = append(errs, fmt.Errorf("release %s: %w", m.names[i], err))
 		}
 	}
 	devMemLive.Add(-m.bytes)
-	m.release, m.names, m.bytes = nil, nil, 0
+	m.release, m.names, m.bytes, m.st = nil, nil, 0, nil
 	return errors.Join(errs...)
 }
 
-// upload allocates a buffer for src and copies src into it in stream order.
+// upload allocates a buffer for src and copies src into it in stream order,
+// through the run's pinned stager from stageMinBytes on.
 func upload[T any](m *devMem, s *loader.Stream, name string, src []T, elem int) (*loader.Buffer, error) {
 	b, err := m.alloc(name, len(src)*elem)
 	if err != nil {
 		return nil, err
 	}
 	if len(src) == 0 {
+		return b, nil
+	}
+	if n := len(src) * elem; n >= stageMinBytes {
+		raw := bytesOf(src)
+		if len(raw) != n {
+			return nil, fmt.Errorf("upload %s: %d elements of %d bytes, want %d", name, len(src), len(raw)/len(src), elem)
+		}
+		st, err := m.stager()
+		if err != nil {
+			return nil, fmt.Errorf("upload %s: %w", name, err)
+		}
+		if err := st.put(b, n, 1, s, copyFill(raw)); err != nil {
+			return nil, fmt.Errorf("upload %s: %w", name, err)
+		}
 		return b, nil
 	}
 	v, err := exact(b, len(src)*elem)

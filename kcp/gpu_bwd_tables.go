@@ -152,14 +152,29 @@ func haloGradRows(tb *gpuBwdTables, all []float32, ranks, C int) ([]float32, err
 // buffer order as bf16 bits (exact for bf16 values, else rounded to nearest
 // even).
 func gatherDOut(p *Plan, rank int, dout []float32) []bf16.BF16 {
-	rp := &p.Ranks[rank]
 	nv := p.Config.HV * p.Config.DV
-	out := make([]bf16.BF16, rp.Tokens*nv)
-	bs := tokenBlocks(rp.Segments)
+	out := make([]bf16.BF16, p.Ranks[rank].Tokens*nv)
+	gatherDOutRows(p, rank, dout, out, 0)
+	return out
+}
+
+// gatherDOutRows is gatherDOut's rows [row0, row0 + len(dst)/nv) of the
+// rank's buffer, written to dst (a stager's chunk), in parallel blocks of
+// at most 64 rows (a 16 MB chunk holds ~1,400 rows of 48 x 128).
+func gatherDOutRows(p *Plan, rank int, dout []float32, dst []bf16.BF16, row0 int) {
+	const rows = 64
+	nv := p.Config.HV * p.Config.DV
+	row1 := row0 + len(dst)/nv
+	var bs []tokenBlock
+	for _, sg := range p.Ranks[rank].Segments {
+		lo, hi := max(sg.LocalStart, row0), min(sg.LocalStart+sg.Len, row1)
+		for i := lo; i < hi; i += rows {
+			bs = append(bs, tokenBlock{sg, i - sg.LocalStart, min(i+rows, hi) - sg.LocalStart})
+		}
+	}
 	_ = parallel(len(bs), func(bi int) error {
 		b := bs[bi]
-		gatherRows(out, b.seg.LocalStart+b.i0, dout, b.seg.Start+b.i0, b.i1-b.i0, nv)
+		gatherRows(dst, b.seg.LocalStart+b.i0-row0, dout, b.seg.Start+b.i0, b.i1-b.i0, nv)
 		return nil
 	})
-	return out
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gdnkcp/gdnkcp/archdetect"
@@ -231,6 +232,51 @@ func TestGPUGatherDOut(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// gatherDOutRows over the spans a stager copies (rows not a multiple of
+// the chunk, every window size) gives gatherDOut's rows, and writes nothing
+// outside its window.
+func TestGatherDOutRowsWindows(t *testing.T) {
+	p, err := NewPlan(PlanConfig{Docs: []int{3, 70, 1, 700}, Ranks: 2, Layout: LayoutD, HQK: 1, HV: 2, DK: 16, DV: 16})
+	require.NoError(t, err)
+	_, dout := RandomInputs(p, StageCore, 5)
+	nv := p.Config.HV * p.Config.DV
+	for r, rp := range p.Ranks {
+		want := gatherDOut(p, r, dout)
+		for _, chunkRows := range []int{1, 7, 64, 65, 333, rp.Tokens, rp.Tokens + 5} {
+			spans := stageSpans(2*rp.Tokens*nv, 2*nv, 2*nv*chunkRows)
+			got := make([]bf16.BF16, 0, len(want))
+			for _, sp := range spans {
+				require.Zero(t, sp[0]%(2*nv), "span offsets are whole rows")
+				win := make([]bf16.BF16, sp[1]/2+3) // 3 guard values past the window
+				for i := range win {
+					win[i] = 0xFFFF
+				}
+				gatherDOutRows(p, r, dout, win[:sp[1]/2], sp[0]/(2*nv))
+				require.Equal(t, []bf16.BF16{0xFFFF, 0xFFFF, 0xFFFF}, win[sp[1]/2:], "rank %d chunk %d rows: nothing past the window", r, chunkRows)
+				got = append(got, win[:sp[1]/2]...)
+			}
+			require.Equal(t, want, got, "rank %d, chunks of %d rows", r, chunkRows)
+		}
+	}
+}
+
+func TestStageSpans(t *testing.T) {
+	cases := []struct {
+		n, align, chunk int
+		want            [][2]int
+	}{
+		{0, 1, 16, nil},
+		{10, 1, 16, [][2]int{{0, 10}}},
+		{16, 1, 16, [][2]int{{0, 16}}},
+		{40, 1, 16, [][2]int{{0, 16}, {16, 16}, {32, 8}}},
+		{40, 6, 16, [][2]int{{0, 12}, {12, 12}, {24, 12}, {36, 4}}},
+		{12, 12, 16, [][2]int{{0, 12}}},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.want, stageSpans(c.n, c.align, c.chunk), "n %d align %d chunk %d", c.n, c.align, c.chunk)
 	}
 }
 

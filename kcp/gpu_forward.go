@@ -471,7 +471,7 @@ func (g *GPU) newRankRun(w *rankWork, res *GPUForward) (*rankRun, error) {
 	if w.dev == nil {
 		return nil, fmt.Errorf("rank %d: device %d is not loaded", r, w.device)
 	}
-	rk := &gpuRank{rank: r, dev: w.dev, tb: tb, mem: newDevMem(w.dev.ctx)}
+	rk := &gpuRank{rank: r, dev: w.dev, tb: tb, mem: newDevMem(w.dev.ctx, w.dev.stage)}
 	res.Timing[r] = RankTiming{Rank: r}
 	return &rankRun{g: g, rk: rk, cm: w.cm, res: res, st: w.st}, nil
 }
