@@ -619,7 +619,15 @@ func TestF32ToBF16OnCPU(t *testing.T) {
 		0x7fc00000, 0x7fa00001, 0xffffffff, 0x7f800001, // NaNs (quiet, signalling)
 	}
 	rng := rand.New(rand.NewPCG(9, 9))
-	src := make([]float32, 1001) // odd: the element after the last one stays poisoned
+	// 1001: odd, a tail after the groups of four; 6147: more groups of four than threads (two steps of the
+	// grid-stride loop) and a tail of 3. The element after the last one stays poisoned.
+	for _, n := range []int{1001, 6147} {
+		f32ToBF16Case(t, bin, rng, special, n)
+	}
+}
+
+func f32ToBF16Case(t *testing.T, bin string, rng *rand.Rand, special []uint32, n int) {
+	src := make([]float32, n)
 	for i := range src {
 		switch {
 		case i < len(special):
@@ -637,9 +645,9 @@ func TestF32ToBF16OnCPU(t *testing.T) {
 	j.launch("f32_to_bf16", "gdn_f32_to_bf16", grid1(3), 256, "0", buf("src"), buf("dst"), u64(uint64(len(src))))
 	r := j.run(bin)
 	for i, x := range src {
-		require.Equalf(t, roundBF16(x), bf16Of(r.raw["dst"], i), "element %d: %08x", i, math.Float32bits(x))
+		require.Equalf(t, roundBF16(x), bf16Of(r.raw["dst"], i), "n %d element %d: %08x", n, i, math.Float32bits(x))
 	}
-	require.Equal(t, bf16.BF16(poisonBF16), bf16Of(r.raw["dst"], len(src)), "wrote past n")
+	require.Equal(t, bf16.BF16(poisonBF16), bf16Of(r.raw["dst"], len(src)), "n %d: wrote past n", n)
 }
 
 // roundBF16 is round to nearest even by comparing distances in float64.

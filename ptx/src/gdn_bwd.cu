@@ -1055,12 +1055,27 @@ gdn_add_rows(float* __restrict__ dst, int dst_stride, const float* __restrict__ 
 	*p = acc;
 }
 
-// dst[i] = bf16(src[i]) rounded to nearest even (NaN -> canonical 0x7fff), any grid (grid-stride).
+// bf16_bits is bf16(x) rounded to nearest even, as its 16 bits.
+__device__ __forceinline__ unsigned long long bf16_bits(float x) {
+	return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+// dst[i] = bf16(src[i]) rounded to nearest even (NaN -> canonical 0x7fff), any grid (grid-stride). With src
+// 16-byte and dst 8-byte aligned (every cuMemAlloc buffer) it moves four elements a thread and step: one
+// 16-byte load, one 8-byte store (the scalar loop took 0.71 ms for dq, dk, dv at 32K tokens, ~2.8 TB/s);
+// the last n % 4 elements, or all of them when misaligned, go one at a time. The same rounding either way.
 extern "C" __global__ void __launch_bounds__(kThreads)
 gdn_f32_to_bf16(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst, unsigned long long n) {
 	const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-	for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-		dst[i] = __float2bfloat16_rn(src[i]);
+	const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+	const bool vec = ((reinterpret_cast<unsigned long long>(src) & 15) | (reinterpret_cast<unsigned long long>(dst) & 7)) == 0;
+	const unsigned long long nq = vec ? n / 4 : 0;
+	for (unsigned long long q = tid; q < nq; q += stride) {
+		const float4 f = reinterpret_cast<const float4*>(src)[q];
+		reinterpret_cast<unsigned long long*>(dst)[q] =
+		    bf16_bits(f.x) | bf16_bits(f.y) << 16 | bf16_bits(f.z) << 32 | bf16_bits(f.w) << 48;
+	}
+	for (unsigned long long i = 4 * nq + tid; i < n; i += stride) dst[i] = __float2bfloat16_rn(src[i]);
 }
 
 }  // namespace bwd
