@@ -191,11 +191,34 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 	}
 
 	// land waits for this thread's copies of chunk (t0, n) and converts its units of R into X: Kt,
-	// -W and Qg = scale e^gamma_i q_i as bf16 hi/lo, zero rows from n on. Then gamma_last, dvl^T (zero
-	// past n; zero without withDO) into the dV' accumulators from global memory, and the dO^T A
-	// fragments from OS. Call it only when no warp reads X any more (after the chunk's second barrier).
+	// -W and Qg = scale e^gamma_i q_i as bf16 hi/lo, zero rows from n on; then the dO^T A fragments from
+	// OS. Its global loads come first, before the wait: gamma_last, the gcum of the thread's q rows and
+	// dvl^T (zero past n; zero without withDO) into the dV' accumulators (dead since dupdate), so that
+	// their latency passes under the conversion instead of stalling the chunk's first mma (ncu had long
+	// scoreboard first in the tape walk). Same values, same bits. Call it only when no warp reads X any
+	// more (after the chunk's second barrier).
 	__device__ __forceinline__ void land(const float* dvl, const float* gcum, int t0, int n, int h, int HV, int c0,
 	                                     float scale, bool withDO) {
+		gl = gcum[(long long)(t0 + n - 1) * HV + h];
+		float gq[8];  // gcum of rows warp + 8k (withDO; rows past n: unused)
+#pragma unroll
+		for (int k = 0; k < 8; ++k) {
+			const int i = warp + 8 * k;
+			gq[k] = withDO && i < n ? gcum[(long long)(t0 + i) * HV + h] : 0.f;
+		}
+		if (holds()) {
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+				for (int r = 0; r < 4; ++r) {
+					const int i = 8 * nt + 2 * t + (r & 1);
+					v[nt][r] = (withDO && kh == 0 && i < n)
+					               ? dvl[((long long)(t0 + i) * HV + h) * kD + c0 + 16 * cw + g + 8 * (r >> 1)]
+					               : 0.f;
+					if (kTwoChains) v2[nt][r] = 0.f;
+				}
+			}
+		}
 		tc::cp_async_wait<0>();
 #pragma unroll
 		for (int y = 0; y < 24; ++y) {
@@ -205,7 +228,7 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 			float sg = a == 1 ? -1.f : 1.f;  // -W: the sign is exact in the split
 			if (i < n) {
 				f = *reinterpret_cast<const float4*>(R + a * kTile + i * kD + 4 * lane);
-				if (a == 2) sg = scale * expf(gcum[(long long)(t0 + i) * HV + h]);
+				if (a == 2) sg = scale * expf(gq[y % 8]);
 			}
 			U32x2 hi, lo;
 			tc::split_bf16x2(f.x * sg, f.y * sg, hi.x, lo.x);
@@ -214,20 +237,7 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 			*reinterpret_cast<U32x2*>(X + (2 * a) * kTile + e) = hi;
 			*reinterpret_cast<U32x2*>(X + (2 * a + 1) * kTile + e) = lo;
 		}
-		gl = gcum[(long long)(t0 + n - 1) * HV + h];
-		if (!holds()) return;
-#pragma unroll
-		for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-			for (int r = 0; r < 4; ++r) {
-				const int i = 8 * nt + 2 * t + (r & 1);
-				v[nt][r] = (withDO && kh == 0 && i < n)
-				               ? dvl[((long long)(t0 + i) * HV + h) * kD + c0 + 16 * cw + g + 8 * (r >> 1)]
-				               : 0.f;
-				if (kTwoChains) v2[nt][r] = 0.f;
-			}
-		}
-		if (!withDO) return;
+		if (!holds() || !withDO) return;
 		__syncwarp();  // the warp's dO copies (and zero rows), each visible to its own lane, to the warp
 		const int orow = (lane & 7) + 8 * (lane >> 4), ocol = 16 * cw + 8 * ((lane >> 3) & 1);
 #pragma unroll

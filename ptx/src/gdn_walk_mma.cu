@@ -301,20 +301,27 @@ struct Walker {
 	// before the split: kn_i * e as one rounded fp32 product (__fmul_rn, never fused with the split's
 	// subtraction), exactly the Kt element the prep stores.
 	__device__ __forceinline__ void land(int x, const float* u, const float* gcum, int t0, int n, int h, int HV) {
+		// The global loads first, before the wait (their latency passes under the conversion): gamma_last
+		// and, KN at vh 128, the gcum of the thread's Kt rows warp + 8k (rows past n: row n - 1's).
+		gl = KN && kPrefetchK ? gln : gcum[(long long)(t0 + n - 1) * HV + h];
+		float gk[8];
+#pragma unroll
+		for (int k = 0; k < 8; ++k) {
+			const int i = warp + 8 * k, ir = i < n ? i : n - 1;
+			gk[k] = KN && !kPrefetchK ? gcum[(long long)(t0 + ir) * HV + h] : 0.f;
+		}
 		tc::cp_async_wait<0>();
 		bf16* xs = X + x * 4 * kTile;
-		if (KN) gl = kPrefetchK ? gln : gcum[(long long)(t0 + n - 1) * HV + h];
 #pragma unroll
 		for (int y = 0; y < 16; ++y) {
 			const int a = y / 8, i = warp + 8 * (y % 8);
 			float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
 			if (i < n) f = *reinterpret_cast<const float4*>(R + a * kTile + i * kD + 4 * lane);
 			if (KN && a == 1) {  // gdn_prep_mma P1: k * expf(glast - gam[i]), glast = gam[n - 1]
-				const int ir = i < n ? i : n - 1;  // rows past n: f = 0, any finite factor (here 1) keeps +0
-				// kPrefetchK: lane y % 8 computed the same expression for row i = warp + 8 (y % 8) (land runs
-				// on whole warps: the shuffle's lanes all take part).
-				const float e = kPrefetchK ? __shfl_sync(0xffffffffu, ef, y % 8)
-				                           : expf(gl - gcum[(long long)(t0 + ir) * HV + h]);
+				// Rows past n: f = 0, and any finite factor (row n - 1's) keeps +0. kPrefetchK: lane y % 8
+				// computed the same expression for row i = warp + 8 (y % 8) (land runs on whole warps: the
+				// shuffle's lanes all take part).
+				const float e = kPrefetchK ? __shfl_sync(0xffffffffu, ef, y % 8) : expf(gl - gk[y % 8]);
 				f = make_float4(__fmul_rn(f.x, e), __fmul_rn(f.y, e), __fmul_rn(f.z, e), __fmul_rn(f.w, e));
 			}
 			const float sg = a ? 1.f : -1.f;  // -W: the sign is exact in the split
@@ -325,7 +332,6 @@ struct Walker {
 			*reinterpret_cast<U32x2*>(xs + (2 * a) * kTile + e) = hi;
 			*reinterpret_cast<U32x2*>(xs + (2 * a + 1) * kTile + e) = lo;
 		}
-		if (!KN) gl = gcum[(long long)(t0 + n - 1) * HV + h];
 		if (!holds()) return;
 		__syncwarp();  // the warp's U copies, each visible to its own lane after the wait, to the warp
 #pragma unroll
