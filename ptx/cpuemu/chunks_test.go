@@ -35,6 +35,23 @@ func newGappedChunks(lens []int, gap int) gappedChunks {
 	return c
 }
 
+// rowValues reads an fp32 output b of per values a token: for each chunk in
+// order, each of heads heads, each of the chunk's rows, the width values at
+// head h's h*width, as float64 (the order the tests' references use).
+func (c gappedChunks) rowValues(b []byte, heads, width, per int) []float64 {
+	var vals []float64
+	for ci := range c.tok0 {
+		for h := 0; h < heads; h++ {
+			for i := 0; i < int(c.clen[ci]); i++ {
+				for x := 0; x < width; x++ {
+					vals = append(vals, float64(f32Of(b, (int(c.tok0[ci])+i)*per+h*width+x)))
+				}
+			}
+		}
+	}
+	return vals
+}
+
 // unitRows returns rows l2-normalised random rows of dHead values (rows a
 // multiple of T, token-major), NaN in the rows of gap tokens.
 func (c gappedChunks) unitRows(rng *rand.Rand, rows int) []float32 {

@@ -201,17 +201,7 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 			case "dg", "dbeta":
 				width = 1
 			}
-			var vals []float64
-			for ci := range tok0 {
-				for h := 0; h < heads; h++ {
-					for i := 0; i < int(clen[ci]); i++ {
-						for x := 0; x < width; x++ {
-							vals = append(vals, float64(f32Of(b, (int(tok0[ci])+i)*per+h*width+x)))
-						}
-					}
-				}
-			}
-			got[o.name+sfx] = vals
+			got[o.name+sfx] = ch.rowValues(b, heads, width, per)
 		}
 	}
 

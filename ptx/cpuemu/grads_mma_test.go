@@ -142,17 +142,7 @@ func runGradsMMA(t *testing.T, c *gradsMMACase) {
 					require.Falsef(t, math.IsNaN(x) || math.IsInf(x, 0), "%s%s: token %d element %d is %g", o.name, sfx, tk, e, x)
 				}
 			}
-			var vals []float64
-			for ci := range tok0 {
-				for h := 0; h < HV; h++ {
-					for i := 0; i < int(clen[ci]); i++ {
-						for x := 0; x < width; x++ {
-							vals = append(vals, float64(f32Of(b, (int(tok0[ci])+i)*per+h*width+x)))
-						}
-					}
-				}
-			}
-			got[o.name+sfx] = vals
+			got[o.name+sfx] = ch.rowValues(b, HV, width, per)
 		}
 	}
 
