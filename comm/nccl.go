@@ -122,7 +122,7 @@ func (h *ncclHandle) describe(rc NCCLResult) error {
 }
 
 func (h *ncclHandle) finalize() (pending bool, err error) {
-	if _, ferr := h.api.commFinalize.get(h.api.lib); ferr != nil {
+	if _, ferr := h.api.commFinalize.Get(h.api.lib); ferr != nil {
 		return false, nil // NCCL < 2.14: ncclCommDestroy finalizes itself
 	}
 	err = h.ctx.Do(func() error {

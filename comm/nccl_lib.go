@@ -1,10 +1,10 @@
 package comm
 
-// The raw NCCL binding: libnccl opened at run time with purego (no cgo, no headers), one lazily resolved
-// entry per function, ncclResult_t turned into *NCCLError. None of these calls has run against a real
-// NCCL library yet (this session had no GPU machine): they follow nccl.h of NCCL 2.28 and were exercised
-// only against a fake libnccl built from C in the tests (nccl_fake_test.go), which checks the calling
-// convention, the 128-byte ncclUniqueId passed by value included, on linux/amd64.
+// The raw NCCL binding: libnccl opened at run time with purego (no cgo, no headers; internal/dlib), one
+// lazily resolved entry per function, ncclResult_t turned into *NCCLError. The calls follow nccl.h of
+// NCCL 2.28; they ran against NCCL 2.28.3 on two H200s (docs/perf-notes.md, 2026-11-29), and the tests
+// check them against a fake libnccl built from C (nccl_fake_test.go): the calling convention, the
+// 128-byte ncclUniqueId passed by value included, on linux/amd64.
 
 import (
 	"errors"
@@ -12,10 +12,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
+	"github.com/gdnkcp/gdnkcp/internal/dlib"
 )
 
 // The binding passes size_t and handles as uintptr: 64-bit builds only.
@@ -40,71 +39,17 @@ func (e *NCCLSymbolError) Error() string {
 // Unwrap returns dlsym's error.
 func (e *NCCLSymbolError) Unwrap() error { return e.Err }
 
-// ncclLibrary is the dlopen'ed NCCL. It opens once, on first use.
-type ncclLibrary struct {
-	names []string
+// ncclProc is one NCCL function, resolved on first use and then cached (dlib.Proc: Name is the symbol,
+// Get binds it from the library, which is opened once, on first use). F is the Go signature purego calls
+// it with.
+type ncclProc[F any] = dlib.Proc[F]
 
-	once    sync.Once
-	handle  uintptr
-	name    string
-	openErr error
-}
-
-// open returns the library handle, opening it on the first call.
-func (l *ncclLibrary) open() (uintptr, error) {
-	l.once.Do(func() {
-		var msgs []string
-		for _, n := range l.names {
-			h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-			if err == nil {
-				l.handle, l.name = h, n
-				return
-			}
-			msgs = append(msgs, err.Error())
-		}
-		l.openErr = fmt.Errorf("%w (tried %s): %s", ErrNoNCCL, strings.Join(l.names, ", "), strings.Join(msgs, "; "))
-	})
-	return l.handle, l.openErr
-}
-
-// ncclProc is one NCCL function, resolved on first use and then cached. F is the Go signature purego
-// calls it with.
-type ncclProc[F any] struct {
-	name string
-	once sync.Once
-	fn   F
-	err  error
-}
-
-// get resolves the function in l (once) and returns it, or why it is not there: ErrNoNCCL (wrapped)
-// when the library cannot be opened, an *NCCLSymbolError when the symbol is missing.
-func (p *ncclProc[F]) get(l *ncclLibrary) (F, error) {
-	p.once.Do(func() {
-		h, err := l.open()
-		if err != nil {
-			p.err = err
-			return
-		}
-		addr, err := purego.Dlsym(h, p.name)
-		if err != nil {
-			p.err = &NCCLSymbolError{Name: p.name, Library: l.name, Err: err}
-			return
-		}
-		p.err = registerNCCL(&p.fn, addr, p.name)
-	})
-	return p.fn, p.err
-}
-
-// registerNCCL wraps purego.RegisterFunc, turning its panics (an unsupported signature, a nil address)
-// into errors.
-func registerNCCL(fptr any, addr uintptr, name string) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("comm: cannot bind NCCL function %s: %v", name, r)
-		}
-	}()
-	purego.RegisterFunc(fptr, addr)
-	return nil
+// newNCCLLibrary is NCCL tried under names: a failed open wraps ErrNoNCCL, a missing symbol is an
+// *NCCLSymbolError.
+func newNCCLLibrary(names []string) *dlib.Library {
+	return dlib.New(names, ErrNoNCCL, func(symbol, name string, err error) error {
+		return &NCCLSymbolError{Name: symbol, Library: name, Err: err}
+	}, "comm: cannot bind NCCL function")
 }
 
 // ncclConfig is the head of ncclConfig_t: the fields NCCL 2.14 knew. NCCL copies min(size,
@@ -137,7 +82,7 @@ func newNCCLConfig(blocking bool) *ncclConfig {
 // ncclAPI holds the raw NCCL functions of one library, each resolved on first use. ncclComm_t and
 // cudaStream_t travel as uintptr, ncclUniqueId by value as [UniqueID].
 type ncclAPI struct {
-	lib *ncclLibrary
+	lib *dlib.Library
 
 	getVersion         ncclProc[func(v *int32) NCCLResult]
 	getUniqueID        ncclProc[func(id *UniqueID) NCCLResult]
@@ -156,20 +101,20 @@ type ncclAPI struct {
 
 // newNCCLAPI names every NCCL function this package uses.
 func newNCCLAPI(names []string) *ncclAPI {
-	a := &ncclAPI{lib: &ncclLibrary{names: names}}
-	a.getVersion.name = "ncclGetVersion"
-	a.getUniqueID.name = "ncclGetUniqueId"
-	a.commInitRank.name = "ncclCommInitRank"
-	a.commInitRankConfig.name = "ncclCommInitRankConfig"
-	a.allGather.name = "ncclAllGather"
-	a.groupStart.name = "ncclGroupStart"
-	a.groupEnd.name = "ncclGroupEnd"
-	a.commGetAsyncError.name = "ncclCommGetAsyncError"
-	a.commFinalize.name = "ncclCommFinalize"
-	a.commAbort.name = "ncclCommAbort"
-	a.commDestroy.name = "ncclCommDestroy"
-	a.getErrorString.name = "ncclGetErrorString"
-	a.getLastError.name = "ncclGetLastError"
+	a := &ncclAPI{lib: newNCCLLibrary(names)}
+	a.getVersion.Name = "ncclGetVersion"
+	a.getUniqueID.Name = "ncclGetUniqueId"
+	a.commInitRank.Name = "ncclCommInitRank"
+	a.commInitRankConfig.Name = "ncclCommInitRankConfig"
+	a.allGather.Name = "ncclAllGather"
+	a.groupStart.Name = "ncclGroupStart"
+	a.groupEnd.Name = "ncclGroupEnd"
+	a.commGetAsyncError.Name = "ncclCommGetAsyncError"
+	a.commFinalize.Name = "ncclCommFinalize"
+	a.commAbort.Name = "ncclCommAbort"
+	a.commDestroy.Name = "ncclCommDestroy"
+	a.getErrorString.Name = "ncclGetErrorString"
+	a.getLastError.Name = "ncclGetLastError"
 	return a
 }
 
@@ -182,7 +127,7 @@ func (a *ncclAPI) ready() error {
 	if err := EnsureNVLSOff(); err != nil {
 		return err
 	}
-	_, err := a.lib.open()
+	_, err := a.lib.Open()
 	return err
 }
 
@@ -190,12 +135,12 @@ func (a *ncclAPI) ready() error {
 // where it can. comm may be 0.
 func (a *ncclAPI) newError(call string, rc NCCLResult, comm uintptr) *NCCLError {
 	e := &NCCLError{Call: call, Code: rc, Name: rc.String(), Message: rc.fallbackMessage()}
-	if f, err := a.getErrorString.get(a.lib); err == nil {
+	if f, err := a.getErrorString.Get(a.lib); err == nil {
 		if s := f(rc); s != "" {
 			e.Message = s
 		}
 	}
-	if f, err := a.getLastError.get(a.lib); err == nil {
+	if f, err := a.getLastError.Get(a.lib); err == nil {
 		e.Last = f(comm)
 	}
 	return e
@@ -214,7 +159,7 @@ func (a *ncclAPI) version() (int, error) {
 	if err := a.ready(); err != nil {
 		return 0, err
 	}
-	f, err := a.getVersion.get(a.lib)
+	f, err := a.getVersion.Get(a.lib)
 	if err != nil {
 		return 0, err
 	}
@@ -231,7 +176,7 @@ func (a *ncclAPI) uniqueID() (UniqueID, error) {
 	if err := a.ready(); err != nil {
 		return id, err
 	}
-	f, err := a.getUniqueID.get(a.lib)
+	f, err := a.getUniqueID.Get(a.lib)
 	if err != nil {
 		return id, err
 	}
@@ -247,13 +192,13 @@ func (a *ncclAPI) uniqueID() (UniqueID, error) {
 func (a *ncclAPI) initRank(nranks, rank int, id UniqueID, cfg *ncclConfig) (uintptr, error) {
 	var comm uintptr
 	if cfg == nil {
-		f, err := a.commInitRank.get(a.lib)
+		f, err := a.commInitRank.Get(a.lib)
 		if err != nil {
 			return 0, err
 		}
 		return comm, a.check("ncclCommInitRank", f(&comm, int32(nranks), id, int32(rank)), comm)
 	}
-	f, err := a.commInitRankConfig.get(a.lib)
+	f, err := a.commInitRankConfig.Get(a.lib)
 	if err != nil {
 		return 0, err
 	}
@@ -267,14 +212,14 @@ func (a *ncclAPI) initRank(nranks, rank int, id UniqueID, cfg *ncclConfig) (uint
 // hasConfigInit reports whether the library has ncclCommInitRankConfig (NCCL >= 2.14), needed for a
 // non-blocking communicator.
 func (a *ncclAPI) hasConfigInit() bool {
-	_, err := a.commInitRankConfig.get(a.lib)
+	_, err := a.commInitRankConfig.Get(a.lib)
 	return err == nil
 }
 
 // allGatherRaw calls ncclAllGather; ncclInProgress (a non-blocking communicator still enqueuing) is
 // not an error.
 func (a *ncclAPI) allGatherRaw(send, recv uintptr, count int, dt NCCLDataType, comm, stream uintptr) error {
-	f, err := a.allGather.get(a.lib)
+	f, err := a.allGather.Get(a.lib)
 	if err != nil {
 		return err
 	}
@@ -288,7 +233,7 @@ func (a *ncclAPI) allGatherRaw(send, recv uintptr, count int, dt NCCLDataType, c
 // asyncState calls ncclCommGetAsyncError: the communicator's state (ncclSuccess, ncclInProgress or an
 // error), or the error of the query itself.
 func (a *ncclAPI) asyncState(comm uintptr) (NCCLResult, error) {
-	f, err := a.commGetAsyncError.get(a.lib)
+	f, err := a.commGetAsyncError.Get(a.lib)
 	if err != nil {
 		return 0, err
 	}
@@ -302,7 +247,7 @@ func (a *ncclAPI) asyncState(comm uintptr) (NCCLResult, error) {
 // commCall calls one of the func(comm) functions: ncclCommFinalize, ncclCommAbort, ncclCommDestroy.
 // ncclInProgress is returned as is (not an error) for the caller to wait on.
 func (a *ncclAPI) commCall(p *ncclProc[func(uintptr) NCCLResult], comm uintptr) (NCCLResult, error) {
-	f, err := p.get(a.lib)
+	f, err := p.Get(a.lib)
 	if err != nil {
 		return 0, err
 	}
@@ -310,7 +255,7 @@ func (a *ncclAPI) commCall(p *ncclProc[func(uintptr) NCCLResult], comm uintptr) 
 	if rc == NCCLInProgress {
 		return rc, nil
 	}
-	return rc, a.check(p.name, rc, comm)
+	return rc, a.check(p.Name, rc, comm)
 }
 
 // group calls ncclGroupStart, fn and ncclGroupEnd on one locked OS thread (NCCL's group state is per
@@ -318,11 +263,11 @@ func (a *ncclAPI) commCall(p *ncclProc[func(uintptr) NCCLResult], comm uintptr) 
 // communicator's ncclGroupEnd may return ncclInProgress, which is returned as is for the caller to
 // wait on with ncclCommGetAsyncError. Bound for batching several collectives later; unused today.
 func (a *ncclAPI) group(fn func() error) (NCCLResult, error) {
-	start, err := a.groupStart.get(a.lib)
+	start, err := a.groupStart.Get(a.lib)
 	if err != nil {
 		return 0, err
 	}
-	end, err := a.groupEnd.get(a.lib)
+	end, err := a.groupEnd.Get(a.lib)
 	if err != nil {
 		return 0, err
 	}

@@ -23,7 +23,7 @@ const JITLogBytes = 64 << 10
 // slots, as the driver expects; the arrays and buffers are pinned for the
 // call. It returns both logs whatever the outcome.
 func (d *driver) moduleLoadData(image []byte) (mod uintptr, infoLog, errLog string, err error) {
-	f, err := d.cuModuleLoadDataEx.get(d.lib)
+	f, err := d.cuModuleLoadDataEx.Get(d.lib.Library)
 	if err != nil {
 		return 0, "", "", err
 	}
@@ -46,7 +46,7 @@ func (d *driver) moduleLoadData(image []byte) (mod uintptr, infoLog, errLog stri
 	// On return the size slots hold the bytes written; cut at the NUL too.
 	infoLog = logText(info, vals[1])
 	errLog = logText(elog, vals[3])
-	return mod, infoLog, errLog, d.check(d.cuModuleLoadDataEx.name, rc)
+	return mod, infoLog, errLog, d.check(d.cuModuleLoadDataEx.Name, rc)
 }
 
 // logText returns the text of a JIT log buffer, of at most n bytes.
@@ -61,45 +61,45 @@ func logText(buf []byte, n uintptr) string {
 }
 
 func (d *driver) moduleUnload(mod uintptr) error {
-	f, err := d.cuModuleUnload.get(d.lib)
+	f, err := d.cuModuleUnload.Get(d.lib.Library)
 	if err != nil {
 		return err
 	}
-	return d.check(d.cuModuleUnload.name, f(mod))
+	return d.check(d.cuModuleUnload.Name, f(mod))
 }
 
 func (d *driver) moduleGetFunction(mod uintptr, name string) (uintptr, error) {
-	f, err := d.cuModuleGetFunction.get(d.lib)
+	f, err := d.cuModuleGetFunction.Get(d.lib.Library)
 	if err != nil {
 		return 0, err
 	}
 	var fn uintptr
-	return fn, d.check(d.cuModuleGetFunction.name, f(&fn, mod, name))
+	return fn, d.check(d.cuModuleGetFunction.Name, f(&fn, mod, name))
 }
 
 func (d *driver) funcGetAttribute(fn uintptr, attr FuncAttribute) (int, error) {
-	f, err := d.cuFuncGetAttribute.get(d.lib)
+	f, err := d.cuFuncGetAttribute.Get(d.lib.Library)
 	if err != nil {
 		return 0, err
 	}
 	var v int32
-	return int(v), d.check(d.cuFuncGetAttribute.name, f(&v, int32(attr), fn))
+	return int(v), d.check(d.cuFuncGetAttribute.Name, f(&v, int32(attr), fn))
 }
 
 func (d *driver) funcSetAttribute(fn uintptr, attr FuncAttribute, v int) error {
-	f, err := d.cuFuncSetAttribute.get(d.lib)
+	f, err := d.cuFuncSetAttribute.Get(d.lib.Library)
 	if err != nil {
 		return err
 	}
-	return d.check(d.cuFuncSetAttribute.name, f(fn, int32(attr), int32(v)))
+	return d.check(d.cuFuncSetAttribute.Name, f(fn, int32(attr), int32(v)))
 }
 
 // launchKernel calls cuLaunchKernel; params is the void** argument array,
 // which the caller keeps pinned.
 func (d *driver) launchKernel(fn uintptr, grid, block [3]uint32, shared uint32, stream uintptr, params unsafe.Pointer) error {
-	f, err := d.cuLaunchKernel.get(d.lib)
+	f, err := d.cuLaunchKernel.Get(d.lib.Library)
 	if err != nil {
 		return err
 	}
-	return d.check(d.cuLaunchKernel.name, f(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, stream, params, nil))
+	return d.check(d.cuLaunchKernel.Name, f(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, stream, params, nil))
 }

@@ -5,33 +5,33 @@ import "errors"
 // Result layer for streams and events.
 
 func (d *driver) streamCreate(flags uint32) (uintptr, error) {
-	f, err := d.cuStreamCreate.get(d.lib)
+	f, err := d.cuStreamCreate.Get(d.lib.Library)
 	if err != nil {
 		return 0, err
 	}
 	var s uintptr
-	return s, d.check(d.cuStreamCreate.name, f(&s, flags))
+	return s, d.check(d.cuStreamCreate.Name, f(&s, flags))
 }
 
 func (d *driver) streamDestroy(s uintptr) error {
-	f, err := d.cuStreamDestroy.get(d.lib)
+	f, err := d.cuStreamDestroy.Get(d.lib.Library)
 	if err != nil {
 		return err
 	}
-	return d.check(d.cuStreamDestroy.name, f(s))
+	return d.check(d.cuStreamDestroy.Name, f(s))
 }
 
 func (d *driver) streamSynchronize(s uintptr) error {
-	f, err := d.cuStreamSynchronize.get(d.lib)
+	f, err := d.cuStreamSynchronize.Get(d.lib.Library)
 	if err != nil {
 		return err
 	}
-	return d.check(d.cuStreamSynchronize.name, f(s))
+	return d.check(d.cuStreamSynchronize.Name, f(s))
 }
 
 // streamQuery reports whether all work on s has completed.
 func (d *driver) streamQuery(s uintptr) (bool, error) {
-	f, err := d.cuStreamQuery.get(d.lib)
+	f, err := d.cuStreamQuery.Get(d.lib.Library)
 	if err != nil {
 		return false, err
 	}
@@ -41,46 +41,46 @@ func (d *driver) streamQuery(s uintptr) (bool, error) {
 	case ErrorNotReady:
 		return false, nil
 	default:
-		return false, d.newError(d.cuStreamQuery.name, rc)
+		return false, d.newError(d.cuStreamQuery.Name, rc)
 	}
 }
 
 func (d *driver) streamWaitEvent(s, ev uintptr) error {
-	f, err := d.cuStreamWaitEvent.get(d.lib)
+	f, err := d.cuStreamWaitEvent.Get(d.lib.Library)
 	if err != nil {
 		return err
 	}
-	return d.check(d.cuStreamWaitEvent.name, f(s, ev, 0))
+	return d.check(d.cuStreamWaitEvent.Name, f(s, ev, 0))
 }
 
 func (d *driver) eventCreate(flags uint32) (uintptr, error) {
-	f, err := d.cuEventCreate.get(d.lib)
+	f, err := d.cuEventCreate.Get(d.lib.Library)
 	if err != nil {
 		return 0, err
 	}
 	var ev uintptr
-	return ev, d.check(d.cuEventCreate.name, f(&ev, flags))
+	return ev, d.check(d.cuEventCreate.Name, f(&ev, flags))
 }
 
 func (d *driver) eventRecord(ev, s uintptr) error {
-	f, err := d.cuEventRecord.get(d.lib)
+	f, err := d.cuEventRecord.Get(d.lib.Library)
 	if err != nil {
 		return err
 	}
-	return d.check(d.cuEventRecord.name, f(ev, s))
+	return d.check(d.cuEventRecord.Name, f(ev, s))
 }
 
 func (d *driver) eventSynchronize(ev uintptr) error {
-	f, err := d.cuEventSynchronize.get(d.lib)
+	f, err := d.cuEventSynchronize.Get(d.lib.Library)
 	if err != nil {
 		return err
 	}
-	return d.check(d.cuEventSynchronize.name, f(ev))
+	return d.check(d.cuEventSynchronize.Name, f(ev))
 }
 
 // eventQuery reports whether the work captured by ev has completed.
 func (d *driver) eventQuery(ev uintptr) (bool, error) {
-	f, err := d.cuEventQuery.get(d.lib)
+	f, err := d.cuEventQuery.Get(d.lib.Library)
 	if err != nil {
 		return false, err
 	}
@@ -90,30 +90,30 @@ func (d *driver) eventQuery(ev uintptr) (bool, error) {
 	case ErrorNotReady:
 		return false, nil
 	default:
-		return false, d.newError(d.cuEventQuery.name, rc)
+		return false, d.newError(d.cuEventQuery.Name, rc)
 	}
 }
 
 func (d *driver) eventDestroy(ev uintptr) error {
-	f, err := d.cuEventDestroy.get(d.lib)
+	f, err := d.cuEventDestroy.Get(d.lib.Library)
 	if err != nil {
 		return err
 	}
-	return d.check(d.cuEventDestroy.name, f(ev))
+	return d.check(d.cuEventDestroy.Name, f(ev))
 }
 
 // eventElapsed uses cuEventElapsedTime_v2 (CUDA >= 12.8, the only name in
 // CUDA 13 headers) and falls back to cuEventElapsedTime on older drivers.
 func (d *driver) eventElapsed(start, end uintptr) (float32, error) {
 	p := &d.cuEventElapsedTimeV2
-	f, err := p.get(d.lib)
+	f, err := p.Get(d.lib.Library)
 	if errors.Is(err, ErrMissingSymbol) {
 		p = &d.cuEventElapsedTimeV1
-		f, err = p.get(d.lib)
+		f, err = p.Get(d.lib.Library)
 	}
 	if err != nil {
 		return 0, err
 	}
 	var ms float32
-	return ms, d.check(p.name, f(&ms, start, end))
+	return ms, d.check(p.Name, f(&ms, start, end))
 }

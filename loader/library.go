@@ -3,10 +3,9 @@ package loader
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
-	"github.com/ebitengine/purego"
+	"github.com/gdnkcp/gdnkcp/internal/dlib"
 )
 
 // ErrNoDriver is returned (wrapped) by every call when the CUDA driver
@@ -48,14 +47,10 @@ func versionString(v int) string {
 	return fmt.Sprintf("%d (CUDA %d.%d)", v, v/1000, v%1000/10)
 }
 
-// library is the dlopen'ed driver. It opens once, on first use.
+// library is the dlopen'ed driver (internal/dlib): opened once, on first
+// use; a missing symbol is a *SymbolError carrying the driver's version.
 type library struct {
-	names []string
-
-	openOnce sync.Once
-	handle   uintptr
-	name     string
-	openErr  error
+	*dlib.Library
 
 	versionOnce sync.Once
 	version     int
@@ -63,42 +58,23 @@ type library struct {
 }
 
 func newLibrary(names []string) *library {
-	return &library{names: names}
-}
-
-// open returns the library handle, opening it on the first call.
-func (l *library) open() (uintptr, error) {
-	l.openOnce.Do(func() {
-		var msgs []string
-		for _, n := range l.names {
-			h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-			if err == nil {
-				l.handle, l.name = h, n
-				return
-			}
-			msgs = append(msgs, err.Error())
+	l := &library{}
+	l.Library = dlib.New(names, ErrNoDriver, func(symbol, name string, err error) error {
+		se := &SymbolError{Name: symbol, Library: name, Err: err}
+		if symbol != "cuDriverGetVersion" { // its own lookup must not ask for itself
+			se.DriverVersion, _ = l.driverVersion()
 		}
-		l.openErr = fmt.Errorf("%w (tried %s): %s", ErrNoDriver, strings.Join(l.names, ", "), strings.Join(msgs, "; "))
-	})
-	return l.handle, l.openErr
+		return se
+	}, "loader: cannot bind driver function")
+	return l
 }
 
-// driverVersion calls cuDriverGetVersion, which needs no cuInit. It resolves
-// the symbol itself so that a SymbolError for any other function can carry it.
+// driverVersion calls cuDriverGetVersion, which needs no cuInit, so that a
+// SymbolError for any other function can carry the version.
 func (l *library) driverVersion() (int, error) {
 	l.versionOnce.Do(func() {
-		h, err := l.open()
-		if err != nil {
-			l.versionErr = err
-			return
-		}
-		addr, err := purego.Dlsym(h, "cuDriverGetVersion")
-		if err != nil {
-			l.versionErr = &SymbolError{Name: "cuDriverGetVersion", Library: l.name, Err: err}
-			return
-		}
 		var fn func(*int32) ErrorCode
-		if err := register(&fn, addr); err != nil {
+		if err := l.Bind(&fn, "cuDriverGetVersion"); err != nil {
 			l.versionErr = err
 			return
 		}
@@ -112,46 +88,7 @@ func (l *library) driverVersion() (int, error) {
 	return l.version, l.versionErr
 }
 
-// register wraps purego.RegisterFunc, turning its panics (an unsupported
-// signature, a nil address) into errors.
-func register(fptr any, addr uintptr) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("loader: cannot bind driver function: %v", r)
-		}
-	}()
-	purego.RegisterFunc(fptr, addr)
-	return nil
-}
-
-// proc is one driver function, resolved on first use and then cached. F is
-// the Go signature purego calls it with.
-type proc[F any] struct {
-	name string
-	once sync.Once
-	fn   F
-	err  error
-}
-
-// get resolves the function in l (once) and returns it, or the reason it is
-// not there: ErrNoDriver when the library cannot be opened, a *SymbolError
-// when the symbol is missing.
-func (p *proc[F]) get(l *library) (F, error) {
-	p.once.Do(func() {
-		h, err := l.open()
-		if err != nil {
-			p.err = err
-			return
-		}
-		addr, err := purego.Dlsym(h, p.name)
-		if err != nil {
-			v, _ := l.driverVersion()
-			p.err = &SymbolError{Name: p.name, Library: l.name, DriverVersion: v, Err: err}
-			return
-		}
-		if err := register(&p.fn, addr); err != nil {
-			p.err = fmt.Errorf("%s: %w", p.name, err)
-		}
-	})
-	return p.fn, p.err
-}
+// proc is one driver function, resolved on first use and then cached
+// (dlib.Proc: Name is the symbol, Get binds it from a library). F is the Go
+// signature purego calls it with.
+type proc[F any] = dlib.Proc[F]

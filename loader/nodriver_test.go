@@ -47,7 +47,7 @@ func TestNoDriver(t *testing.T) {
 // symbol, reported with its name, and never a panic.
 func TestMissingSymbol(t *testing.T) {
 	d := useDriver(t, "libc.so.6")
-	if _, err := d.lib.open(); err != nil {
+	if _, err := d.lib.Open(); err != nil {
 		t.Skipf("needs libc.so.6 to stand in for a driver without symbols: %v", err)
 	}
 	_, err := DeviceCount()

@@ -118,13 +118,13 @@ func IsCode(err error, code ErrorCode) bool {
 // package's own table names the code.
 func (d *driver) newError(call string, rc ErrorCode) *Error {
 	e := &Error{Call: call, Code: rc}
-	if fn, err := d.cuGetErrorName.get(d.lib); err == nil {
+	if fn, err := d.cuGetErrorName.Get(d.lib.Library); err == nil {
 		var p *byte
 		if fn(rc, &p) == Success {
 			e.Name = cString(p)
 		}
 	}
-	if fn, err := d.cuGetErrorString.get(d.lib); err == nil {
+	if fn, err := d.cuGetErrorString.Get(d.lib.Library); err == nil {
 		var p *byte
 		if fn(rc, &p) == Success {
 			e.Message = cString(p)
