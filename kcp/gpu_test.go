@@ -320,43 +320,60 @@ func TestGPURepeatable(t *testing.T) {
 	}
 }
 
-// TestGPUTensorCoreForward runs the tensor-core kernel sets on the
-// default blob over every layout at R 2 and 8: "tc" (the v3 walks and chunk
-// prep/output) and "mma" (v4 on mma.sync, skipped while the blobs predate
-// it): the same tolerances as the fp32 kernels, the widths bitwise
+// TestGPUTensorCoreForward runs the tensor-core kernel sets "tc" (the v3
+// walks and chunk prep/output), "mma" (v4 on mma.sync) and "v5" (each
+// skipped while the blobs lack it) on the default blob: every layout at R 1,
+// 2, 4 and 8 on the short-documents pack (documents shorter than, exactly and
+// just over a chunk), and at R 8 on the pack whose one document spans every
+// rank; the same tolerances as the fp32 kernels, the widths bitwise
 // identical.
 func TestGPUTensorCoreForward(t *testing.T) {
 	seed := gpuTestSeed(t)
-	docs := gpuPacks[0].docs
-	p0 := gpuPlan(t, docs, 1, LayoutC)
 	if _, err := loader.DeviceCount(); err != nil {
 		t.Skipf("needs libcuda.so.1 and a CUDA GPU: %v", err)
 	}
-	in, _ := RandomInputs(p0, StageCore, seed)
-	ref, _, err := Reference(context.Background(), p0, in, nil, Options{})
-	require.NoError(t, err)
+	type packCase struct {
+		name string
+		p0   *Plan
+		in   *Inputs
+		ref  *Output
+		Rs   []int
+	}
+	var packs []packCase
+	for _, pk := range []struct {
+		i  int
+		Rs []int
+	}{{0, []int{1, 2, 4, 8}}, {2, []int{8}}} {
+		p0 := gpuPlan(t, gpuPacks[pk.i].docs, 1, LayoutC)
+		in, _ := RandomInputs(p0, StageCore, seed+uint64(pk.i))
+		ref, _, err := Reference(context.Background(), p0, in, nil, Options{})
+		require.NoError(t, err)
+		packs = append(packs, packCase{gpuPacks[pk.i].name, p0, in, ref, pk.Rs})
+	}
 	for _, set := range []string{"tc", "mma", "v5"} {
 		t.Run(set, func(t *testing.T) {
 			var opts GPUOptions
 			require.NoError(t, opts.SetKernels(set))
-			base, err := NewGPU(p0, opts)
-			if errors.Is(err, ErrMissingKernels) || errors.Is(err, loader.ErrNoDriver) {
-				t.Skipf("needs blobs with the %s kernels: %v", set, err)
-			}
-			require.NoError(t, err)
-			defer func() { require.NoError(t, base.Close()) }()
-			for _, layout := range Layouts() {
-				for _, R := range []int{2, 8} {
-					t.Run(fmt.Sprintf("%s/R%d", layout, R), func(t *testing.T) {
-						p := gpuPlan(t, docs, R, layout)
-						be, err := NewCPU(p, Options{})
-						require.NoError(t, err)
-						cpu, err := be.Forward(context.Background(), in)
-						require.NoError(t, err)
-						run := forwardAllWidths(t, base, p, GPUOptions{}, in)
-						checkAgainst(t, set+" kernels "+base.Profile().Target, run.rule, ref, cpu)
-					})
+			for _, pc := range packs {
+				base, err := NewGPU(pc.p0, opts)
+				if errors.Is(err, ErrMissingKernels) || errors.Is(err, loader.ErrNoDriver) {
+					t.Skipf("needs blobs with the %s kernels: %v", set, err)
 				}
+				require.NoError(t, err)
+				for _, layout := range Layouts() {
+					for _, R := range pc.Rs {
+						t.Run(fmt.Sprintf("%s/%s/R%d", pc.name, layout, R), func(t *testing.T) {
+							p := gpuPlan(t, pc.p0.Config.Docs, R, layout)
+							be, err := NewCPU(p, Options{})
+							require.NoError(t, err)
+							cpu, err := be.Forward(context.Background(), pc.in)
+							require.NoError(t, err)
+							run := forwardAllWidths(t, base, p, GPUOptions{}, pc.in)
+							checkAgainst(t, set+" kernels "+base.Profile().Target, run.rule, pc.ref, cpu)
+						})
+					}
+				}
+				require.NoError(t, base.Close())
 			}
 		})
 	}
