@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/gdnkcp/gdnkcp/loader"
 	"strings"
 	"testing"
 
@@ -43,4 +44,17 @@ func TestBenchForceVHFlag(t *testing.T) {
 	_, stderr, code := execute("bench", "--force-vh", "96")
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, stderr, "--force-vh 96: want 64 or 128")
+}
+
+// TestBenchKernelsAutoWithoutGPU: --kernels auto on a machine without a
+// usable GPU says so (no driver, or a driver that sees no GPU), not a panic
+// or an unknown-set error.
+func TestBenchKernelsAutoWithoutGPU(t *testing.T) {
+	if _, err := loader.DeviceCount(); err == nil {
+		t.Skip("a GPU is present: the bench would run")
+	}
+	_, stderr, code := execute("bench", "--kernels", "auto", "--docs", "64", "--reps", "1", "--warmup", "0")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "--kernels auto: bench needs a usable CUDA GPU")
+	assert.NotContains(t, stderr, "kernel set")
 }
