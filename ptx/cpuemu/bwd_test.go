@@ -621,12 +621,16 @@ func TestF32ToBF16OnCPU(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	// 1001: odd, a tail after the groups of four; 6147: more groups of four than threads (two steps of the
 	// grid-stride loop) and a tail of 3. The element after the last one stays poisoned.
-	for _, n := range []int{1001, 6147} {
-		f32ToBF16Case(t, bin, rng, special, n)
+	// Misaligned (src 4 bytes, dst 2 bytes past a 256-byte boundary): the one-at-a-time path only.
+	for _, c := range []struct{ n, off int }{{1001, 0}, {6147, 0}, {1001, 1}} {
+		f32ToBF16Case(t, bin, rng, special, c.n, c.off)
 	}
 }
 
-func f32ToBF16Case(t *testing.T, bin string, rng *rand.Rand, special []uint32, n int) {
+// f32ToBF16Case converts n values, src and dst off elements past their
+// buffers' (256-byte aligned) starts; the element before dst's start and the
+// one after its end keep their poison.
+func f32ToBF16Case(t *testing.T, bin string, rng *rand.Rand, special []uint32, n, off int) {
 	src := make([]float32, n)
 	for i := range src {
 		switch {
@@ -639,15 +643,18 @@ func f32ToBF16Case(t *testing.T, bin string, rng *rand.Rand, special []uint32, n
 		}
 	}
 	j := newJob(t)
-	j.f32("src", src)
-	j.out("dst", 2*(len(src)+1))
+	j.f32("src", append(make([]float32, off), src...))
+	j.out("dst", 4*ceilDiv(off+len(src)+1, 2)) // whole words: the poison kernel fills words
 	j.poison("dst", poisonBF16x2)
-	j.launch("f32_to_bf16", "gdn_f32_to_bf16", grid1(3), 256, "0", buf("src"), buf("dst"), u64(uint64(len(src))))
+	j.launch("f32_to_bf16", "gdn_f32_to_bf16", grid1(3), 256, "0", bufAt("src", 4*off), bufAt("dst", 2*off), u64(uint64(len(src))))
 	r := j.run(bin)
 	for i, x := range src {
-		require.Equalf(t, roundBF16(x), bf16Of(r.raw["dst"], i), "n %d element %d: %08x", n, i, math.Float32bits(x))
+		require.Equalf(t, roundBF16(x), bf16Of(r.raw["dst"], off+i), "n %d off %d element %d: %08x", n, off, i, math.Float32bits(x))
 	}
-	require.Equal(t, bf16.BF16(poisonBF16), bf16Of(r.raw["dst"], len(src)), "n %d: wrote past n", n)
+	for i := 0; i < off; i++ {
+		require.Equal(t, bf16.BF16(poisonBF16), bf16Of(r.raw["dst"], i), "n %d off %d: wrote before dst", n, off)
+	}
+	require.Equal(t, bf16.BF16(poisonBF16), bf16Of(r.raw["dst"], off+len(src)), "n %d off %d: wrote past n", n, off)
 }
 
 // roundBF16 is round to nearest even by comparing distances in float64.
