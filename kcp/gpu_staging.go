@@ -140,7 +140,7 @@ type stagerPool struct {
 	mu   sync.Mutex
 	ctx  *loader.Context
 	idle []*stager
-	made int // stagers made (idle, lent, or closed after a failed copy)
+	made int // stagers made and not closed (idle or lent)
 }
 
 // get returns an idle stager or a new one.
@@ -164,6 +164,9 @@ func (p *stagerPool) get() (*stager, error) {
 // copies failed is closed instead.
 func (p *stagerPool) put(st *stager) error {
 	if err := st.wait(); err != nil {
+		p.mu.Lock()
+		p.made-- // reserve may make another
+		p.mu.Unlock()
 		return errors.Join(err, st.close())
 	}
 	p.mu.Lock()
