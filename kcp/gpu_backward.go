@@ -368,6 +368,9 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 			return wrap(err)
 		}
 	}
+	if err := m.dropStager(); err != nil { // dO's copies are queued: the pinned chunks go back
+		return wrap(err)
+	}
 	f32 := []struct {
 		dst **loader.Buffer
 		nm  string

@@ -85,8 +85,8 @@ func (m *devMem) free() error {
 		return nil
 	}
 	var errs []error
-	if m.st != nil { // no buffer goes while a staged copy into it may run
-		errs = append(errs, m.st.wait())
+	if err := m.dropStager(); err != nil { // no buffer goes while a staged copy into it may run
+		errs = append(errs, err)
 	}
 	for i := len(m.release) - 1; i >= 0; i-- {
 		if err := m.release[i](); err != nil {
@@ -94,7 +94,7 @@ func (m *devMem) free() error {
 		}
 	}
 	devMemLive.Add(-m.bytes)
-	m.release, m.names, m.bytes, m.st = nil, nil, 0, nil
+	m.release, m.names, m.bytes = nil, nil, 0
 	return errors.Join(errs...)
 }
 

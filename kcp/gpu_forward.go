@@ -744,6 +744,9 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	if rk.beta, err = upload(m, s, "beta", in.Beta, 4); err != nil {
 		return wrap(err)
 	}
+	if err := m.dropStager(); err != nil { // the inputs' copies are queued: the pinned chunks go back
+		return wrap(err)
+	}
 	for _, t := range []struct {
 		dst **loader.Buffer
 		nm  string

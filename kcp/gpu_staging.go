@@ -31,10 +31,11 @@ const (
 
 // stager copies host data to the device through two pinned chunks.
 type stager struct {
-	buf  [2]*loader.HostBuffer
-	done [2]*loader.Event // recorded after the chunk's last copy
-	busy [2]bool          // done recorded and not yet waited for
-	next int
+	buf    [2]*loader.HostBuffer
+	done   [2]*loader.Event // recorded after the chunk's last copy
+	busy   [2]bool          // done recorded and not yet waited for
+	next   int
+	failed bool // a copy or a wait failed: close it rather than pool it
 }
 
 // newStager allocates the two chunks and their events in ctx.
@@ -63,6 +64,7 @@ func (st *stager) wait() error {
 		if st.busy[i] {
 			if err := st.done[i].Synchronize(); err != nil {
 				errs = append(errs, fmt.Errorf("staging copy: %w", err))
+				st.failed = true
 			}
 			st.busy[i] = false
 		}
@@ -114,6 +116,7 @@ func (st *stager) put(dst *loader.Buffer, n, align int, s *loader.Stream, fill f
 		st.next ^= 1
 		if st.busy[i] {
 			if err := st.done[i].Synchronize(); err != nil {
+				st.failed = true
 				return fmt.Errorf("staging copy: %w", err)
 			}
 			st.busy[i] = false
@@ -125,10 +128,13 @@ func (st *stager) put(dst *loader.Buffer, n, align int, s *loader.Stream, fill f
 			return err
 		}
 		if err := v.CopyHtoDAsync(p, s); err != nil {
+			st.failed = true
 			return err
 		}
 		if err := st.done[i].Record(s); err != nil {
-			return fmt.Errorf("staging event: %w", err)
+			// The copy is queued but no event tracks it: wait for the stream instead.
+			st.failed = true
+			return errors.Join(fmt.Errorf("staging event: %w", err), s.Synchronize())
 		}
 		st.busy[i] = true
 	}
@@ -161,9 +167,9 @@ func (p *stagerPool) get() (*stager, error) {
 }
 
 // put waits for st's copies and keeps it for the next get; a stager whose
-// copies failed is closed instead.
+// copies failed (now or before) is closed instead.
 func (p *stagerPool) put(st *stager) error {
-	if err := st.wait(); err != nil {
+	if err := st.wait(); err != nil || st.failed {
 		p.mu.Lock()
 		p.made-- // reserve may make another
 		p.mu.Unlock()
@@ -212,7 +218,8 @@ func (p *stagerPool) close() error {
 }
 
 // stager returns the run's stager, taking one from the pool (or making a
-// private one without a pool) at the first call; free gives it back.
+// private one without a pool) when the run holds none; dropStager (called
+// once a run's uploads are queued, and by free) gives it back.
 func (m *devMem) stager() (*stager, error) {
 	if m.st != nil {
 		return m.st, nil
@@ -220,18 +227,32 @@ func (m *devMem) stager() (*stager, error) {
 	var st *stager
 	var err error
 	if m.pool != nil {
-		if st, err = m.pool.get(); err != nil {
-			return nil, err
-		}
-		m.track("staging", func() error { return m.pool.put(st) })
+		st, err = m.pool.get()
 	} else {
-		if st, err = newStager(m.ctx); err != nil {
-			return nil, err
-		}
-		m.track("staging", st.close)
+		st, err = newStager(m.ctx)
+	}
+	if err != nil {
+		return nil, err
 	}
 	m.st = st
+	m.track("staging", m.dropStager)
 	return st, nil
+}
+
+// dropStager waits for the run's staged copies and gives its stager back to
+// the pool (or closes a private one); a no-op when the run holds none. A run
+// that keeps its buffers (KeepDevice) thus does not keep pinned memory, and
+// its backward takes a pooled stager again.
+func (m *devMem) dropStager() error {
+	st := m.st
+	if st == nil {
+		return nil
+	}
+	m.st = nil
+	if m.pool != nil {
+		return m.pool.put(st)
+	}
+	return errors.Join(st.wait(), st.close())
 }
 
 // bytesOf views a slice's elements as bytes.

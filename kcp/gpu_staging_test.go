@@ -14,8 +14,8 @@ import (
 // chunks (both chunks reused, a short last span) and reads it back: the
 // bytes of a plain upload, of dO gathered and converted into the chunks,
 // and of a small upload that bypasses the stager. A second run takes the
-// same stager from the pool; reserve tops the pool up; everything is freed
-// at the end.
+// same stager from the pool, dropStager gives it back mid-run; reserve tops
+// the pool up; a failed stager is closed; everything is freed at the end.
 func TestGPUStagedUpload(t *testing.T) {
 	if _, err := loader.DeviceCount(); err != nil {
 		t.Skipf("needs libcuda.so.1 and a CUDA GPU: %v", err)
@@ -50,12 +50,16 @@ func TestGPUStagedUpload(t *testing.T) {
 		} else {
 			require.Same(t, first, m.st, "the second run takes the pooled stager")
 		}
+		require.NoError(t, m.dropStager())
+		require.Nil(t, m.st)
+		require.Len(t, pool.idle, 1, "run %d: dropStager gives the stager back mid-run", run)
 		var douts []*loader.Buffer
 		for r := range p.Ranks {
 			d, err := uploadDOut(m, s, p, r, dout)
 			require.NoError(t, err)
 			douts = append(douts, d)
 		}
+		require.Same(t, first, m.st, "uploadDOut took the pooled stager again")
 		gotBig := make([]uint32, len(big))
 		require.NoError(t, download(b, s, "big", gotBig, 4))
 		require.Equal(t, big, gotBig, "run %d: staged upload", run)
@@ -76,6 +80,13 @@ func TestGPUStagedUpload(t *testing.T) {
 	require.Len(t, pool.idle, 1, "reserve(1) with one made makes none")
 	require.NoError(t, pool.reserve(3))
 	require.Len(t, pool.idle, 3, "reserve(3) makes two more")
+	// A stager whose copy failed is closed, not pooled, and no longer counts.
+	bad, err := pool.get()
+	require.NoError(t, err)
+	bad.failed = true
+	require.NoError(t, pool.put(bad))
+	require.Len(t, pool.idle, 2)
+	require.Equal(t, 2, pool.made)
 	require.NoError(t, pool.close())
 	require.Equal(t, live, devMemLive.Load(), "device memory held after the runs")
 }
