@@ -80,16 +80,7 @@ func TestEmulator(t *testing.T) {
 		j := newJob(t)
 		j.out("out", 4*blocks*n)
 		j.launch("race", "emu_missing_sync", grid1(blocks), n, "1024", buf("out"))
-		r := j.run(bin)
-		for b := 0; b < blocks; b++ {
-			fresh := 0
-			for i := b * n; i < (b+1)*n; i++ {
-				if math.Float32bits(f32Of(r.raw["out"], i)) == smemFill {
-					fresh++
-				}
-			}
-			require.Positive(t, fresh, "block %d: no thread read unwritten shared memory", b)
-		}
+		requireFreshReads(t, j.run(bin).raw["out"], blocks, n, "no thread read unwritten shared memory")
 	})
 
 	t.Run("named_barrier_pairs", func(t *testing.T) {
@@ -112,16 +103,7 @@ func TestEmulator(t *testing.T) {
 		j := newJob(t)
 		j.out("out", 4*blocks*n)
 		j.launch("pair", "emu_named_pair", grid1(blocks), n, "1024", buf("out"), i32a(0))
-		r := j.run(bin)
-		for b := 0; b < blocks; b++ {
-			fresh := 0
-			for i := b * n; i < (b+1)*n; i++ {
-				if math.Float32bits(f32Of(r.raw["out"], i)) == smemFill {
-					fresh++
-				}
-			}
-			require.Positive(t, fresh, "block %d: no warp read its partner's slot unwritten", b)
-		}
+		requireFreshReads(t, j.run(bin).raw["out"], blocks, n, "no warp read its partner's slot unwritten")
 	})
 
 	for _, c := range []struct {
@@ -142,5 +124,21 @@ func TestEmulator(t *testing.T) {
 			j.launch(c.name, c.kernel, grid1(1), 256, c.smem, c.args...)
 			require.Contains(t, j.runFail(bin), c.want)
 		})
+	}
+}
+
+// requireFreshReads requires, in each of blocks blocks of n fp32 results,
+// at least one that is the emulator's fill of unwritten shared memory
+// (smemFill): a read the missing barrier let through.
+func requireFreshReads(t *testing.T, out []byte, blocks, n int, what string) {
+	t.Helper()
+	for b := 0; b < blocks; b++ {
+		fresh := 0
+		for i := b * n; i < (b+1)*n; i++ {
+			if math.Float32bits(f32Of(out, i)) == smemFill {
+				fresh++
+			}
+		}
+		require.Positive(t, fresh, "block %d: %s", b, what)
 	}
 }
