@@ -310,18 +310,26 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 		// ---- S2: D; <D, H>; dKt = V' D^T ----
 		copy_f32<kD>(BIG, ds, kD, kD);
 		tc::cp_async_commit();
-		tc::cp_async_wait<0>();
 		{
-			float dh = 0.f;  // this thread's own D units (landed for it) times H from global memory
+			// H's units from global memory first, while D's copy is in flight (both latencies at once; ~64
+			// registers live only here, far below the S3 / S4 peak); then this thread's own D units (landed
+			// for it after the wait) times them, in the same order as ever.
+			float4 h4[kD * 32 / kThreads];
 #pragma unroll
 			for (int x = 0; x < kD * 32 / kThreads; ++x) {
 				const int u = tid + kThreads * x, r = u >> 5, c4 = 4 * (u & 31);
-				const float4 h4 = *reinterpret_cast<const float4*>(hs + r * kD + c4);
+				h4[x] = *reinterpret_cast<const float4*>(hs + r * kD + c4);
+			}
+			tc::cp_async_wait<0>();
+			float dh = 0.f;
+#pragma unroll
+			for (int x = 0; x < kD * 32 / kThreads; ++x) {
+				const int c4 = 4 * (tid & 31);
 				const float4 d4 = *reinterpret_cast<const float4*>(BIG + rowo<kP>(w) + 8 * x * kP + c4);  // rowo(r), r = w + 8 x
-				dh = fmaf(d4.x, h4.x, dh);
-				dh = fmaf(d4.y, h4.y, dh);
-				dh = fmaf(d4.z, h4.z, dh);
-				dh = fmaf(d4.w, h4.w, dh);
+				dh = fmaf(d4.x, h4[x].x, dh);
+				dh = fmaf(d4.y, h4[x].y, dh);
+				dh = fmaf(d4.z, h4[x].z, dh);
+				dh = fmaf(d4.w, h4[x].w, dh);
 			}
 #pragma unroll
 			for (int off = 16; off > 0; off >>= 1) dh += __shfl_xor_sync(0xffffffffu, dh, off);
@@ -399,13 +407,17 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			st2(WF + rp0 + col, -wa[nt][0], -wa[nt][1]);
 			st2(WF + rp1 + col, -wa[nt][2], -wa[nt][3]);
 		}
-		for (int e = tid; e < kC * (kD / 2); e += kThreads) {  // v rows as bf16 pairs, zeros past n
+		// v rows as bf16 pairs, zeros past n: one 4-byte load a pair where v and v_stride keep pairs 4-byte
+		// aligned (every buffer kcp passes), else two 2-byte loads; the same word either way.
+		const bool vpair = ((reinterpret_cast<unsigned long long>(v) & 3) | (v_stride & 1)) == 0;
+		for (int e = tid; e < kC * (kD / 2); e += kThreads) {
 			const int r = e >> 6, wd = e & 63;
 			unsigned word = 0u;
 			if (r < n) {
 				const __nv_bfloat16* p = v + (long long)(t0 + r) * v_stride + h * kD + 2 * wd;
-				word = static_cast<unsigned>(__bfloat16_as_ushort(p[0])) |
-				       (static_cast<unsigned>(__bfloat16_as_ushort(p[1])) << 16);
+				word = vpair ? *reinterpret_cast<const unsigned*>(p)
+				             : static_cast<unsigned>(__bfloat16_as_ushort(p[0])) |
+				                   (static_cast<unsigned>(__bfloat16_as_ushort(p[1])) << 16);
 			}
 			VB[r * kW + wd] = word;
 		}
