@@ -115,9 +115,9 @@ const (
 	// chunkGradMMA5Smem is kGradMMA5Smem (gdn_chunk_grads_mma5.cu): 227136
 	// (one CTA an SM).
 	chunkGradMMA5Smem = 227136
-	// outputMMA16Smem is kOutputMMA16Smem (gdn_output_mma.cu): 82176 (two
+	// outputMMA16Smem is kOutputMMA16Smem (gdn_output_mma.cu): 114944 (two
 	// CTAs an SM).
-	outputMMA16Smem = 82176
+	outputMMA16Smem = 114944
 )
 
 // walkMMASmem is walk_mma_smem(vh) of gdn_walk_mma.cu: 230400 bytes at vh

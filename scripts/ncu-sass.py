@@ -3,8 +3,11 @@
 SASS instruction, totalled by opcode and by stall reason, and the hottest instructions with their
 neighbours' opcodes. Usage: ncu-sass.py FILE.csv [TOP]."""
 import csv
+import signal
 import sys
 from collections import Counter
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
 
 
 def num(s):
@@ -42,6 +45,21 @@ for h in stall_cols:
     reasons[h] = sum(num(r[col[h]]) for r in body)
 if reasons:
     print("by reason:", ", ".join(f"{k} {v:.0f}" for k, v in reasons.most_common(10) if v > 0))
+    own = {k: v for k, v in reasons.items() if "Not Issued" not in k}
+    tot = sum(own.values()) or 1.0
+    print("by reason, share:", ", ".join(f"{k[6:] if k.startswith('stall_') else k} {100 * v / tot:.1f}%"
+                                         for k, v in sorted(own.items(), key=lambda x: -x[1])[:10] if v > 0))
+ex = col.get("Instructions Executed")
+if ex is not None:
+    mix = Counter()
+    for r in body:
+        words = r[src].strip().split()
+        if words and words[0].startswith("@"):
+            words = words[1:]
+        if words:
+            mix[words[0].split(".")[0]] += num(r[ex])
+    n_ex = sum(mix.values()) or 1.0
+    print(f"executed warp instructions {n_ex:.3g}:", ", ".join(f"{k} {100 * v / n_ex:.1f}%" for k, v in mix.most_common(12)))
 order = sorted(range(len(body)), key=lambda i: -num(body[i][samp]))[:top_n]
 for i in order:
     r = body[i]

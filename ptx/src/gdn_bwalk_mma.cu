@@ -52,10 +52,12 @@
 //                              issue chunk c-1's cp.async into R and OS
 //                              [tape: store D as d_chunk[c]]
 //                              (1), [tape: store dV'], (2) from X and the registers
+//                              global loads of chunk c-1: gamma_last, the q rows' gcum, dvl^T ->
+//                              the dV' accumulators (registers only; dead since (2))
 //                              __syncthreads (2)              every warp done with X
 //                              wait for chunk c-1's copies, convert own R units -> X (-W, Qg = q
-//                              scale e^gamma_i, zero rows past n), gamma_last, dvl^T -> the dV'
-//                              accumulators, __syncwarp, dO^T A fragments (ldmatrix.trans of OS)
+//                              scale e^gamma_i, zero rows past n), __syncwarp, dO^T A fragments
+//                              (ldmatrix.trans of OS)
 // The copies of chunk c-1 have the compute of chunk c to land; the conversion does not overlap the
 // compute (it needs X, and there is one). Barriers: 2 __syncthreads + 1 __syncwarp a chunk
 // (gdn_bwd.cu's fp32 walk: 6).
@@ -150,6 +152,7 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 	bf16* OS;                           // [kSplit][64][kLO]: dO columns [c0, c0 + VH) of the next chunk, one copy
 	                                    // a key half (each warp reads only the copy it filled)
 	unsigned o[4][4];                   // dO^T as A fragments (column x token tile j), exact in bf16
+	float gq[8];                        // gcum of rows warp + 8k of the chunk being landed (withDO; past n unused)
 
 	// X: [6][kTile] Kt hi, Kt lo, -W hi, -W lo, Qg hi, Qg lo (swizzled); R: [3][kTile] Kt, W, q fp32.
 	__device__ __forceinline__ explicit BWalker(float* smem) : Base(smem) {
@@ -190,17 +193,21 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 		tc::cp_async_commit();
 	}
 
-	// land waits for this thread's copies of chunk (t0, n) and converts its units of R into X: Kt,
+	// land (land_loads, then land_convert; the walk calls the halves on either side of its second
+	// barrier) waits for this thread's copies of chunk (t0, n) and converts its units of R into X: Kt,
 	// -W and Qg = scale e^gamma_i q_i as bf16 hi/lo, zero rows from n on; then the dO^T A fragments from
 	// OS. Its global loads come first, before the wait: gamma_last, the gcum of the thread's q rows and
 	// dvl^T (zero past n; zero without withDO) into the dV' accumulators (dead since dupdate), so that
 	// their latency passes under the conversion instead of stalling the chunk's first mma (ncu had long
 	// scoreboard first in the tape walk). Same values, same bits. Call it only when no warp reads X any
 	// more (after the chunk's second barrier).
-	__device__ __forceinline__ void land(const float* dvl, const float* gcum, int t0, int n, int h, int HV, int c0,
-	                                     float scale, bool withDO) {
+	// land_loads is land's first half: the global loads of chunk (t0, n) into registers (gl, gq, and
+	// dvl^T into v), no shared memory touched, so the walk issues it before the chunk's second barrier
+	// and the loads' latency also passes under the wait at that barrier. Call it only once dupdate has
+	// read gl and v (they are dead from then on).
+	__device__ __forceinline__ void land_loads(const float* dvl, const float* gcum, int t0, int n, int h, int HV,
+	                                           int c0, bool withDO) {
 		gl = gcum[(long long)(t0 + n - 1) * HV + h];
-		float gq[8];  // gcum of rows warp + 8k (withDO; rows past n: unused)
 #pragma unroll
 		for (int k = 0; k < 8; ++k) {
 			const int i = warp + 8 * k;
@@ -219,6 +226,11 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 				}
 			}
 		}
+	}
+
+	// land_convert is land's second half: the wait for this thread's copies and the conversion (needs the
+	// gq of land_loads of the same chunk).
+	__device__ __forceinline__ void land_convert(int n, float scale, bool withDO) {
 		tc::cp_async_wait<0>();
 #pragma unroll
 		for (int y = 0; y < 24; ++y) {
@@ -242,6 +254,12 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 		const int orow = (lane & 7) + 8 * (lane >> 4), ocol = 16 * cw + 8 * ((lane >> 3) & 1);
 #pragma unroll
 		for (int j = 0; j < 4; ++j) tc::ldmatrix_x4_trans(o[j], OS + kh * kC * kLO + (16 * j + orow) * kLO + ocol);
+	}
+
+	__device__ __forceinline__ void land(const float* dvl, const float* gcum, int t0, int n, int h, int HV, int c0,
+	                                     float scale, bool withDO) {
+		land_loads(dvl, gcum, t0, n, h, HV, c0, withDO);
+		land_convert(n, scale, withDO);
 	}
 
 	// dvprime: dV'^T = dvl^T + D^T Kt^T (A = D^T split in registers, B = rows of Kt: ldmatrix, not
@@ -329,10 +347,11 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 				dupdate(n, withDO);
 			}
 			if (!next) break;
+			land_loads(dvl, gcum, chunk_tok0[c - 1], chunk_len[c - 1], h, HV, c0, withDO);
 			// Barrier 2: every warp done reading X (one stage: X of three operands, R and OS fill the
 			// rest of the 227 KB), so it may be overwritten with chunk c - 1.
 			__syncthreads();
-			land(dvl, gcum, chunk_tok0[c - 1], chunk_len[c - 1], h, HV, c0, scale, withDO);
+			land_convert(chunk_len[c - 1], scale, withDO);
 		}
 	}
 };

@@ -5,7 +5,7 @@
 //   O = scale ((Q e^gamma) H + (Q K^T ⊙ e^(gamma_i - gamma_j), j <= i < n) V'), written bf16,
 // rows past a short chunk's end neither read nor written. And the same output from the bf16 H^T and V'^T
 // of gdn_state_walk_mma16 (gdn_walk_mma.cu), H and V' plain bf16 operands (its own section at the end):
-//   gdn_output_mma16   grid (NC, HV)   kOutputMMA16Smem = 82176 bytes (two CTAs an SM)
+//   gdn_output_mma16   grid (NC, HV)   kOutputMMA16Smem = 114944 bytes (two CTAs an SM)
 //
 // ---- The data flow -----------------------------------------------------------------------------------
 // Warp w owns the output tile rows 16 rt .. 16 rt + 15 (rt = w % 4) x columns c0 .. c0 + 63 (c0 = 64 (w / 4)):
@@ -377,7 +377,7 @@ gdn_output_mma(const float* __restrict__ qn, const float* __restrict__ kn, const
 }
 
 // ==== gdn_output_mma16: the output from bf16 H^T and V'^T ================================================
-//   gdn_output_mma16   grid (NC, HV)   kOutputMMA16Smem = 82176 bytes (two CTAs an SM)
+//   gdn_output_mma16   grid (NC, HV)   kOutputMMA16Smem = 114944 bytes (two CTAs an SM)
 // Arguments: gdn_output_mma's, in its order, with vnew and h_state retyped to the bf16 tiles of
 // gdn_state_walk_mma16 (gdn_walk_mma.cu): (qn, kn, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV,
 // scale), block 256. h16 is [NC, HV, 128 (column), 128 (key)] (H^T of chunk c's start state), vnew16
@@ -401,19 +401,20 @@ gdn_output_mma(const float* __restrict__ qn, const float* __restrict__ kn, const
 // Block order: lin = blockIdx.y gridDim.x + blockIdx.x, c = lin / HV, h = lin % HV (gridDim is (NC, HV) by
 // the ABI): the HV / HQK value heads that read the same q, k rows run back to back and find them in L2
 // (gdn_prep_mma does the same), so Q and K cost HBM once per QK head, not once per value head.
-// Regions: QR [64][128] fp32 (Q, split in place) | XR 32 KB (H^T bf16 [128][128], then K [64][128] fp32,
-// split in place) | VT [128][64] bf16 (V'^T) | gam [64].
-//   copy Q, H^T (group 1), V'^T (group 2); gamma; wait_group 1; convert Q        __syncthreads (1)
-//   (1) O = Q H; rows times e^gamma                                            __syncthreads (2): H freed
-//   copy K (group 3); wait_group 0 (K and V'^T); convert K                     __syncthreads (3)
+// Regions: QR [64][128] fp32 (Q, split in place) | XR [128][128] bf16 (H^T) | VT [128][64] bf16 (V'^T) |
+// KR [64][128] fp32 (K, split in place) | gam [64].
+//   copy Q, H^T (group 1), V'^T, K (group 2); gamma; wait_group 1; convert Q     __syncthreads (1)
+//   (1) O = Q H; rows times e^gamma
+//   wait_group 0 (V'^T, K); convert K (each thread its own units)              __syncthreads (2)
 //   (2), mask, (3), store
-// V'^T lands during phase (1). Three block barriers, no warp barrier, no atomics; every sum in a fixed
+// V'^T and K land during phase (1). Two block barriers, no warp barrier, no atomics; every sum in a fixed
 // order (k steps ascending; per step ah b, then al b; S as ah bh + ah bl + al bh).
-// Shared memory 4 (64 128) + 2 (128 128) + 2 (128 64) + 4 64 = 32768 + 32768 + 16384 + 256 = 82176 bytes
-// (gdn_output_mma: 98560): two CTAs an SM (2 (82176 + 1024 reserved) = 166400 of 233472 bytes); three
-// would need <= 76800 bytes and <= 80 registers a thread (the accumulators of O and S alone are 64), so
-// two it is. Giving K its own 32 KB (114944 bytes, still two CTAs an SM) would let K's copy overlap
-// phase (1) and drop barrier (2): the alternative to try on the GPU if the exposed K copy shows.
+// Shared memory 4 (64 128) + 2 (128 128) + 2 (128 64) + 4 (64 128) + 4 64 = 32768 + 32768 + 16384 + 32768 +
+// 256 = 114944 bytes (gdn_output_mma: 98560): two CTAs an SM (2 (114944 + 1024 reserved) = 231936 of 233472
+// bytes). Until 2026-12-01 K took H^T's place after phase (1) (82176 bytes, three barriers): its copy was
+// then issued after barrier (2) and waited for at once, and ncu put 5.7% of the kernel's stall samples on
+// the first shared load after that wait (6.9% on the one after Q's and H^T's); K's own region lets its
+// copy land under phase (1).
 //
 // ---- Precision -------------------------------------------------------------------------------------------
 // H and V' are plain bf16 now (the walk rounded them, 2^-9 relative: there is no lo part to keep); Q, K
@@ -476,9 +477,9 @@ __device__ __forceinline__ void bn16_frag(unsigned b[4], const bf16* tile, int j
 	tc::ldmatrix_x4(b, tile + sw16<UNITS>(r, u));
 }
 
-constexpr int kOutputMMA16Smem = 4 * kC * kD + 2 * kD * kD + 2 * kD * kC + 4 * kC;
-static_assert(kOutputMMA16Smem == 82176, "kOutputMMA16Smem: the header says 82176 bytes");
-static_assert(4 * kC * kD == 2 * kD * kD, "K [64][128] fp32 takes H^T's [128][128] bf16 place exactly");
+constexpr int kOutputMMA16Smem = 4 * kC * kD + 2 * kD * kD + 2 * kD * kC + 4 * kC * kD + 4 * kC;
+static_assert(kOutputMMA16Smem == 114944, "kOutputMMA16Smem: the header says 114944 bytes");
+static_assert(2 * (kOutputMMA16Smem + 1024) <= 233472, "two CTAs an SM");
 
 // output_mma16: the kernel body; OutT is __nv_bfloat16 for the entry (float only for the emulator's
 // precision probe of ptx/cpuemu/testdata/kernels_mma16.cpp).
@@ -487,11 +488,13 @@ __device__ __forceinline__ void output_mma16(float* smem, const float* qn, const
                                              const bf16* vnew16, const bf16* h16, const int* chunk_tok0,
                                              const int* chunk_len, OutT* o, int HQK, int HV, float scale) {
 	float* QR = smem;                    // [64][128] fp32: Q, split in place
-	float* XR = QR + kC * kD;            // H^T [128][128] bf16, then K [64][128] fp32 split in place
+	float* XR = QR + kC * kD;            // H^T [128][128] bf16
 	bf16* VT = reinterpret_cast<bf16*>(XR + kC * kD);  // [128][64] bf16: V'^T
-	float* gam = reinterpret_cast<float*>(VT + kD * kC);  // [64]
+	float* KR = reinterpret_cast<float*>(VT + kD * kC);  // [64][128] fp32: K, split in place
+	float* gam = KR + kC * kD;                           // [64]
 	const bf16* Qb = reinterpret_cast<const bf16*>(QR);
 	const bf16* Xb = reinterpret_cast<const bf16*>(XR);
+	const bf16* Kb = reinterpret_cast<const bf16*>(KR);
 	const int lin = blockIdx.y * gridDim.x + blockIdx.x, c = lin / HV, h = lin % HV;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int g = lane >> 2, t = lane & 3, rt = warp & 3, wc = warp >> 2;
@@ -503,9 +506,10 @@ __device__ __forceinline__ void output_mma16(float* smem, const float* qn, const
 	copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16 + blk * kD * kD);
 	tc::cp_async_commit();
 	copy_bf16_tile<kD, kC / 8>(VT, vnew16 + blk * kD * kC);
+	copy_tile<kC>(KR, kn + ((long long)t0 * HQK + qh) * kD, qk, n);
 	tc::cp_async_commit();
 	if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
-	tc::cp_async_wait<1>();  // Q and H^T (V'^T may still be in flight)
+	tc::cp_async_wait<1>();  // Q and H^T (V'^T and K may still be in flight)
 	convert_tile<kC, true>(QR);
 	__syncthreads();  // (1) Q, H^T and gamma staged
 
@@ -529,17 +533,14 @@ __device__ __forceinline__ void output_mma16(float* smem, const float* qn, const
 	}
 	const int i0 = 16 * rt + g, i1 = i0 + 8;
 	scale_rows_exp(acc, gam[i0], gam[i1]);
-	__syncthreads();  // (2) every warp done with H^T: XR is free
 
-	copy_tile<kC>(XR, kn + ((long long)t0 * HQK + qh) * kD, qk, n);
-	tc::cp_async_commit();
-	tc::cp_async_wait<0>();  // K and V'^T
-	convert_tile<kC, true>(XR);
-	__syncthreads();  // (3) K and V'^T staged
+	tc::cp_async_wait<0>();  // V'^T and K
+	convert_tile<kC, true>(KR);
+	__syncthreads();  // (2) K and V'^T staged
 
 	// (2) S = Q K^T over keys j < 16 (rt + 1), masked and decayed into P in place.
 	float s[8][4];
-	masked_scores<true, true>(s, Qb, Xb, gam, rt, lane, n);
+	masked_scores<true, true>(s, Qb, Kb, gam, rt, lane, n);
 
 	// (3) O += P V' over k steps kj <= rt: A = P hi/lo (from the S tiles), B = V'^T rows 64 wc + 16 np ...
 	const bf16* Vb = VT;
