@@ -6,7 +6,9 @@
 # stage and set last. B's blobs come back as $OUT/blobs-b.tar.gz.
 # Here: mkdir -p .gpu && cp -r ptx/src .gpu/src-b, edit it, scripts/gpu.sh pack kcp kcp.test ptxgen src-b.
 # There: run(command="bash scripts/ab-bench.sh", carry=[".gpu/pack.tgz"])
-# Env: DOCS (default 32768), MODES (default core,core+bwd), REPS (default 5), KERNELS (default v5).
+# Env: DOCS (default 32768), MODES (default core,core+bwd), REPS (default 5), KERNELS (default v5);
+# A_BLOBS: a built blob directory to use as A instead (e.g. ptx/blobs, the committed blobs, with ALT_SRC=ptx/src
+# to time the working tree's sources against them); B_TESTS: a kcp test regex to run on B's blobs afterwards.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
@@ -14,7 +16,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 [ -f .gpu/pack.tgz ] && [ ! -x .gpu/ptxgen ] && tar -C .gpu -xzf .gpu/pack.tgz
 alt=${ALT_SRC:-.gpu/src-b}
 [ -d "$alt" ] || { echo "ab-bench: no $alt" >&2; exit 1; }
-a=/tmp/gdnkcp-blobs b=/tmp/gdnkcp-blobs-b
+a=${A_BLOBS:-/tmp/gdnkcp-blobs} b=/tmp/gdnkcp-blobs-b
 if [ ! -f "$a/manifest.json" ]; then
 	mkdir -p "$a" && .gpu/ptxgen -src ptx/src -out "$a" >"$out/ptxgen-a.log" 2>&1 || { tail -20 "$out/ptxgen-a.log"; exit 1; }
 fi
@@ -39,6 +41,12 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
 			--modes "${MODES:-core,core+bwd}" --reps "${REPS:-5}" --warmup 2 2>/dev/null >"$out/bench-$s-$r.txt"
 	done
 done
+if [ -n "${B_TESTS:-}" ]; then
+	t0=$(date +%s)
+	(cd kcp && GDNKCP_BLOB_DIR=$b ../.gpu/kcp.test -test.run "$B_TESTS" -test.v -test.timeout 300s >"$out/kcp-b.log" 2>&1)
+	echo "kcp tests on B's blobs: rc=$? ($(( $(date +%s) - t0 )) s)"
+	grep -E "^(--- |FAIL|ok|panic)" "$out/kcp-b.log" | head -20
+fi
 # One line per (mode, stage): the set's figures over the rounds.
 python3 - "$out" "${ROUNDS:-2}" <<'PY'
 import re, sys, collections

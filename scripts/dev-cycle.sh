@@ -5,6 +5,7 @@
 # Here first: scripts/gpu.sh build && scripts/gpu.sh pack (.gpu/pack.tgz: kcp, kcp.test, ptxgen, gzipped,
 # since the binaries embed ~17 MB of blobs and what travels is limited to 64 MiB).
 # There: run(command="bash scripts/dev-cycle.sh 'TensorCore'", carry=[".gpu/pack.tgz"])
+# To time a candidate against the committed blobs in the same call: scripts/ab-bench.sh (A/B, alternating).
 # Env: BENCH=1 runs `kcp bench` (KERNELS: the sets, comma-separated, of fp32, tc, mma; default tc; BENCH_DOCS,
 # BENCH_MODES, BENCH_REPS, BENCH_TIMEOUT: see below); COMM=1 also runs .gpu/comm.test's GPU tests;
 # SANITIZE=1 runs compute-sanitizer (racecheck, then memcheck) over a small `kcp run` of each KERNELS set

@@ -49,11 +49,12 @@ type gradsMMACase struct {
 // gradsMMACases: chunks of 1, 17, 40, 63 and 64 rows at HQK 1 / HV 2 with
 // cp.async landing at issue, and chunks of 64 and 5 rows at grouped heads
 // (HQK 2 / HV 4) with cp.async landing only at its wait
-// (EMU_CP_ASYNC=deferred). An emulated CTA of gdn_chunk_grads_mma costs ~1 s
+// (EMU_CP_ASYNC=deferred) and a v stride that is even but not a multiple of 8
+// (v's pairs by 4-byte loads at a stride no 16-byte copy could use). An emulated CTA of gdn_chunk_grads_mma costs ~1 s
 // of CPU (~10000 mma.sync), so the cases hold 18 CTAs.
 var gradsMMACases = []gradsMMACase{
 	{name: "hv2_immediate", lens: []int{1, 63, 64, 17, 40}, hqk: 1, hv: 2, vPad: 8, dvPad: 6, seed: 31},
-	{name: "hv4_deferred", lens: []int{64, 5}, hqk: 2, hv: 4, deferred: true, seed: 32},
+	{name: "hv4_deferred", lens: []int{64, 5}, hqk: 2, hv: 4, vPad: 2, deferred: true, seed: 32},
 }
 
 // TestMMAChunkGradsOnCPU runs gdn_chunk_grads_mma and gdn_chunk_grads on the
