@@ -242,6 +242,35 @@ __device__ __forceinline__ void copy_f32(float* dst, const float* src, long long
 	}
 }
 
+// d_dot_h returns the warp's partial of S2's <D, H> (every lane the same value; lane 0 stores it). D's copy
+// into BIG (copy_f32<kD>) must be the last committed group. H's units come from global memory first, while
+// that copy is in flight (both latencies at once; ~64 registers live only here, far below the S3 / S4
+// peak); then the thread waits for its copies and multiplies its own D units (landed for it) by them, in
+// the same order as ever, and the warp adds its lanes by the xor butterfly.
+__device__ __forceinline__ float d_dot_h(const float* BIG, const float* __restrict__ hs) {
+	const int tid = threadIdx.x, w = tid >> 5;
+	float4 h4[kD * 32 / kThreads];
+#pragma unroll
+	for (int x = 0; x < kD * 32 / kThreads; ++x) {
+		const int u = tid + kThreads * x, r = u >> 5, c4 = 4 * (u & 31);
+		h4[x] = *reinterpret_cast<const float4*>(hs + r * kD + c4);
+	}
+	tc::cp_async_wait<0>();
+	float dh = 0.f;
+#pragma unroll
+	for (int x = 0; x < kD * 32 / kThreads; ++x) {
+		const int c4 = 4 * (tid & 31);
+		const float4 d4 = *reinterpret_cast<const float4*>(BIG + rowo<kP>(w) + 8 * x * kP + c4);  // rowo(r), r = w + 8 x
+		dh = fmaf(d4.x, h4[x].x, dh);
+		dh = fmaf(d4.y, h4[x].y, dh);
+		dh = fmaf(d4.z, h4[x].z, dh);
+		dh = fmaf(d4.w, h4[x].w, dh);
+	}
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1) dh += __shfl_xor_sync(0xffffffffu, dh, off);
+	return dh;
+}
+
 // rowpart: the row dots of a lane's accumulator rows i0 (p0) and i1 (p1) over its 16 columns, added
 // over the 4 lanes of a row by a fixed butterfly; lane t = 0 stores them at part[i] (the caller passes
 // part + ch * 64: one partial a column half).
@@ -456,28 +485,7 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 	copy_f32<kD>(BIG, ds, kD, kD);
 	tc::cp_async_commit();
 	{
-		// H's units from global memory first, while D's copy is in flight (both latencies at once; ~64
-		// registers live only here, far below the S3 / S4 peak); then this thread's own D units (landed
-		// for it after the wait) times them, in the same order as ever.
-		float4 h4[kD * 32 / kThreads];
-#pragma unroll
-		for (int x = 0; x < kD * 32 / kThreads; ++x) {
-			const int u = tid + kThreads * x, r = u >> 5, c4 = 4 * (u & 31);
-			h4[x] = *reinterpret_cast<const float4*>(hs + r * kD + c4);
-		}
-		tc::cp_async_wait<0>();
-		float dh = 0.f;
-#pragma unroll
-		for (int x = 0; x < kD * 32 / kThreads; ++x) {
-			const int c4 = 4 * (tid & 31);
-			const float4 d4 = *reinterpret_cast<const float4*>(BIG + rowo<kP>(w) + 8 * x * kP + c4);  // rowo(r), r = w + 8 x
-			dh = fmaf(d4.x, h4[x].x, dh);
-			dh = fmaf(d4.y, h4[x].y, dh);
-			dh = fmaf(d4.z, h4[x].z, dh);
-			dh = fmaf(d4.w, h4[x].w, dh);
-		}
-#pragma unroll
-		for (int off = 16; off > 0; off >>= 1) dh += __shfl_xor_sync(0xffffffffu, dh, off);
+		const float dh = d_dot_h(BIG, hs);
 		if (lane == 0) red[w] = dh;
 	}
 	__syncthreads();  // barrier 5: every thread's D units landed

@@ -111,6 +111,7 @@
 #include <cuda_runtime.h>
 
 #include "gdn_fwd.cu"
+#include "gdn_walk_wgmma.cu"
 #include "mma.cuh"
 
 // GDNKCP_WALK_PG128: how many B fragment pairs rows_all / update load at once at vh 128. ptxas 13.0 keeps
@@ -729,12 +730,24 @@ gdn_state_walk_mma16(const float* __restrict__ w, const float* __restrict__ u, c
                      float* __restrict__ h_out, float* __restrict__ vnew, float* __restrict__ final_state,
                      __nv_bfloat16* __restrict__ h16, __nv_bfloat16* __restrict__ vnew16, int HQK, int HV, int vh) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+#if defined(GDNKCP_HAS_WGMMA)
+	// sm_90a: the wgmma body (gdn_walk_wgmma.cu), same arguments, grid, block and shared memory.
+	static_assert(walkwg::wg_walk_smem(64) <= walk_mma_smem(64) && walkwg::wg_walk_smem(128) <= walk_mma_smem(128),
+	              "the wgmma walk must fit the mma.sync walk's shared memory");
+	if (vh == 64)
+		walkwg::state_walk<64>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+		                       final_state, h16, vnew16, HQK, HV);
+	else
+		walkwg::state_walk<128>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+		                        final_state, h16, vnew16, HQK, HV);
+#else
 	if (vh == 64)
 		state_walk_mma16<64>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
 		                     final_state, h16, vnew16, HQK, HV);
 	else
 		state_walk_mma16<128>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
 		                      final_state, h16, vnew16, HQK, HV);
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)

@@ -9,6 +9,7 @@
 #include "gdn_bwd.cu"
 #include "gdn_walk_tc.cu"
 #include "gdn_chunk_tc.cu"
+#include "gdn_walk_wgmma.cu"
 #include "gdn_walk_mma.cu"
 #include "gdn_bwalk_mma.cu"
 #include "gdn_prep_mma.cu"

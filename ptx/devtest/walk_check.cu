@@ -1,0 +1,278 @@
+// walk_check.cu: a device-side check and timing of gdn_state_walk_mma16 outside kcp, for the sm_90a
+// wgmma body (gdn_walk_wgmma.cu) and, built with -DGDNKCP_NO_WGMMA, the mma.sync body. Run by
+// scripts/walk-check.sh on the GPU machine (nvcc there; no Go needed).
+//
+// Check: three segments (5 full chunks; one chunk of 17 tokens; chunks of 64, 64 and 40 tokens), HV 6
+// over HQK 2, random W, U, unit kn rows, in-chunk cumulative gates, random start states. Every output
+// (h_out, vnew, final_state, h16, vnew16) poisoned with NaN first, then compared normwise with a float64
+// recurrence on the same fp32 inputs; vh 64 and vh 128 must agree bit for bit; three runs too.
+// Timing: one segment of NC chunks (default 512: 32,768 tokens), HV 48 / HQK 16, vh 64 and vh 128,
+// the forward's outputs (h16, vnew16) and the backward's (all four): CUDA-event medians of 7 after 2
+// warm-ups. Prints "check ok" / "check FAILED" and a table.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "../src/gdn_walk_mma.cu"
+
+#define CK(x)                                                                                  \
+	do {                                                                                       \
+		cudaError_t e_ = (x);                                                                  \
+		if (e_ != cudaSuccess) {                                                               \
+			fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+			exit(2);                                                                           \
+		}                                                                                      \
+	} while (0)
+
+constexpr int D = 128, C = 64;
+
+struct Problem {
+	int HV, HQK, T, NC, NS;
+	std::vector<int> tok0, len, seg0, segn;
+	std::vector<float> w, u, kn, gcum, start;
+};
+
+static Problem make(const std::vector<std::vector<int>>& segs, int HV, int HQK, unsigned seed) {
+	Problem p{HV, HQK, 0, 0, (int)segs.size()};
+	for (auto& sg : segs) {
+		p.seg0.push_back(p.NC);
+		p.segn.push_back((int)sg.size());
+		for (int n : sg) {
+			p.tok0.push_back(p.T);
+			p.len.push_back(n);
+			p.T += n;
+			p.NC++;
+		}
+	}
+	std::mt19937 rng(seed);
+	std::normal_distribution<float> nd(0.f, 1.f);
+	std::uniform_real_distribution<float> ud(-0.12f, -0.002f);
+	p.w.resize((size_t)p.T * HV * D);
+	p.u.resize((size_t)p.T * HV * D);
+	p.kn.resize((size_t)p.T * HQK * D);
+	p.gcum.resize((size_t)p.T * HV);
+	p.start.resize((size_t)p.NS * HV * D * D);
+	for (auto& x : p.w) x = 0.09f * nd(rng);
+	for (auto& x : p.u) x = nd(rng);
+	for (size_t r = 0; r < (size_t)p.T * HQK; ++r) {
+		double ss = 0;
+		for (int k = 0; k < D; ++k) {
+			float x = nd(rng);
+			p.kn[r * D + k] = x;
+			ss += (double)x * x;
+		}
+		for (int k = 0; k < D; ++k) p.kn[r * D + k] = (float)(p.kn[r * D + k] / std::sqrt(ss));
+	}
+	for (int c = 0; c < p.NC; ++c)
+		for (int h = 0; h < HV; ++h) {
+			float acc = 0.f;
+			for (int i = 0; i < p.len[c]; ++i) {
+				acc += ud(rng);
+				p.gcum[(size_t)(p.tok0[c] + i) * HV + h] = acc;
+			}
+		}
+	for (auto& x : p.start) x = 0.3f * nd(rng);
+	return p;
+}
+
+struct Outs {
+	std::vector<float> h, vnew, fin;
+	std::vector<uint16_t> h16, v16;
+};
+
+// reference: the recurrence in float64 on the fp32 inputs (Kt as the walk forms it: kn * e in fp32).
+static Outs reference(const Problem& p) {
+	Outs o;
+	o.h.assign((size_t)p.NC * p.HV * D * D, 0.f);
+	o.vnew.assign((size_t)p.T * p.HV * D, 0.f);
+	o.fin.assign((size_t)p.NS * p.HV * D * D, 0.f);
+	std::vector<double> S(D * D), V(C * D), Kt(C * D);
+	for (int sg = 0; sg < p.NS; ++sg)
+		for (int h = 0; h < p.HV; ++h) {
+			const int qh = h / (p.HV / p.HQK);
+			for (int e = 0; e < D * D; ++e) S[e] = p.start[((size_t)sg * p.HV + h) * D * D + e];
+			for (int ci = 0; ci < p.segn[sg]; ++ci) {
+				const int c = p.seg0[sg] + ci, t0 = p.tok0[c], n = p.len[c];
+				for (int e = 0; e < D * D; ++e) o.h[((size_t)c * p.HV + h) * D * D + e] = (float)S[e];
+				const float gl = p.gcum[(size_t)(t0 + n - 1) * p.HV + h];
+				for (int i = 0; i < n; ++i) {
+					const float f = expf(gl - p.gcum[(size_t)(t0 + i) * p.HV + h]);
+					for (int k = 0; k < D; ++k) Kt[i * D + k] = (double)(p.kn[((size_t)(t0 + i) * p.HQK + qh) * D + k] * f);
+					for (int v = 0; v < D; ++v) {
+						double a = p.u[((size_t)(t0 + i) * p.HV + h) * D + v];
+						for (int k = 0; k < D; ++k) a -= (double)p.w[((size_t)(t0 + i) * p.HV + h) * D + k] * S[k * D + v];
+						V[i * D + v] = a;
+						o.vnew[((size_t)(t0 + i) * p.HV + h) * D + v] = (float)a;
+					}
+				}
+				const double dec = std::exp((double)gl);
+				for (int k = 0; k < D; ++k)
+					for (int v = 0; v < D; ++v) {
+						double a = dec * S[k * D + v];
+						for (int i = 0; i < n; ++i) a += Kt[i * D + k] * V[i * D + v];
+						S[k * D + v] = a;
+					}
+			}
+			for (int e = 0; e < D * D; ++e) o.fin[((size_t)sg * p.HV + h) * D * D + e] = (float)S[e];
+		}
+	return o;
+}
+
+struct Dev {
+	float *w, *u, *kn, *gcum, *start, *h, *vnew, *fin;
+	uint16_t *h16, *v16;
+	int *tok0, *len, *seg0, *segn;
+	size_t nh, nv, nf, nh16, nv16;
+};
+
+template <class T>
+static T* up(const std::vector<T>& v) {
+	T* d;
+	CK(cudaMalloc(&d, v.size() * sizeof(T)));
+	CK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+	return d;
+}
+
+static Dev upload(const Problem& p) {
+	Dev d;
+	d.w = up(p.w), d.u = up(p.u), d.kn = up(p.kn), d.gcum = up(p.gcum), d.start = up(p.start);
+	d.tok0 = up(p.tok0), d.len = up(p.len), d.seg0 = up(p.seg0), d.segn = up(p.segn);
+	d.nh = (size_t)p.NC * p.HV * D * D, d.nv = (size_t)p.T * p.HV * D, d.nf = (size_t)p.NS * p.HV * D * D;
+	d.nh16 = d.nh, d.nv16 = (size_t)p.NC * p.HV * D * C;
+	CK(cudaMalloc(&d.h, d.nh * 4));
+	CK(cudaMalloc(&d.vnew, d.nv * 4));
+	CK(cudaMalloc(&d.fin, d.nf * 4));
+	CK(cudaMalloc(&d.h16, d.nh16 * 2));
+	CK(cudaMalloc(&d.v16, d.nv16 * 2));
+	return d;
+}
+
+static void launch(const Problem& p, const Dev& d, int vh, bool fp32, cudaStream_t st = 0) {
+	dim3 grid(128 / vh, p.NS, p.HV);
+	const int smem = gdnkcp::walkmma::walk_mma_smem(vh);
+	gdnkcp::walkmma::gdn_state_walk_mma16<<<grid, 256, smem, st>>>(
+	    d.w, d.u, d.kn, d.gcum, d.tok0, d.len, d.seg0, d.segn, d.start, fp32 ? d.h : nullptr, fp32 ? d.vnew : nullptr,
+	    d.fin, reinterpret_cast<__nv_bfloat16*>(d.h16), reinterpret_cast<__nv_bfloat16*>(d.v16), p.HQK, p.HV, vh);
+}
+
+static void poison(const Dev& d) {
+	CK(cudaMemset(d.h, 0xff, d.nh * 4));
+	CK(cudaMemset(d.vnew, 0xff, d.nv * 4));
+	CK(cudaMemset(d.fin, 0xff, d.nf * 4));
+	CK(cudaMemset(d.h16, 0xff, d.nh16 * 2));
+	CK(cudaMemset(d.v16, 0xff, d.nv16 * 2));
+}
+
+static Outs fetch(const Dev& d) {
+	Outs o;
+	o.h.resize(d.nh), o.vnew.resize(d.nv), o.fin.resize(d.nf), o.h16.resize(d.nh16), o.v16.resize(d.nv16);
+	CK(cudaMemcpy(o.h.data(), d.h, d.nh * 4, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(o.vnew.data(), d.vnew, d.nv * 4, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(o.fin.data(), d.fin, d.nf * 4, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(o.h16.data(), d.h16, d.nh16 * 2, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(o.v16.data(), d.v16, d.nv16 * 2, cudaMemcpyDeviceToHost));
+	return o;
+}
+
+static float bf(uint16_t x) {
+	uint32_t u = (uint32_t)x << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+// err: normwise relative error of got against ref (NaN if any got is not finite).
+static double err(const std::vector<float>& got, const std::vector<float>& ref) {
+	double num = 0, den = 0;
+	for (size_t i = 0; i < ref.size(); ++i) {
+		if (!std::isfinite(got[i])) return NAN;
+		num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+		den += double(ref[i]) * ref[i];
+	}
+	return std::sqrt(num / den);
+}
+
+static bool same(const Outs& a, const Outs& b) {
+	return a.h == b.h && a.fin == b.fin && a.h16 == b.h16 && a.v16 == b.v16 &&
+	       memcmp(a.vnew.data(), b.vnew.data(), a.vnew.size() * 4) == 0;
+}
+
+int main(int argc, char** argv) {
+	const int NCt = argc > 1 ? atoi(argv[1]) : 512;
+	const char* tag = argc > 2 ? argv[2] : "?";
+	CK(cudaFuncSetAttribute(gdnkcp::walkmma::gdn_state_walk_mma16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                        gdnkcp::walkmma::walk_mma_smem(64)));
+	bool ok = true;
+	{
+		Problem p = make({{64, 64, 64, 64, 64}, {17}, {64, 64, 40}}, 6, 2, 7);
+		Outs ref = reference(p);
+		Dev d = upload(p);
+		Outs o[2];
+		for (int k = 0; k < 2; ++k) {
+			poison(d);
+			launch(p, d, k ? 128 : 64, true);
+			CK(cudaDeviceSynchronize());
+			o[k] = fetch(d);
+		}
+		// vnew rows of tokens no chunk covers: none here (chunks tile T); h16 / v16 to floats against ref.
+		std::vector<float> h16f(o[0].h16.size()), refh16(o[0].h16.size()), v16f(o[0].v16.size()), refv16(o[0].v16.size(), 0.f);
+		for (int c = 0; c < p.NC; ++c)
+			for (int h = 0; h < p.HV; ++h)
+				for (int v = 0; v < D; ++v) {
+					for (int k = 0; k < D; ++k) {
+						const size_t e = (((size_t)c * p.HV + h) * D + v) * D + k;
+						h16f[e] = bf(o[0].h16[e]);
+						refh16[e] = ref.h[((size_t)c * p.HV + h) * D * D + k * D + v];
+					}
+					for (int i = 0; i < C; ++i) {
+						const size_t e = (((size_t)c * p.HV + h) * D + v) * C + i;
+						v16f[e] = bf(o[0].v16[e]);
+						if (i < p.len[c]) refv16[e] = ref.vnew[((size_t)(p.tok0[c] + i) * p.HV + h) * D + v];
+						else if (o[0].v16[e] != 0) ok = false, printf("vnew16 chunk %d token %d not zero\n", c, i);
+					}
+				}
+		const double eh = err(o[0].h, ref.h), ev = err(o[0].vnew, ref.vnew), ef = err(o[0].fin, ref.fin);
+		const double eh16 = err(h16f, refh16), ev16 = err(v16f, refv16);
+		const bool widths = same(o[0], o[1]);
+		poison(d);
+		launch(p, d, 64, true);
+		CK(cudaDeviceSynchronize());
+		const bool rerun = same(o[0], fetch(d));
+		printf("[%s] errors (normwise vs float64): h %.2e  vnew %.2e  final %.2e  h16 %.2e  vnew16 %.2e; vh64==vh128 %s; rerun %s\n",
+		       tag, eh, ev, ef, eh16, ev16, widths ? "bitwise" : "DIFFER", rerun ? "bitwise" : "DIFFER");
+		ok = ok && eh < 3e-5 && ev < 3e-5 && ef < 3e-5 && eh16 < 5e-3 && ev16 < 5e-3 && widths && rerun;
+	}
+	printf("[%s] check %s\n", tag, ok ? "ok" : "FAILED");
+	{
+		std::vector<int> sg(NCt, 64);
+		Problem p = make({sg}, 48, 16, 11);
+		Dev d = upload(p);
+		cudaEvent_t a, b;
+		CK(cudaEventCreate(&a));
+		CK(cudaEventCreate(&b));
+		for (int fp32 = 0; fp32 < 2; ++fp32)
+			for (int vh : {64, 128}) {
+				std::vector<float> ms;
+				for (int r = 0; r < 9; ++r) {
+					CK(cudaEventRecord(a));
+					launch(p, d, vh, fp32);
+					CK(cudaEventRecord(b));
+					CK(cudaEventSynchronize(b));
+					float x;
+					CK(cudaEventElapsedTime(&x, a, b));
+					if (r >= 2) ms.push_back(x);
+				}
+				CK(cudaGetLastError());
+				std::sort(ms.begin(), ms.end());
+				printf("[%s] time %d chunks HV 48 vh %3d %-14s median %.3f ms (min %.3f max %.3f) %.2f us/chunk\n", tag, NCt, vh,
+				       fp32 ? "h16+v16+fp32" : "h16+v16", ms[3], ms[0], ms[6], 1000.0 * ms[3] / NCt);
+			}
+	}
+	return ok ? 0 : 1;
+}

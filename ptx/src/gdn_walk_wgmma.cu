@@ -1,0 +1,386 @@
+// gdn_walk_wgmma.cu: the v5 state walk (gdn_state_walk_mma16) on Hopper's wgmma, the sm_90a body of
+// that entry (gdn_walk_mma.cu dispatches here when GDNKCP_HAS_WGMMA, wgmma.cuh). Same arguments,
+// grid (128/vh, NS, HV), block 256 and dynamic shared memory (walk_mma_smem(vh)) as the mma.sync
+// body, the same outputs and layouts; every other target, the compute_80 PTX and the CPU emulator
+// build the mma.sync Walker, which stays the portable path.
+//
+// ---- Why: the mma.sync walk is bound by instruction issue and its dependent chain ----------------
+// The mma.sync walk spends ~2060 warp instructions a warp and chunk (192 mma.sync, ~130 ldmatrix for
+// the B fragments, the splits, ~560 address IMAD/LEA) at ~5.7 us a chunk at vh 64 (ncu: issue slots a
+// third busy). A wgmma of m64n64k16 does the work of 32 mma.sync m16n8k16 and reads B straight from
+// shared memory: the chunk's two products take 36 wgmma a warpgroup (24 + 12) in place of 1536
+// mma.sync and ~1000 ldmatrix a CTA, and they run asynchronously while the warps convert the next
+// chunk.
+//
+// ---- The data flow (the mma.sync walk's, on a warpgroup) -----------------------------------------
+// Warpgroup q (warps 4q..4q+3) holds value columns c0 + 64 q + [0, 64) (vh 128: both groups; vh 64:
+// group 0, group 1 only copies and converts): warp w of the group columns 16 (w % 4) + (g, g + 8)
+// of S^T (all 128 keys: 64 fp32 registers a lane, s[4 nt + r] = key 8 nt + 2t + (r & 1), column
+// g + 8 (r >> 1)), the m64n128 accumulator layout. Per chunk (W, Kt: 64 x 128 fp32 rows):
+//   (1) V'^T = U^T + S^T (-W)^T   m64n64k16 x 8 k steps (keys), A = S^T split to bf16 hi/lo in
+//                                 registers (k step s: s[8s .. 8s+7] as pairs), B = -W hi / lo
+//                                 (token n x key k: W's rows, K-major), D starts as U^T (fp32, exact).
+//   (2) S^T = e^gl S^T + V'^T Kt  m64n128k16 x 4 k steps (tokens), A = V'^T split (the D of (1)),
+//                                 B = Kt hi / lo stored transposed (key n x token k, K-major).
+// Each k step runs hi*hi, hi*lo, lo*hi into the one accumulator, k steps ascending: the mma.sync
+// walk's products and order (the tensor core's internal summation differs, so the bits are not that
+// walk's; they are the same run to run and at both widths: a column's instructions and operands do not
+// depend on vh or on the other columns).
+//
+// ---- Shared memory (from the first 1024-aligned byte of the dynamic allocation) -------------------
+//   XW[2]  0 / 32768      -W hi (keys 0-63 block, keys 64-127 block, 8192 B each), then -W lo: rows
+//                         = tokens, 128-byte swizzle
+//   XK[2]  65536 / 98304  Kt^T hi (128 rows = keys of 64 tokens), then Kt^T lo, 128-byte swizzle
+//   R      131072         fp32 W and kn rows of the next chunk as cp.async copied them ([2][64][128])
+//   UR     196608         fp32 U of the next chunk, [64][vh], 16-byte units XOR-swizzled by row
+// 196608 + 256 vh bytes + up to 1008 of alignment <= walk_mma_smem(vh) = 230400 at both widths.
+// Warp w copies and converts tokens 8 (w % 8) .. + 7 of W and Kt: its own W units (no barrier), the
+// Kt columns of its 8 tokens after its copies landed (__syncwarp): a lane converts keys 32 m + lane,
+// m = 0..3, eight tokens at once into one 16-byte unit of Kt^T (hi and lo), conflict-free (the eight
+// rows of a quarter warp fall on eight different units of the swizzle).
+//
+// ---- One __syncthreads a chunk -----------------------------------------------------------------
+// Chunk ci, stage x = ci % 2:  __syncthreads     XW/XK[x] written and fenced by every thread; every
+//                                                wgmma of chunk ci-1 waited; R and UR read
+//                              issue chunk ci+1's copies (R, UR) and its Kt factors
+//                              state groups: H stores, split S, (1), wait, V' stores, split V',
+//                              e^gl S, (2) issued
+//                              every warp: land chunk ci+1 into XW/XK[1-x] (while (2) runs)
+//                              state groups: wait (2)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "gdn_fwd.cu"
+#include "mma.cuh"
+#include "wgmma.cuh"
+
+#if defined(GDNKCP_HAS_WGMMA)
+namespace gdnkcp {
+namespace walkwg {
+
+using tc::bf16;
+constexpr int kD = fwd::kD, kC = fwd::kC;
+constexpr int kOffXK = 65536, kOffR = 131072, kOffUR = 196608;
+
+__host__ __device__ constexpr int wg_walk_smem(int vh) { return kOffUR + kC * vh * 4 + 1008; }
+
+struct alignas(16) U32x4 {
+	unsigned x, y, z, w;
+};
+struct alignas(8) U32x2 {
+	unsigned x, y;
+};
+
+template <int VH>
+struct WGWalker {
+	static constexpr int kGroups = VH / 64;  // warpgroups that hold state
+	unsigned char* X;                        // 1024-aligned: XW[2], XK[2]
+	float* R;
+	float* UR;
+	int lane, warp, g, t, grp, wq;
+	float s[64];  // S^T: column 64 grp + 16 wq + g + 8 (r >> 1), key 8 nt + 2t + (r & 1) at s[4 nt + r]
+	float d[32];  // V'^T (U^T before (1)): the same columns, token 8 nt + 2t + (r & 1) at d[4 nt + r]
+	float uv[32];  // U^T of the chunk, added to (1)'s product after its wait
+	float gl, gln, gi;
+
+	__device__ __forceinline__ explicit WGWalker(float* smem) {
+		const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+		X = reinterpret_cast<unsigned char*>(smem) + ((1024u - (a & 1023u)) & 1023u);
+		R = reinterpret_cast<float*>(X + kOffR);
+		UR = reinterpret_cast<float*>(X + kOffUR);
+		lane = threadIdx.x % 32;
+		// The warp index through a shuffle: provably warp-uniform for ptxas, so that the branches on the
+		// warpgroup are not divergent paths (a wgmma in one is serialized: ptxas C7518).
+		warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32), 0);
+		g = lane / 4;
+		t = lane % 4;
+		grp = warp / 4;
+		wq = warp % 4;
+	}
+
+	__device__ __forceinline__ bool holds() const { return kGroups == 2 || grp == 0; }
+	// col: the column (relative to the CTA's first, c0) of accumulator element r of this lane.
+	__device__ __forceinline__ int col(int r) const { return 64 * grp + 16 * wq + g + 8 * (r >> 1); }
+	// ur: the swizzled offset in UR of (token i, column cc): 4-float units XOR 2 ((i >> 1) & 3).
+	__device__ __forceinline__ int ur(int i, int cc) const { return i * VH + (cc ^ (8 * ((i >> 1) & 3))); }
+
+	__device__ __forceinline__ void init_state(const float* src, int c0) {
+#pragma unroll
+		for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r) s[4 * nt + r] = holds() ? src[(8 * nt + 2 * t + (r & 1)) * kD + c0 + col(r)] : 0.f;
+		}
+	}
+
+	__device__ __forceinline__ void store_state(float* dst, int c0) const {
+		if (!holds()) return;
+		float* base = dst + 2 * t * kD + c0 + col(0);
+#pragma unroll
+		for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r) base[(8 * nt + (r & 1)) * kD + 8 * (r >> 1)] = s[4 * nt + r];
+		}
+	}
+
+	__device__ __forceinline__ void store_state16(bf16* dst, int c0) const {
+		bf16* base = dst + (c0 + col(0)) * kD + 2 * t;
+#pragma unroll
+		for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+			for (int hf = 0; hf < 2; ++hf)
+				*reinterpret_cast<unsigned*>(base + 8 * hf * kD + 8 * nt) = tc::pack_bf16x2(s[4 * nt + 2 * hf], s[4 * nt + 2 * hf + 1]);
+		}
+	}
+
+	__device__ __forceinline__ void store_vprime(float* vnew, int t0, int n, int h, int HV, int c0) const {
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r) {
+				const int i = 8 * nt + 2 * t + (r & 1);
+				if (i < n) vnew[((long long)(t0 + i) * HV + h) * kD + c0 + col(r)] = d[4 * nt + r];
+			}
+		}
+	}
+
+	__device__ __forceinline__ void store_vprime16(bf16* dst, int n, int c0) const {
+		bf16* base = dst + (c0 + col(0)) * kC + 2 * t;
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+			for (int hf = 0; hf < 2; ++hf) {
+				const int i = 8 * nt + 2 * t;
+				const float a = i < n ? d[4 * nt + 2 * hf] : 0.f, b = i + 1 < n ? d[4 * nt + 2 * hf + 1] : 0.f;
+				*reinterpret_cast<unsigned*>(base + 8 * hf * kC + 8 * nt) = tc::pack_bf16x2(a, b);
+			}
+		}
+	}
+
+	// Converters: at vh 128 every warp (tokens 8 warp .. + 7); at vh 64 the warps of group 1 (which hold
+	// no state), tokens 16 (warp - 4) .. + 15, so that group 0's chain carries no conversion.
+	static constexpr int kBlocks = kGroups == 2 ? 1 : 2;  // 8-token blocks a converting warp owns
+	__device__ __forceinline__ bool converts() const { return kGroups == 2 || grp == 1; }
+	__device__ __forceinline__ int block0() const { return kBlocks * (warp % (8 / kBlocks)); }
+
+	// issue starts the copies of chunk (t0, n): a converter's W and kn rows (unit lane of each) into R,
+	// a state warp's 16 U columns into UR; one commit group.
+	__device__ __forceinline__ void issue(const float* w, const float* u, const float* kn, int t0, int n, int h, int HV,
+	                                      int c0, int HQK, int qh) {
+		// Row pointers stepped by a row's stride (the per-copy 64-bit index arithmetic was a third of
+		// the converters' instructions).
+		if (converts()) {
+			const int i0 = 8 * block0();
+			const long long ws = (long long)HV * kD, ks = (long long)HQK * kD;
+			const float* wp = w + ((long long)(t0 + i0) * HV + h) * kD + 4 * lane;
+			const float* kp = kn + ((long long)(t0 + i0) * HQK + qh) * kD + 4 * lane;
+			float* rp = R + i0 * kD + 4 * lane;
+#pragma unroll
+			for (int j = 0; j < 8 * kBlocks; ++j) {
+				if (i0 + j < n) {
+					tc::cp_async16(rp + j * kD, wp);
+					tc::cp_async16(rp + kC * kD + j * kD, kp);
+				}
+				wp += ws;
+				kp += ks;
+			}
+		}
+		if (holds()) {
+			// Lane copies column unit cc of tokens lane / 4 + 8 y; the swizzle of those rows does not
+			// depend on y.
+			const int i0 = lane / 4, cc = 64 * grp + 16 * wq + 4 * (lane % 4);
+			const long long us = 8LL * HV * kD;
+			const float* up = u + ((long long)(t0 + i0) * HV + h) * kD + c0 + cc;
+			float* dst = UR + ur(i0, cc);
+#pragma unroll
+			for (int y = 0; y < 8; ++y) {
+				if (i0 + 8 * y < n) tc::cp_async16(dst + 8 * y * VH, up);
+				up += us;
+			}
+		}
+		tc::cp_async_commit();
+	}
+
+	// prefetch_gates reads gamma_last of chunk (t0, n) and, in a converter, gcum of token 8 block0() +
+	// lane % (8 kBlocks) (tokens past n: row n - 1's, finite; their kn is taken as zero). The factors
+	// are formed in convert, where these loads have long landed.
+	__device__ __forceinline__ void prefetch_gates(const float* gcum, int t0, int n, int h, int HV) {
+		gln = gcum[(long long)(t0 + n - 1) * HV + h];
+		if (converts()) {
+			const int i = 8 * block0() + lane % (8 * kBlocks), ir = i < n ? i : n - 1;
+			gi = gcum[(long long)(t0 + ir) * HV + h];
+		}
+	}
+
+	// convert waits for this thread's copies of chunk n's rows and converts the warp's tokens into stage
+	// x (-W and Kt^T as bf16 hi/lo, zero past n), fenced for the async proxy. Kt_i = kn_i e_i with
+	// e_i = expf(gamma_last - gcum_i), one rounded product (gdn_prep_mma's P1 expression).
+	__device__ __forceinline__ void convert(int x, int n) {
+		tc::cp_async_wait<0>();
+		if (!converts()) return;
+		__syncwarp();  // the Kt columns read other lanes' copies
+		unsigned char* xw = X + x * 32768;
+		unsigned char* xk = X + kOffXK + x * 32768;
+		const float ef = expf(gln - gi);
+		// -W: rows 8 block0() + j, keys 4 lane .. 4 lane + 3 (this thread's own copies).
+		const int kb = lane / 16, unit = (lane % 16) / 2, half = lane % 2;
+#pragma unroll
+		for (int j = 0; j < 8 * kBlocks; ++j) {
+			const int i = 8 * block0() + j;
+			float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
+			if (i < n) f = *reinterpret_cast<const float4*>(R + i * kD + 4 * lane);
+			U32x2 hi, lo;
+			tc::split_bf16x2(-f.x, -f.y, hi.x, lo.x);
+			tc::split_bf16x2(-f.z, -f.w, hi.y, lo.y);
+			const int off = kb * 8192 + i * 128 + ((unit ^ (i & 7)) << 4) + 8 * half;
+			*reinterpret_cast<U32x2*>(xw + off) = hi;
+			*reinterpret_cast<U32x2*>(xw + 16384 + off) = lo;
+		}
+		// Kt^T: key kk = 32 m + lane, the eight tokens of block b into one 16-byte unit (hi and lo).
+#pragma unroll
+		for (int bb = 0; bb < kBlocks; ++bb) {
+			const int b = block0() + bb;
+			float e[8];
+#pragma unroll
+			for (int j = 0; j < 8; ++j) e[j] = __shfl_sync(0xffffffffu, ef, 8 * bb + j);
+#pragma unroll
+			for (int m = 0; m < 4; ++m) {
+				const int kk = 32 * m + lane;
+				float xv[8];
+#pragma unroll
+				for (int j = 0; j < 8; ++j) {
+					const int i = 8 * b + j;
+					xv[j] = i < n ? __fmul_rn(R[kC * kD + i * kD + kk], e[j]) : 0.f;
+				}
+				U32x4 hi, lo;
+				tc::split_bf16x2(xv[0], xv[1], hi.x, lo.x);
+				tc::split_bf16x2(xv[2], xv[3], hi.y, lo.y);
+				tc::split_bf16x2(xv[4], xv[5], hi.z, lo.z);
+				tc::split_bf16x2(xv[6], xv[7], hi.w, lo.w);
+				const int off = kk * 128 + ((b ^ (kk & 7)) << 4);
+				*reinterpret_cast<U32x4*>(xk + off) = hi;
+				*reinterpret_cast<U32x4*>(xk + 16384 + off) = lo;
+			}
+		}
+		wg::fence_proxy_async();
+	}
+
+	// load_u (state warps, after convert's wait): U^T of chunk n into d (zero past n) from this warp's
+	// own columns of UR, and gamma_last.
+	__device__ __forceinline__ void load_u(int n) {
+		gl = gln;
+		__syncwarp();  // the warp's U copies, each visible to its own lane after the wait, to the warp
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r) {
+				const int i = 8 * nt + 2 * t + (r & 1);
+				uv[4 * nt + r] = i < n ? UR[ur(i, col(r))] : 0.f;
+			}
+		}
+	}
+
+	// vprime runs (1) on stage x and waits for it: d = U^T + S^T (-W)^T.
+	__device__ __forceinline__ void vprime(int x) {
+		unsigned ah[8][4], al[8][4];
+#pragma unroll
+		for (int k = 0; k < 8; ++k) {
+#pragma unroll
+			for (int q = 0; q < 4; ++q) tc::split_bf16x2(s[8 * k + 2 * q], s[8 * k + 2 * q + 1], ah[k][q], al[k][q]);
+		}
+		const unsigned char* xw = X + x * 32768;
+		wg::fence();
+#pragma unroll
+		for (int k = 0; k < 8; ++k) {
+			const unsigned char* b = xw + (k / 4) * 8192 + (k % 4) * 32;
+			const unsigned long long bh = wg::desc_sw128(b), bl = wg::desc_sw128(b + 16384);
+			wg::mma_m64n64k16_rs(d, ah[k], bh, k == 0 ? 0 : 1);  // k step 0 starts from zero
+			wg::mma_m64n64k16_rs(d, ah[k], bl);
+			wg::mma_m64n64k16_rs(d, al[k], bh);
+		}
+		wg::commit();
+		wg::wait<0>();
+		wg::fence_operand(d);
+#pragma unroll
+		for (int i = 0; i < 32; ++i) d[i] = uv[i] + d[i];
+	}
+
+	// update issues (2) on stage x (S^T = e^gl S^T + V'^T Kt) without waiting for it.
+	__device__ __forceinline__ void update(int x) {
+		unsigned ah[4][4], al[4][4];
+#pragma unroll
+		for (int k = 0; k < 4; ++k) {
+#pragma unroll
+			for (int q = 0; q < 4; ++q) tc::split_bf16x2(d[8 * k + 2 * q], d[8 * k + 2 * q + 1], ah[k][q], al[k][q]);
+		}
+		const float decay = expf(gl);
+#pragma unroll
+		for (int i = 0; i < 64; ++i) s[i] *= decay;
+		const unsigned char* xk = X + kOffXK + x * 32768;
+		wg::fence();
+#pragma unroll
+		for (int k = 0; k < 4; ++k) {
+			const unsigned long long bh = wg::desc_sw128(xk + 32 * k), bl = wg::desc_sw128(xk + 16384 + 32 * k);
+			wg::mma_m64n128k16_rs(s, ah[k], bh);
+			wg::mma_m64n128k16_rs(s, ah[k], bl);
+			wg::mma_m64n128k16_rs(s, al[k], bh);
+		}
+		wg::commit();
+	}
+
+	__device__ __forceinline__ void walk(const float* w, const float* u, const float* kn, const float* gcum,
+	                                     const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h, int HV,
+	                                     int c0, float* h_out, float* vnew, bf16* h16, bf16* vnew16, int HQK) {
+		if (nch <= 0) return;
+		const int qh = h / (HV / HQK);
+		issue(w, u, kn, chunk_tok0[ch0], chunk_len[ch0], h, HV, c0, HQK, qh);
+		prefetch_gates(gcum, chunk_tok0[ch0], chunk_len[ch0], h, HV);
+		convert(0, chunk_len[ch0]);
+		if (holds()) load_u(chunk_len[ch0]);
+		for (int ci = 0; ci < nch; ++ci) {
+			const int c = ch0 + ci, x = ci & 1, n = chunk_len[c];
+			// The next chunk, or this one again after the last: the copies, gates and conversion run
+			// unconditionally (the stage they fill is not read again), so that no branch on nch
+			// separates (2) from its wait.
+			const int cn = ci + 1 < nch ? c + 1 : c;
+			__syncthreads();
+			issue(w, u, kn, chunk_tok0[cn], chunk_len[cn], h, HV, c0, HQK, qh);
+			prefetch_gates(gcum, chunk_tok0[cn], chunk_len[cn], h, HV);
+			if (holds()) {
+				const long long blk = (long long)c * HV + h;
+				if (h_out != nullptr) store_state(h_out + blk * kD * kD, c0);
+				if (h16 != nullptr) store_state16(h16 + blk * kD * kD, c0);
+				vprime(x);
+				if (vnew != nullptr) store_vprime(vnew, chunk_tok0[c], n, h, HV, c0);
+				if (vnew16 != nullptr) store_vprime16(vnew16 + blk * kD * kC, n, c0);
+				update(x);
+				// (2) is waited for here, before the conversion: with the wait after it (the conversion
+				// under (2)), ptxas 13.0 serialized every wgmma of the kernel (C7515) and the walk was
+				// 19% slower; a wait outside the state branch was needed then too (C7517).
+				wg::wait<0>();
+				wg::fence_operand(s);
+			}
+			convert(1 - x, chunk_len[cn]);
+			if (holds()) load_u(chunk_len[cn]);
+		}
+	}
+};
+
+template <int VH>
+__device__ __forceinline__ void state_walk(float* smem, const float* w, const float* u, const float* kn,
+                                           const float* gcum, const int* chunk_tok0, const int* chunk_len,
+                                           const int* seg_chunk0, const int* seg_nchunk, const float* start,
+                                           float* h_out, float* vnew, float* final_state, bf16* h16, bf16* vnew16,
+                                           int HQK, int HV) {
+	WGWalker<VH> wk(smem);
+	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
+	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, c0);
+	wk.walk(w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0, h_out, vnew, h16,
+	        vnew16, HQK);
+	wk.store_state(final_state + ((long long)seg * HV + h) * kD * kD, c0);
+}
+
+}  // namespace walkwg
+}  // namespace gdnkcp
+#endif  // GDNKCP_HAS_WGMMA
