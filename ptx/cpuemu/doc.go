@@ -43,6 +43,17 @@
 // its thread exits), so a read before the wait computes NaN. What only the
 // GPU shows: timing, bank conflicts, and the tensor core's own rounding.
 //
+// The wgmma path (ptx/src/wgmma.cuh, sm_90a on the GPU) runs here only in
+// runners that define GDNKCP_EMU_WGMMA before including the kernels:
+// wgmma.mma_async m64nNk16 with A from registers is a warp collective (a
+// warp's 16 rows of D need only its own lanes' registers and B), B is read
+// through the descriptor (the 128-byte-swizzled K-major layout; other modes
+// are errors) from the dynamic shared memory, which __cvta_generic_to_shared
+// maps to 1024-aligned offsets. EMU_WGMMA=deferred holds each result back
+// until wgmma.wait_group (D reads NaN before it) and fails if shared memory
+// under an in-flight wgmma changed; a thread that exits with a wgmma pending
+// is an error.
+//
 // testdata/runner.cpp executes a job that the Go test writes: buffers
 // (loaded from files, each between two NaN-filled guard zones checked after
 // every launch, so an out-of-bounds write fails the run), then launches by
@@ -129,6 +140,14 @@
 //     its bf16 copies bitwise the rounding of the fp32 ones, null outputs
 //     untouched, the output's rows written and gap rows untouched, its
 //     error against gdnref within the budget; it registers runner_mma16.
+//   - TestWGMMAStateWalkOnCPU: the sm_90a body of gdn_state_walk_mma16
+//     (ptx/src/gdn_walk_wgmma.cu) on the emulated wgmma (runner_mma16_wg):
+//     wgmma reported by the runner, every output written, the fp32 ones
+//     within 2e-5 of gdn_state_walk_mma's, the bf16 copies bitwise the
+//     rounding of its own fp32 ones, both widths bitwise equal, one case with
+//     copies and wgmma deferred. It skips while the sources' wgmma.cuh does
+//     not route to the emulator (the routing is staged with
+//     ptx/staging/gdn_walk_wgmma-stores-ahead.patch; CPUEMU_SRC runs it).
 //   - TestMMA5ChunkGradsOnCPU: the grouped chunk gradients of
 //     ptx/src/gdn_chunk_grads_mma5.cu (one CTA per chunk and QK head, dq
 //     and dk summed over its value heads and put through the l2norm backward

@@ -47,6 +47,7 @@ var binaries = map[string][]string{
 	"runner_prep_mma":    {"emu", "runner", "kernels_prep_mma"},
 	"runner_output_mma":  {"emu", "runner", "kernels_output_mma"},
 	"runner_mma16":       {"emu", "runner", "kernels_mma16"},
+	"runner_mma16_wg":    {"emu", "runner", "kernels_mma16_wg"},
 	"runner_dvlocal_mma": {"emu", "runner", "kernels_dvlocal_mma"},
 	"runner_grads_mma":   {"emu", "runner", "kernels_grads_mma"},
 	"runner_grads_mma5":  {"emu", "runner", "kernels_grads_mma5"},
@@ -54,7 +55,7 @@ var binaries = map[string][]string{
 
 // skipBinary reports binaries whose sources are absent.
 func skipBinary(b string) bool {
-	return b == "runner_all" && !haveBackward()
+	return (b == "runner_all" && !haveBackward()) || (b == "runner_mma16_wg" && !haveEmuWGMMA())
 }
 
 func TestMain(m *testing.M) {
@@ -84,6 +85,13 @@ func srcDir() string {
 		return d
 	}
 	return "../src"
+}
+
+// haveEmuWGMMA reports whether the sources' wgmma.cuh can run on the emulator
+// (it routes its wrappers to the emulator where GDNKCP_EMU_WGMMA is defined).
+func haveEmuWGMMA() bool {
+	b, err := os.ReadFile(filepath.Join(srcDir(), "wgmma.cuh"))
+	return err == nil && strings.Contains(string(b), "GDNKCP_EMU_WGMMA")
 }
 
 // haveBackward reports whether the sources hold the backward kernels.

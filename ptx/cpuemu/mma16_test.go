@@ -229,25 +229,7 @@ func checkWalks16(t *testing.T, d *gdnData, r *result, walks []mma16Walk, sums m
 	in := &outInputs{qn: r.f32s("qn"), kn: r.f32s("kn"), gcum: r.f32s("gcum"), vnew: r.f32s("ref_vnew"),
 		h: r.f32s("ref_h")}
 	// The bf16 tiles the walk must write: H^T and V'^T of the fp32 reference.
-	h16 := make([]bf16.BF16, l.NC*HV*dHead*dHead)
-	v16 := make([]bf16.BF16, l.NC*HV*dHead*chunk)
-	for ci := 0; ci < l.NC; ci++ {
-		t0, n := int(l.chunkTok0[ci]), int(l.chunkLen[ci])
-		for h := 0; h < HV; h++ {
-			blk := ci*HV + h
-			for key := 0; key < dHead; key++ {
-				for col := 0; col < dHead; col++ {
-					h16[(blk*dHead+col)*dHead+key] = bf16.Float32ToBF16(in.h[(blk*dHead+key)*dHead+col])
-				}
-			}
-			for col := 0; col < dHead; col++ {
-				for i := 0; i < n; i++ {
-					v16[(blk*dHead+col)*chunk+i] = bf16.Float32ToBF16(in.vnew[((t0+i)*HV+h)*dHead+col])
-				}
-			}
-		}
-	}
-	want16 := map[string][]byte{"h16": bf16.Bytes(h16), "vnew16": bf16.Bytes(v16)}
+	want16 := bf16Tiles(l, HV, in.h, in.vnew)
 	for _, w := range walks {
 		p := w.name()
 		for bit, n := range []string{"h", "vnew", "h16", "vnew16"} {
@@ -267,6 +249,30 @@ func checkWalks16(t *testing.T, d *gdnData, r *result, walks []mma16Walk, sums m
 		require.Equal(t, r.raw["ref_final"], r.raw[p+"final"], "%s: the final states are not gdn_state_walk_mma's bits", p)
 	}
 	return in
+}
+
+// bf16Tiles returns the bf16 tiles gdn_state_walk_mma16 writes for the fp32 chunk states h and V'
+// vnew of a walk ("h16": each chunk's H transposed; "vnew16": V' transposed, 0 past a chunk's end).
+func bf16Tiles(l *layout, HV int, h, vnew []float32) map[string][]byte {
+	h16 := make([]bf16.BF16, l.NC*HV*dHead*dHead)
+	v16 := make([]bf16.BF16, l.NC*HV*dHead*chunk)
+	for ci := 0; ci < l.NC; ci++ {
+		t0, n := int(l.chunkTok0[ci]), int(l.chunkLen[ci])
+		for hv := 0; hv < HV; hv++ {
+			blk := ci*HV + hv
+			for key := 0; key < dHead; key++ {
+				for col := 0; col < dHead; col++ {
+					h16[(blk*dHead+col)*dHead+key] = bf16.Float32ToBF16(h[(blk*dHead+key)*dHead+col])
+				}
+			}
+			for col := 0; col < dHead; col++ {
+				for i := 0; i < n; i++ {
+					v16[(blk*dHead+col)*chunk+i] = bf16.Float32ToBF16(vnew[((t0+i)*HV+hv)*dHead+col])
+				}
+			}
+		}
+	}
+	return map[string][]byte{"h16": bf16.Bytes(h16), "vnew16": bf16.Bytes(v16)}
 }
 
 // requireAllPoison checks that a buffer was never written.

@@ -76,6 +76,13 @@ void cp_async16(void* smem, const void* gmem);
 void cp_async_commit();
 void cp_async_wait(int n);
 
+// The Hopper wgmma path of ptx/src/wgmma.cuh, built only where a runner defines GDNKCP_EMU_WGMMA (emu.h).
+void wgmma_rs(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d);
+void wgmma_fence();
+void wgmma_commit();
+void wgmma_wait(int n);
+unsigned long long cvta_shared(const void* p);
+
 template <typename T>
 inline unsigned to_bits(T v) {
   static_assert(sizeof(T) == 4, "the emulated shuffles move 32-bit values");
@@ -105,6 +112,8 @@ inline T shuffle(unsigned mask, T v, F src) {
 }  // namespace emu
 
 inline void __syncthreads() { emu::block_barrier(); }
+// The shared-window address of p: its byte offset in the registered dynamic shared memory (emu.h).
+inline unsigned long long __cvta_generic_to_shared(const void* p) { return emu::cvta_shared(p); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_barrier(mask); }
 template <typename T>
 inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {

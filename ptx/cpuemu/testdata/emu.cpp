@@ -27,6 +27,16 @@ struct Copy {
   unsigned char data[16];
 };
 
+// A wgmma held back until its wait (EMU_WGMMA=deferred): the accumulators it
+// writes, their value, and the B operand it read (checked again at the wait).
+struct Wgmma {
+  float* d;
+  std::vector<float> val;
+  unsigned long long desc;
+  int n;
+  std::vector<unsigned short> b;
+};
+
 struct Fiber {
   ucontext_t ctx;
   State state;
@@ -35,15 +45,19 @@ struct Fiber {
   unsigned bar_id = 0, bar_count = 0;       // the named barrier it waits at (kAtNamedBarrier)
   std::vector<Copy> uncommitted;            // cp.async since the last commit
   std::deque<std::vector<Copy>> groups;     // committed, oldest first
+  std::vector<Wgmma> wgmmas;                // EMU_WGMMA=deferred: issued, not yet waited for
 };
+
 
 // The warp-collective tensor-core instructions' exchange: each lane's
 // fragment registers or row address, and which instruction it is at.
-enum Op { kNoOp = 0, kMma, kLdmatrix, kLdmatrixTrans };
+enum Op { kNoOp = 0, kMma, kLdmatrix, kLdmatrixTrans, kWgmma };
 struct Exchange {
   unsigned a[32][4];
   unsigned b[32][2];
   const void* addr[32];
+  unsigned long long desc[32];
+  int n[32], scale_d[32];
   int op[32];
 };
 
@@ -66,6 +80,9 @@ Exchange exchange[kMaxThreads / 32];
 std::string cur_label;
 bool in_block = false;
 bool cp_async_deferred = false;  // EMU_CP_ASYNC=deferred
+bool wgmma_deferred = false;     // EMU_WGMMA=deferred
+const unsigned char* window = nullptr;  // the dynamic shared memory that cvta_shared addresses
+size_t window_bytes = 0;
 Stats* cur_stats = nullptr;
 
 void land(const std::vector<Copy>& g) {
@@ -79,6 +96,7 @@ void entry(int i) {
   land(f.uncommitted);
   f.groups.clear();
   f.uncommitted.clear();
+  if (!f.wgmmas.empty()) fail("the thread exits with a wgmma not waited for (wgmma.wait_group)");
   f.state = kDone;  // uc_link returns to the scheduler
 }
 
@@ -110,6 +128,7 @@ void run_block(unsigned n, bool reverse, Stats& st) {
     f.lin = i;
     f.uncommitted.clear();
     f.groups.clear();
+    f.wgmmas.clear();
     f.tid = {i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
     if (getcontext(&f.ctx) != 0) fail("getcontext failed");
     f.ctx.uc_stack.ss_sp = stacks + i * kStack + page;
@@ -251,6 +270,12 @@ Stats launch(const std::string& label, dim3 grid, dim3 block, size_t smem, const
   if (mode && strcmp(mode, "deferred") != 0 && strcmp(mode, "immediate") != 0 && mode[0] != 0)
     fail(std::string("EMU_CP_ASYNC=") + mode + ": use deferred or immediate");
   cp_async_deferred = mode && strcmp(mode, "deferred") == 0;
+  const char* wmode = getenv("EMU_WGMMA");
+  if (wmode && strcmp(wmode, "deferred") != 0 && strcmp(wmode, "immediate") != 0 && wmode[0] != 0)
+    fail(std::string("EMU_WGMMA=") + wmode + ": use deferred or immediate");
+  wgmma_deferred = wmode && strcmp(wmode, "deferred") == 0;
+  window = nullptr;
+  window_bytes = 0;
   for (auto& x : exchange) std::fill_n(x.op, 32, static_cast<int>(kNoOp));
   cur_stats = &st;
   gridDim = grid;
@@ -288,6 +313,8 @@ const char* op_name(int op) {
       return "ldmatrix.x4";
     case kLdmatrixTrans:
       return "ldmatrix.x4.trans";
+    case kWgmma:
+      return "wgmma.mma_async";
     default:
       return "no tensor-core instruction (a shuffle, __syncwarp or another barrier)";
   }
@@ -327,6 +354,19 @@ float bf16_at(unsigned reg, unsigned half) {
   return f;
 }
 
+// fragment_a rebuilds a warp's 16x16 A operand from every lane's four fragment registers (the
+// m16n8k16 layout of mma.cuh, which wgmma's register A keeps within a warp).
+void fragment_a(const Exchange& x, float A[16][16]) {
+  for (unsigned l = 0; l < 32; ++l) {
+    const unsigned g = l / 4, t = l % 4;
+    for (unsigned r = 0; r < 4; ++r) {
+      const unsigned row = g + 8 * (r % 2), col = 2 * t + 8 * (r / 2);
+      A[row][col] = bf16_at(x.a[l][r], 0);
+      A[row][col + 1] = bf16_at(x.a[l][r], 1);
+    }
+  }
+}
+
 unsigned short u16_at(const void* row, unsigned i) {
   unsigned short v;
   memcpy(&v, static_cast<const unsigned char*>(row) + 2 * i, 2);
@@ -343,13 +383,9 @@ void mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2], const 
   meet(x, kMma);
   // A (row-major 16x16) and B (16x8) from every lane's fragments (layout: mma.cuh).
   float A[16][16], B[16][8];
+  fragment_a(x, A);
   for (unsigned l = 0; l < 32; ++l) {
     const unsigned g = l / 4, t = l % 4;
-    for (unsigned r = 0; r < 4; ++r) {
-      const unsigned row = g + 8 * (r % 2), col = 2 * t + 8 * (r / 2);
-      A[row][col] = bf16_at(x.a[l][r], 0);
-      A[row][col + 1] = bf16_at(x.a[l][r], 1);
-    }
     for (unsigned r = 0; r < 2; ++r) {
       const unsigned k = 2 * t + 8 * r;
       B[k][g] = bf16_at(x.b[l][r], 0);
@@ -426,6 +462,122 @@ void cp_async_wait(int n) {
     land(f.groups.front());
     f.groups.pop_front();
   }
+}
+
+// ---- the wgmma path (ptx/src/wgmma.cuh, GDNKCP_EMU_WGMMA) ----------------------------------------
+
+unsigned long long cvta_shared(const void* p) {
+  if (current < 0) fail("__cvta_generic_to_shared outside a launch");
+  const unsigned char* q = static_cast<const unsigned char*>(p);
+  for (auto& sm : smems()) {
+    const unsigned char* base = reinterpret_cast<const unsigned char*>(sm.first);
+    if (q >= base && q <= base + 4 * sm.second) {
+      if (window != nullptr && window != base) fail("__cvta_generic_to_shared: two dynamic shared memories in one launch");
+      window = base;
+      window_bytes = 4 * sm.second;
+      return static_cast<unsigned long long>(q - base);
+    }
+  }
+  fail("__cvta_generic_to_shared: the address is not in dynamic shared memory");
+}
+
+namespace {
+
+// wgmma_b reads the B operand (16 x n bf16, K-major, 128-byte swizzle) that desc describes.
+std::vector<unsigned short> wgmma_b(unsigned long long desc, int n) {
+  if (window == nullptr) fail("wgmma: no descriptor address came from __cvta_generic_to_shared");
+  if ((desc >> 62) != 1) fail("wgmma: only the 128-byte swizzle (descriptor mode 1) is emulated");
+  if (((desc >> 49) & 7) != 0) fail("wgmma: a descriptor base offset other than 0");
+  const size_t start = (desc & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
+  std::vector<unsigned short> b(16 * static_cast<size_t>(n));
+  for (int col = 0; col < n; ++col)
+    for (int k = 0; k < 16; ++k) {
+      const size_t u = start + (col / 8) * sbo + (col % 8) * 128 + 2 * k;
+      const size_t a = u ^ (((u >> 7) & 7) << 4);
+      if (a + 2 > window_bytes) fail("wgmma: B reaches past the dynamic shared memory");
+      memcpy(&b[static_cast<size_t>(k) * n + col], window + a, 2);
+    }
+  return b;
+}
+
+float bf16_value(unsigned short h) {
+  const unsigned u = static_cast<unsigned>(h) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace
+
+void wgmma_rs(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d) {
+  Exchange& x = enter(kWgmma);
+  if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma: N must be a multiple of 8 in 8..256");
+  const unsigned lane = lane_id();
+  for (int i = 0; i < 4; ++i) x.a[lane][i] = a[i];
+  x.desc[lane] = desc;
+  x.n[lane] = n;
+  x.scale_d[lane] = scale_d;
+  meet(x, kWgmma);
+  for (unsigned l = 0; l < 32; ++l)
+    if (x.desc[l] != x.desc[0] || x.n[l] != x.n[0] || (x.scale_d[l] != 0) != (x.scale_d[0] != 0))
+      fail("wgmma: the lanes of a warp pass different descriptors, shapes or scale-d");
+  float A[16][16];
+  fragment_a(x, A);
+  if (lane == 0 && cur_stats) ++cur_stats->wgmmas;
+  leave(x);
+  const std::vector<unsigned short> b = wgmma_b(desc, n);
+  Fiber& f = fibers[current];
+  // The accumulators' input: a held result for the same D (a chained wgmma), else D itself.
+  Wgmma* held = nullptr;
+  for (auto& w : f.wgmmas)
+    if (w.d == d) held = &w;
+  if (held != nullptr && static_cast<int>(held->val.size()) != n / 2) fail("wgmma: a chained wgmma changes N");
+  const unsigned g = lane / 4, t = lane % 4;
+  std::vector<float> out(n / 2);
+  for (int j = 0; j < n / 8; ++j)
+    for (unsigned r = 0; r < 4; ++r) {
+      const unsigned row = g + 8 * (r / 2), col = 8 * j + 2 * t + r % 2;
+      const int i = 4 * j + static_cast<int>(r);
+      float acc = scale_d == 0 ? 0.f : (held ? held->val[i] : d[i]);
+      for (unsigned k = 0; k < 16; ++k) acc += A[row][k] * bf16_value(b[k * n + col]);  // the product is exact
+      out[i] = acc;
+    }
+  if (!wgmma_deferred) {
+    for (int i = 0; i < n / 2; ++i) d[i] = out[i];
+    return;
+  }
+  if (held == nullptr) {
+    f.wgmmas.push_back(Wgmma{d, {}, 0, n, {}});
+    held = &f.wgmmas.back();
+  }
+  held->val = out;
+  held->desc = desc;
+  held->b = b;
+  // Checked for every wgmma of the group: B must not change before the wait.
+  f.wgmmas.push_back(Wgmma{nullptr, {}, desc, n, b});
+  for (int i = 0; i < n / 2; ++i) memcpy(&d[i], &kSmemFill, 4);  // in flight: undefined
+}
+
+void wgmma_fence() {
+  if (current < 0) fail("wgmma.fence outside a launch");
+}
+
+void wgmma_commit() {
+  if (current < 0) fail("wgmma.commit_group outside a launch");
+}
+
+void wgmma_wait(int n) {
+  if (current < 0) fail("wgmma.wait_group outside a launch");
+  if (n != 0) fail("wgmma.wait_group: the emulator takes only 0");
+  Fiber& f = fibers[current];
+  for (const Wgmma& w : f.wgmmas) {
+    if (w.d == nullptr && wgmma_b(w.desc, w.n) != w.b)
+      fail("wgmma: shared memory under an in-flight wgmma changed before its wait");
+  }
+  for (const Wgmma& w : f.wgmmas)
+    if (w.d != nullptr)
+      for (size_t i = 0; i < w.val.size(); ++i) w.d[i] = w.val[i];
+  f.wgmmas.clear();
 }
 
 }  // namespace emu

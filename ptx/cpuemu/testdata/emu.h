@@ -54,6 +54,34 @@
 //                   computes NaN. Copies still pending when a thread exits
 //                   land then. __syncthreads() does not wait for them (nor
 //                   does it on the GPU).
+//
+// The wgmma path of ptx/src/wgmma.cuh (sm_90a on the GPU; here only in
+// runners that define GDNKCP_EMU_WGMMA before including the kernels):
+//   wgmma_rs        wgmma.mma_async m64nNk16 f32.bf16.bf16 with A from
+//                   registers: warp-collective like mma_bf16_16816 (a warp's
+//                   16 rows of D depend only on its own lanes' A registers and
+//                   on B, so the four warps of a warpgroup need not meet).
+//                   Every lane deposits its A registers, the descriptor, N and
+//                   scale-d (all lanes must agree on the last three); each lane
+//                   rebuilds A (16x16) and reads B (16 x N) from shared memory
+//                   through the descriptor: start address, stride byte offset
+//                   (8-row groups along N), the 128-byte swizzle (the only
+//                   mode emulated: byte address bits 4-6 XOR bits 7-9, rows of
+//                   128 bytes, K-major) and base offset 0, then computes its
+//                   own D elements (the mma.sync D layout per n8 tile) as
+//                   mma_bf16_16816 does: exact products added in k order to D
+//                   (or to zero with scale-d 0).
+//                   With EMU_WGMMA=deferred the result is held back: D reads NaN
+//                   until wgmma_wait (a chained wgmma on the same D continues
+//                   from the held value), and the wait re-reads B and fails if
+//                   shared memory under an in-flight wgmma changed. Otherwise D
+//                   is written at issue. wgmma_fence and wgmma_commit do nothing;
+//                   wgmma_wait takes only 0 (every group); a thread that exits
+//                   with a wgmma pending is an error.
+//   cvta_shared     __cvta_generic_to_shared: the byte offset of p in the
+//                   registered dynamic shared memory (kernels of a launch must
+//                   use one array); the array is 1024-aligned, so offsets have
+//                   the alignment that the swizzle needs on the GPU.
 #pragma once
 #include <functional>
 #include <string>
@@ -78,6 +106,7 @@ struct SmemRegistrar {
 struct Stats {
   unsigned long long blocks = 0, syncthreads = 0, warp_syncs = 0, named_syncs = 0;
   unsigned long long mmas = 0, ldmatrix = 0, cp_async = 0;  // per warp, per warp, per thread
+  unsigned long long wgmmas = 0;                            // per warp
 };
 
 // fail reports an error of the emulated launch (with the current launch's
@@ -94,5 +123,5 @@ Stats launch(const std::string& label, dim3 grid, dim3 block, size_t smem, const
 // EMU_DYNAMIC_SMEM(smem) defines the `extern __shared__ float smem[]` that the
 // kernels of the enclosing namespace declare, and registers it.
 #define EMU_DYNAMIC_SMEM(name)                                                  \
-  alignas(128) thread_local float name[emu::kMaxDynamicSmem / sizeof(float)]; \
+  alignas(1024) thread_local float name[emu::kMaxDynamicSmem / sizeof(float)]; \
   static emu::SmemRegistrar name##_emu_registrar(name, sizeof(name))

@@ -191,9 +191,11 @@ int main(int argc, char** argv) {
       const emu::Stats st = emu::launch(label + " (" + kname + ")", grid, block, smem, fn);
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       check_guards(label + " (" + kname + ")");
-      printf("%-16s %-22s grid (%u,%u,%u) x %u smem %zu: %llu blocks, %llu __syncthreads, %llu warp barriers, %.1f ms\n",
+      printf("%-16s %-22s grid (%u,%u,%u) x %u smem %zu: %llu blocks, %llu __syncthreads, %llu warp barriers, %.1f ms",
              label.c_str(), kname.c_str(), grid.x, grid.y, grid.z, block.x, smem, st.blocks, st.syncthreads,
              st.warp_syncs, ms);
+      if (st.wgmmas > 0) printf(", %llu wgmma (warp)", st.wgmmas);
+      printf("\n");
     } else {
       die("unknown command: " + line);
     }
