@@ -43,7 +43,26 @@ const bwalkMMAElemTol = 1e-3
 // at issue on every case and, on the "no_l2norm" case, deferred to its wait
 // as well.
 func TestMMABackwardWalksOnCPU(t *testing.T) {
-	bin := built(t, "runner_bwalk_mma")
+	testBackwardWalks(t, "runner_bwalk_mma", false)
+}
+
+// TestWGMMATapeWalkOnCPU runs TestMMABackwardWalksOnCPU's cases and checks on
+// runner_bwalk_mma_wg, where gdn_tape_walk_mma is its sm_90a body
+// (ptx/src/gdn_bwalk_wgmma.cu) on the emulator's wgmma (the offset walk stays
+// mma.sync), and requires the runner to report wgmma for the tape walks. The
+// no_l2norm case also runs with cp.async and wgmma deferred to their waits.
+// It skips while the sources' wgmma.cuh does not route to the emulator.
+func TestWGMMATapeWalkOnCPU(t *testing.T) {
+	if !haveEmuWGMMA() {
+		t.Skipf("%s/wgmma.cuh does not route wgmma to the emulator (no GDNKCP_EMU_WGMMA)", srcDir())
+	}
+	testBackwardWalks(t, "runner_bwalk_mma_wg", true)
+}
+
+// testBackwardWalks is TestMMABackwardWalksOnCPU on runner bin; wgmma: the
+// tape walks must report wgmma, and the deferred run defers wgmma too.
+func testBackwardWalks(t *testing.T, name string, wgmma bool) {
+	bin := built(t, name)
 	// Every case with cp.async landing at issue; no_l2norm (a two-chunk
 	// segment of 64 + 6 rows and a one-token one) also deferred to the wait.
 	// To keep the added test time down (an emulated chunk of a CTA costs ~40
@@ -60,7 +79,11 @@ func TestMMABackwardWalksOnCPU(t *testing.T) {
 		c := &fwdCases[i]
 		runs = append(runs, run{c.name + "/cp_async_immediate", c, nil})
 		if c.name == "no_l2norm" {
-			runs = append(runs, run{c.name + "/cp_async_deferred", c, []string{cpAsyncDeferred}})
+			env := []string{cpAsyncDeferred}
+			if wgmma {
+				env = append(env, wgmmaDeferred)
+			}
+			runs = append(runs, run{c.name + "/cp_async_deferred", c, env})
 		}
 	}
 	require.Len(t, runs, len(fwdCases)+1)
@@ -79,6 +102,12 @@ func TestMMABackwardWalksOnCPU(t *testing.T) {
 			addBWalksMMA(j, d, dend, off)
 			r := j.run(bin)
 			t.Logf("runner:\n%s", r.log)
+			if wgmma {
+				for _, vh := range []int{64, 128} {
+					require.Contains(t, logLine(r.log, "tape_mma"+vhName(vh)), "wgmma (warp)",
+						"the tape walk at vh %d ran no wgmma: the mma.sync body was built", vh)
+				}
+			}
 			et := &errTable{}
 			checkBWalksMMA(t, et, d, r, widen(dend), off)
 			et.log(t)

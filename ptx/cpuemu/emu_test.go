@@ -38,24 +38,25 @@ var cxxFlags = []string{"-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-mat
 // docs/mma-kernels.md), one file each (runner_mma16: the v5 walks and
 // output together).
 var binaries = map[string][]string{
-	"harness":            {"emu", "harness"},
-	"runner_fwd":         {"emu", "runner", "selftest", "kernels_fwd"},
-	"runner_all":         {"emu", "runner", "selftest", "kernels_all"},
-	"runner_mma":         {"emu", "runner", "mma_kernels"},
-	"runner_walk_mma":    {"emu", "runner", "kernels_walk_mma"},
-	"runner_bwalk_mma":   {"emu", "runner", "kernels_bwalk_mma"},
-	"runner_prep_mma":    {"emu", "runner", "kernels_prep_mma"},
-	"runner_output_mma":  {"emu", "runner", "kernels_output_mma"},
-	"runner_mma16":       {"emu", "runner", "kernels_mma16"},
-	"runner_mma16_wg":    {"emu", "runner", "kernels_mma16_wg"},
-	"runner_dvlocal_mma": {"emu", "runner", "kernels_dvlocal_mma"},
-	"runner_grads_mma":   {"emu", "runner", "kernels_grads_mma"},
-	"runner_grads_mma5":  {"emu", "runner", "kernels_grads_mma5"},
+	"harness":             {"emu", "harness"},
+	"runner_fwd":          {"emu", "runner", "selftest", "kernels_fwd"},
+	"runner_all":          {"emu", "runner", "selftest", "kernels_all"},
+	"runner_mma":          {"emu", "runner", "mma_kernels"},
+	"runner_walk_mma":     {"emu", "runner", "kernels_walk_mma"},
+	"runner_bwalk_mma":    {"emu", "runner", "kernels_bwalk_mma"},
+	"runner_bwalk_mma_wg": {"emu", "runner", "kernels_bwalk_mma_wg"},
+	"runner_prep_mma":     {"emu", "runner", "kernels_prep_mma"},
+	"runner_output_mma":   {"emu", "runner", "kernels_output_mma"},
+	"runner_mma16":        {"emu", "runner", "kernels_mma16"},
+	"runner_mma16_wg":     {"emu", "runner", "kernels_mma16_wg"},
+	"runner_dvlocal_mma":  {"emu", "runner", "kernels_dvlocal_mma"},
+	"runner_grads_mma":    {"emu", "runner", "kernels_grads_mma"},
+	"runner_grads_mma5":   {"emu", "runner", "kernels_grads_mma5"},
 }
 
 // skipBinary reports binaries whose sources are absent.
 func skipBinary(b string) bool {
-	return (b == "runner_all" && !haveBackward()) || (b == "runner_mma16_wg" && !haveEmuWGMMA())
+	return (b == "runner_all" && !haveBackward()) || (strings.HasSuffix(b, "_wg") && !haveEmuWGMMA())
 }
 
 func TestMain(m *testing.M) {
