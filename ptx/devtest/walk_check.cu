@@ -9,75 +9,28 @@
 // Timing: one segment of NC chunks (default 512: 32,768 tokens), HV 48 / HQK 16, vh 64 and vh 128,
 // the forward's outputs (h16, vnew16) and the backward's (all four): CUDA-event medians of 7 after 2
 // warm-ups. Prints "check ok" / "check FAILED" and a table.
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <random>
-#include <vector>
+#include "devtest.cuh"
 
 #include "../src/gdn_walk_mma.cu"
 
-#define CK(x)                                                                                  \
-	do {                                                                                       \
-		cudaError_t e_ = (x);                                                                  \
-		if (e_ != cudaSuccess) {                                                               \
-			fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-			exit(2);                                                                           \
-		}                                                                                      \
-	} while (0)
-
-constexpr int D = 128, C = 64;
+using namespace devtest;
 
 struct Problem {
-	int HV, HQK, T, NC, NS;
-	std::vector<int> tok0, len, seg0, segn;
+	Chunks c;
+	int HV, HQK;
 	std::vector<float> w, u, kn, gcum, start;
 };
 
 static Problem make(const std::vector<std::vector<int>>& segs, int HV, int HQK, unsigned seed) {
-	Problem p{HV, HQK, 0, 0, (int)segs.size()};
-	for (auto& sg : segs) {
-		p.seg0.push_back(p.NC);
-		p.segn.push_back((int)sg.size());
-		for (int n : sg) {
-			p.tok0.push_back(p.T);
-			p.len.push_back(n);
-			p.T += n;
-			p.NC++;
-		}
-	}
+	Problem p{Chunks(segs), HV, HQK};
 	std::mt19937 rng(seed);
-	std::normal_distribution<float> nd(0.f, 1.f);
-	std::uniform_real_distribution<float> ud(-0.12f, -0.002f);
-	p.w.resize((size_t)p.T * HV * D);
-	p.u.resize((size_t)p.T * HV * D);
-	p.kn.resize((size_t)p.T * HQK * D);
-	p.gcum.resize((size_t)p.T * HV);
-	p.start.resize((size_t)p.NS * HV * D * D);
-	for (auto& x : p.w) x = 0.09f * nd(rng);
-	for (auto& x : p.u) x = nd(rng);
-	for (size_t r = 0; r < (size_t)p.T * HQK; ++r) {
-		double ss = 0;
-		for (int k = 0; k < D; ++k) {
-			float x = nd(rng);
-			p.kn[r * D + k] = x;
-			ss += (double)x * x;
-		}
-		for (int k = 0; k < D; ++k) p.kn[r * D + k] = (float)(p.kn[r * D + k] / std::sqrt(ss));
-	}
-	for (int c = 0; c < p.NC; ++c)
-		for (int h = 0; h < HV; ++h) {
-			float acc = 0.f;
-			for (int i = 0; i < p.len[c]; ++i) {
-				acc += ud(rng);
-				p.gcum[(size_t)(p.tok0[c] + i) * HV + h] = acc;
-			}
-		}
-	for (auto& x : p.start) x = 0.3f * nd(rng);
+	const size_t T = p.c.T;
+	p.w.resize(T * HV * D), p.u.resize(T * HV * D), p.kn.resize(T * HQK * D), p.start.resize((size_t)p.c.NS * HV * D * D);
+	fill_normal(p.w, rng, 0.09f);
+	fill_normal(p.u, rng, 1.f);
+	unit_rows(p.kn, rng);
+	p.gcum = gates(p.c, HV, rng);
+	fill_normal(p.start, rng, 0.3f);
 	return p;
 }
 
@@ -89,16 +42,16 @@ struct Outs {
 // reference: the recurrence in float64 on the fp32 inputs (Kt as the walk forms it: kn * e in fp32).
 static Outs reference(const Problem& p) {
 	Outs o;
-	o.h.assign((size_t)p.NC * p.HV * D * D, 0.f);
-	o.vnew.assign((size_t)p.T * p.HV * D, 0.f);
-	o.fin.assign((size_t)p.NS * p.HV * D * D, 0.f);
+	o.h.assign((size_t)p.c.NC * p.HV * D * D, 0.f);
+	o.vnew.assign((size_t)p.c.T * p.HV * D, 0.f);
+	o.fin.assign((size_t)p.c.NS * p.HV * D * D, 0.f);
 	std::vector<double> S(D * D), V(C * D), Kt(C * D);
-	for (int sg = 0; sg < p.NS; ++sg)
+	for (int sg = 0; sg < p.c.NS; ++sg)
 		for (int h = 0; h < p.HV; ++h) {
 			const int qh = h / (p.HV / p.HQK);
 			for (int e = 0; e < D * D; ++e) S[e] = p.start[((size_t)sg * p.HV + h) * D * D + e];
-			for (int ci = 0; ci < p.segn[sg]; ++ci) {
-				const int c = p.seg0[sg] + ci, t0 = p.tok0[c], n = p.len[c];
+			for (int ci = 0; ci < p.c.segn[sg]; ++ci) {
+				const int c = p.c.seg0[sg] + ci, t0 = p.c.tok0[c], n = p.c.len[c];
 				for (int e = 0; e < D * D; ++e) o.h[((size_t)c * p.HV + h) * D * D + e] = (float)S[e];
 				const float gl = p.gcum[(size_t)(t0 + n - 1) * p.HV + h];
 				for (int i = 0; i < n; ++i) {
@@ -131,20 +84,12 @@ struct Dev {
 	size_t nh, nv, nf, nh16, nv16;
 };
 
-template <class T>
-static T* up(const std::vector<T>& v) {
-	T* d;
-	CK(cudaMalloc(&d, v.size() * sizeof(T)));
-	CK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-	return d;
-}
-
 static Dev upload(const Problem& p) {
 	Dev d;
 	d.w = up(p.w), d.u = up(p.u), d.kn = up(p.kn), d.gcum = up(p.gcum), d.start = up(p.start);
-	d.tok0 = up(p.tok0), d.len = up(p.len), d.seg0 = up(p.seg0), d.segn = up(p.segn);
-	d.nh = (size_t)p.NC * p.HV * D * D, d.nv = (size_t)p.T * p.HV * D, d.nf = (size_t)p.NS * p.HV * D * D;
-	d.nh16 = d.nh, d.nv16 = (size_t)p.NC * p.HV * D * C;
+	d.tok0 = up(p.c.tok0), d.len = up(p.c.len), d.seg0 = up(p.c.seg0), d.segn = up(p.c.segn);
+	d.nh = (size_t)p.c.NC * p.HV * D * D, d.nv = (size_t)p.c.T * p.HV * D, d.nf = (size_t)p.c.NS * p.HV * D * D;
+	d.nh16 = d.nh, d.nv16 = (size_t)p.c.NC * p.HV * D * C;
 	CK(cudaMalloc(&d.h, d.nh * 4));
 	CK(cudaMalloc(&d.vnew, d.nv * 4));
 	CK(cudaMalloc(&d.fin, d.nf * 4));
@@ -154,7 +99,7 @@ static Dev upload(const Problem& p) {
 }
 
 static void launch(const Problem& p, const Dev& d, int vh, bool fp32, cudaStream_t st = 0) {
-	dim3 grid(128 / vh, p.NS, p.HV);
+	dim3 grid(128 / vh, p.c.NS, p.HV);
 	const int smem = gdnkcp::walkmma::walk_mma_smem(vh);
 	gdnkcp::walkmma::gdn_state_walk_mma16<<<grid, 256, smem, st>>>(
 	    d.w, d.u, d.kn, d.gcum, d.tok0, d.len, d.seg0, d.segn, d.start, fp32 ? d.h : nullptr, fp32 ? d.vnew : nullptr,
@@ -178,24 +123,6 @@ static Outs fetch(const Dev& d) {
 	CK(cudaMemcpy(o.h16.data(), d.h16, d.nh16 * 2, cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(o.v16.data(), d.v16, d.nv16 * 2, cudaMemcpyDeviceToHost));
 	return o;
-}
-
-static float bf(uint16_t x) {
-	uint32_t u = (uint32_t)x << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-// err: normwise relative error of got against ref (NaN if any got is not finite).
-static double err(const std::vector<float>& got, const std::vector<float>& ref) {
-	double num = 0, den = 0;
-	for (size_t i = 0; i < ref.size(); ++i) {
-		if (!std::isfinite(got[i])) return NAN;
-		num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-		den += double(ref[i]) * ref[i];
-	}
-	return std::sqrt(num / den);
 }
 
 static bool same(const Outs& a, const Outs& b) {
@@ -222,7 +149,7 @@ int main(int argc, char** argv) {
 		}
 		// vnew rows of tokens no chunk covers: none here (chunks tile T); h16 / v16 to floats against ref.
 		std::vector<float> h16f(o[0].h16.size()), refh16(o[0].h16.size()), v16f(o[0].v16.size()), refv16(o[0].v16.size(), 0.f);
-		for (int c = 0; c < p.NC; ++c)
+		for (int c = 0; c < p.c.NC; ++c)
 			for (int h = 0; h < p.HV; ++h)
 				for (int v = 0; v < D; ++v) {
 					for (int k = 0; k < D; ++k) {
@@ -233,7 +160,7 @@ int main(int argc, char** argv) {
 					for (int i = 0; i < C; ++i) {
 						const size_t e = (((size_t)c * p.HV + h) * D + v) * C + i;
 						v16f[e] = bf(o[0].v16[e]);
-						if (i < p.len[c]) refv16[e] = ref.vnew[((size_t)(p.tok0[c] + i) * p.HV + h) * D + v];
+						if (i < p.c.len[c]) refv16[e] = ref.vnew[((size_t)(p.c.tok0[c] + i) * p.HV + h) * D + v];
 						else if (o[0].v16[e] != 0) ok = false, printf("vnew16 chunk %d token %d not zero\n", c, i);
 					}
 				}
@@ -253,25 +180,12 @@ int main(int argc, char** argv) {
 		std::vector<int> sg(NCt, 64);
 		Problem p = make({sg}, 48, 16, 11);
 		Dev d = upload(p);
-		cudaEvent_t a, b;
-		CK(cudaEventCreate(&a));
-		CK(cudaEventCreate(&b));
 		for (int fp32 = 0; fp32 < 2; ++fp32)
 			for (int vh : {64, 128}) {
-				std::vector<float> ms;
-				for (int r = 0; r < 9; ++r) {
-					CK(cudaEventRecord(a));
-					launch(p, d, vh, fp32);
-					CK(cudaEventRecord(b));
-					CK(cudaEventSynchronize(b));
-					float x;
-					CK(cudaEventElapsedTime(&x, a, b));
-					if (r >= 2) ms.push_back(x);
-				}
-				CK(cudaGetLastError());
-				std::sort(ms.begin(), ms.end());
+				float med, lo, hi;
+				time_ms([&] { launch(p, d, vh, fp32); }, 7, med, lo, hi);
 				printf("[%s] time %d chunks HV 48 vh %3d %-14s median %.3f ms (min %.3f max %.3f) %.2f us/chunk\n", tag, NCt, vh,
-				       fp32 ? "h16+v16+fp32" : "h16+v16", ms[3], ms[0], ms[6], 1000.0 * ms[3] / NCt);
+				       fp32 ? "h16+v16+fp32" : "h16+v16", med, lo, hi, 1000.0 * med / NCt);
 			}
 	}
 	return ok ? 0 : 1;
