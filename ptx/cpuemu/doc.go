@@ -140,6 +140,13 @@
 //     its bf16 copies bitwise the rounding of the fp32 ones, null outputs
 //     untouched, the output's rows written and gap rows untouched, its
 //     error against gdnref within the budget; it registers runner_mma16.
+//   - TestWGMMAOnCPU: the emulated wgmma itself (emu_wgmma_gemm of
+//     testdata/mma_kernels.cpp calls it directly): D = A B and C + A B at
+//     N 64 and 128 against float64, at issue and deferred; the errors it
+//     reports (another swizzle mode, lanes that disagree, a thread exiting
+//     with a wgmma pending, B rewritten in flight) and D reading NaN before
+//     the wait. Its layouts are the test's own reading of the ISA; the
+//     GPU-verified state walk passing on it (below) ties them to hardware.
 //   - TestWGMMAStateWalkOnCPU: the sm_90a body of gdn_state_walk_mma16
 //     (ptx/src/gdn_walk_wgmma.cu) on the emulated wgmma (runner_mma16_wg):
 //     wgmma reported by the runner, every output written, the fp32 ones

@@ -1,10 +1,15 @@
 package cpuemu
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
 )
 
 // The sm_90a body of gdn_state_walk_mma16 (ptx/src/gdn_walk_wgmma.cu: the
@@ -110,4 +115,81 @@ func checkWGMMAWalks(t *testing.T, et *errTable, d *gdnData, r *result, walks []
 			require.Equal(t, r.raw[p0+n], r.raw[w.name()+n], "%s: vh %d and vh %d differ", n, walks[0].vh, w.vh)
 		}
 	}
+}
+
+// TestWGMMAOnCPU checks the emulator's wgmma model itself (emu.h), through
+// emu_wgmma_gemm of testdata/mma_kernels.cpp, which calls it directly (not
+// through ptx/src/wgmma.cuh): D = A B and D = C + A B for N 64 and 128
+// against float64, with the results at issue and deferred to the wait; and
+// the errors it must report: a descriptor of another swizzle mode, lanes that
+// disagree, a thread that exits with a wgmma pending and shared memory
+// rewritten under an in-flight wgmma (deferred), and D read before the wait
+// (NaN, deferred).
+func TestWGMMAOnCPU(t *testing.T) {
+	bin := built(t, "runner_mma")
+	rng := rand.New(rand.NewPCG(11, 12))
+	a := randBF16(rng, mmaM*mmaK)
+	run := func(t *testing.T, n, mode, bug int, env []string, c []float32) (*job, []bf16.BF16) {
+		b := randBF16(rng, mmaK*n)
+		j := newJob(t)
+		j.env = env
+		j.bf16("A", a)
+		j.bf16("B", b)
+		j.f32("C", c)
+		j.out("D", 4*mmaM*n)
+		j.launch("wgmma", "emu_wgmma_gemm", grid1(1), 128, "kWgmmaSmem", buf("A"), buf("B"), buf("C"), buf("D"),
+			i32a(n), i32a(mode), i32a(bug))
+		return j, b
+	}
+	for _, n := range []int{64, 128} {
+		for _, mode := range []int{0, 1} {
+			for _, env := range [][]string{nil, {wgmmaDeferred}} {
+				t.Run(fmt.Sprintf("n%d_mode%d_%d", n, mode, len(env)), func(t *testing.T) {
+					t.Parallel()
+					c := make([]float32, mmaM*n)
+					for i := range c {
+						c[i] = float32(i%7) - 3
+					}
+					j, b := run(t, n, mode, 0, env, c)
+					r := j.run(bin)
+					want := matmul(bf16Widen(a), bf16Widen(b), mmaM, mmaK, n)
+					if mode == 1 {
+						for i := range want {
+							want[i] += float64(c[i])
+						}
+					}
+					require.Contains(t, r.log, "wgmma (warp)")
+					et := &errTable{}
+					requireRel(t, et, "wgmma gemm", widen(r.f32s("D")), want, gemmTol)
+					et.log(t)
+				})
+			}
+		}
+	}
+	c := make([]float32, mmaM*mmaN)
+	for _, bc := range []struct {
+		name string
+		bug  int
+		env  []string
+		want string
+	}{
+		{"swizzle_mode_0", 4, nil, "only the 128-byte swizzle"},
+		{"lanes_disagree", 5, nil, "different descriptors"},
+		{"exit_pending", 3, []string{wgmmaDeferred}, "not waited for"},
+		{"b_rewritten_in_flight", 2, []string{wgmmaDeferred}, "changed before its wait"},
+	} {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			j, _ := run(t, mmaN, 0, bc.bug, bc.env, c)
+			require.Contains(t, j.runFail(bin), bc.want)
+		})
+	}
+	t.Run("read_before_wait", func(t *testing.T) {
+		t.Parallel()
+		j, _ := run(t, mmaN, 0, 1, []string{wgmmaDeferred}, c)
+		raw := j.run(bin).raw["D"]
+		for i := 0; i < 128; i++ {
+			require.True(t, math.IsNaN(float64(f32Of(raw, i))), "D[%d] read before the wait should be NaN", i)
+		}
+	})
 }

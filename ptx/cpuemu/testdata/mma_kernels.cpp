@@ -12,6 +12,8 @@
 //                   documented layout: A as hi + lo (two mma) and as hi alone (plain bf16).
 //   emu_mma_layout  the raw registers of ldmatrix (both ways), of fragments built by the layout,
 //                   of mma results and of pack/split, for the test to check lane by lane.
+//   emu_wgmma_gemm  D = C + A B (64 x N x 128) by the emulator's wgmma (emu.h) on one warpgroup, B
+//                   staged in the 128-byte-swizzled K-major layout, with seeded bugs.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -178,6 +180,73 @@ extern "C" __global__ void emu_mma_divergent(float* out) {
 	out[threadIdx.x] = d[0];
 }
 
+// ---- wgmma (emu.h: wgmma_rs and its descriptor), called directly: these kernels test the emulator's
+// model of the PTX instruction, independently of ptx/src/wgmma.cuh ----------------------------------
+
+// sw128_desc: a K-major, 128-byte-swizzled operand descriptor at p (stride byte offset 1024), with the
+// given swizzle mode bits (1 = 128 B).
+__device__ unsigned long long sw128_desc(const void* p, unsigned long long mode = 1) {
+	const unsigned long long a = __cvta_generic_to_shared(p);
+	return ((a & 0x3ffff) >> 4) | (1ull << 16) | (static_cast<unsigned long long>(1024 >> 4) << 32) | (mode << 62);
+}
+
+// stage_b writes B (K 128 x N, row-major bf16 in global memory) into shared memory K-major in the 128-byte
+// swizzle: 64-key blocks of N rows of 128 bytes, the 16-byte unit u of row n at u ^ (n % 8).
+__device__ void stage_b(const bf16* B, unsigned char* bs, int N) {
+	for (int e = threadIdx.x; e < N * kK; e += blockDim.x) {
+		const int n = e / kK, k = e % kK;
+		const int off = (k / 64) * N * 128 + n * 128 + ((((k % 64) / 8) ^ (n % 8)) << 4) + 2 * (k % 8);
+		memcpy(bs + off, &B[k * N + n], 2);
+	}
+}
+
+// a_frag: lane (g, t)'s m16k16 A fragment of rows 16 w.. and k step s of the row-major A [64][128].
+__device__ void a_frag(const bf16* A, int w, int s, unsigned a[4]) {
+	const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+	for (int r = 0; r < 4; ++r) {
+		const int row = 16 * w + g + 8 * (r % 2), col = 16 * s + 2 * t + 8 * (r / 2);
+		a[r] = static_cast<unsigned>(__bfloat16_as_ushort(A[row * kK + col])) |
+		       (static_cast<unsigned>(__bfloat16_as_ushort(A[row * kK + col + 1])) << 16);
+	}
+}
+
+// emu_wgmma_gemm: one warpgroup (128 threads) computes D (64 x N) = C + A B with wgmma m64nNk16, A from
+// registers, B staged as above, k steps ascending, one commit and one wait. mode: 0 starts from zero
+// (scale-d 0 on k step 0 over NaN accumulators: the old values must be ignored), 1 adds to C [64][N].
+// bug: 1 reads D before the wait, 2 rewrites B before the wait, 3 exits without waiting, 4 passes a
+// descriptor of swizzle mode 0, 5 lanes pass different descriptors.
+extern "C" __global__ void emu_wgmma_gemm(const bf16* A, const bf16* B, const float* C, float* D, int N, int mode,
+                                          int bug) {
+	extern __shared__ float smem[];
+	unsigned char* bs = reinterpret_cast<unsigned char*>(smem);
+	stage_b(B, bs, N);
+	__syncthreads();
+	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+	float d[64];
+	for (int i = 0; i < N / 2; ++i) {
+		const int row = 16 * w + g + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * t + i % 2;
+		d[i] = mode == 1 ? C[row * N + col] : __uint_as_float(0x7fc00000u);
+	}
+	emu::wgmma_fence();
+	for (int s = 0; s < kK / 16; ++s) {
+		unsigned a[4];
+		a_frag(A, w, s, a);
+		unsigned long long desc = sw128_desc(bs + (s / 4) * N * 128 + (s % 4) * 32, bug == 4 ? 0 : 1);
+		if (bug == 5 && lane == 7) desc += 2;
+		emu::wgmma_rs(d, N, a, desc, mode == 0 && s == 0 ? 0 : 1);
+	}
+	emu::wgmma_commit();
+	if (bug == 1) D[threadIdx.x] = d[0];
+	if (bug == 2) bs[threadIdx.x] ^= 0x40;
+	if (bug == 3) return;
+	emu::wgmma_wait(0);
+	if (bug == 1) return;
+	for (int i = 0; i < N / 2; ++i) {
+		const int row = 16 * w + g + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * t + i % 2;
+		D[row * N + col] = d[i];
+	}
+}
+
 }  // namespace emu_mma
 
 namespace {
@@ -187,8 +256,10 @@ emu::Registrar mma_kernels(
         EMU_KERNEL(emu_mma, emu_mma_split),
         EMU_KERNEL(emu_mma, emu_mma_layout),
         EMU_KERNEL(emu_mma, emu_mma_divergent),
+        EMU_KERNEL(emu_mma, emu_wgmma_gemm),
     },
     {
         {"kGemmSmem", emu_mma::kGemmSmem},
+        {"kWgmmaSmem", 2 * 128 * 128},
     });
 }  // namespace
