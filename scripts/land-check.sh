@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# land-check.sh: the one device call that lands staged kernel changes. After, here:
+#   scripts/land-v4.sh && go test ./ptx/cpuemu -run 'WGMMA|MMA16|MMABackward' && scripts/gpu.sh build && scripts/gpu.sh pack
+# there:
+#   run(command="bash scripts/land-check.sh", carry=[".gpu/pack.tgz"])
+# it runs, in this order (the device's time is the budget: ~5-6 minutes):
+#   1. scripts/walk-check.sh: the state and tape walks of ptx/src checked against float64 and timed, the
+#      wgmma and the mma.sync bodies side by side (nvcc only, before any blob exists);
+#   2. scripts/ab-bench.sh with A = the committed blobs (ptx/blobs) and B = ptx/src built by ptxgen:
+#      kcp bench at 32,768 tokens (core, core+bwd), alternating A, B, A, B, then the kcp GPU tests of
+#      B_TESTS on B's blobs (default: the tensor-core forward and backward, the portable PTX, ten-run
+#      repeatability, the checkpoint recompute);
+#   3. kcp bench at 120,908 tokens (3 documents) on A and on B.
+# B's blobs come back as $OUT/blobs-b.tar.gz: install them (scripts/blobs-local.sh install) only where every
+# check passed and no stage got slower. Env: DOCS2 (default 40000,45000,35908; empty skips step 3), B_TESTS,
+# WALK=0 skips step 1.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:?}
+export PATH=/usr/local/cuda/bin:$PATH
+[ -f .gpu/pack.tgz ] && tar -C .gpu -xzf .gpu/pack.tgz
+if [ "${WALK:-1}" = 1 ]; then
+	echo "== walk-check"
+	bash scripts/walk-check.sh 2>&1 | grep -E '^\[|^== build|C75|Used|error' | tee "$out/walk-check.txt"
+fi
+echo "== ab-bench"
+A_BLOBS=ptx/blobs ALT_SRC=ptx/src MODES=core,core+bwd \
+	B_TESTS=${B_TESTS:-'TestGPUTensorCoreForward/v5|TestGPUTensorCoreBackward|TestGPUTensorCorePortable|TestGPURepeatable|TestGPUCheckpointRecompute'} \
+	bash scripts/ab-bench.sh 2>&1 | tail -30 | tee "$out/ab-bench.txt"
+docs2=${DOCS2-40000,45000,35908}
+if [ -n "$docs2" ] && [ -d /tmp/gdnkcp-blobs-b ]; then
+	echo "== kcp bench --docs $docs2 (A: committed blobs, B: ptx/src)"
+	for s in A B; do
+		d=ptx/blobs
+		[ $s = B ] && d=/tmp/gdnkcp-blobs-b
+		GDNKCP_BLOB_DIR=$d timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd --reps 5 --warmup 2 \
+			2>/dev/null | grep -E 'median|walk|chunk grads' | sed "s/^/$s /"
+	done
+fi
