@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,7 +24,7 @@ import (
 const wgmmaDeferred = "EMU_WGMMA=deferred"
 
 // wgmmaWalkTol bounds the wgmma body's H, V' and final states against the
-// mma.sync gdn_state_walk_mma's on the same inputs, normwise. Both are
+// mma.sync gdn_state_walk_mma's (and P, Q against gdn_summary_walk_mma's) on the same inputs, normwise. Both are
 // ~4e-6 from float64 on the H200 (scripts/walk-check.sh); U^T joins (1)'s
 // product at its end instead of at its start, so they differ in the last
 // bits. Measured here: see the test log.
@@ -38,7 +40,9 @@ const wgmmaWalkTol = 2e-5
 // untouched; h_out, vnew and the final states within wgmmaWalkTol of the
 // mma.sync walk's; h16 and vnew16 bitwise the bf16 tiles of the walk's own
 // fp32 H and V' (transposed, 0 past a chunk's end); and the outputs that
-// both widths write bitwise equal.
+// both widths write bitwise equal. Where the sources have the summary walk's
+// wgmma body, gdn_summary_walk_mma16 at vh 64 and 128 too: P and Q within
+// wgmmaWalkTol of gdn_summary_walk_mma's, the widths bitwise equal.
 func TestWGMMAStateWalkOnCPU(t *testing.T) {
 	if !haveEmuWGMMA() {
 		t.Skipf("%s/wgmma.cuh does not route wgmma to the emulator (no GDNKCP_EMU_WGMMA)", srcDir())
@@ -59,17 +63,45 @@ func TestWGMMAStateWalkOnCPU(t *testing.T) {
 			start := randomStates(d.l.NS*rn.c.hv, 17)
 			j := newJob(t)
 			j.env = rn.env
-			addWalks16(j, d, start, rn.walks, mma16Sums{ref: 128})
+			sums := mma16Sums{ref: 128}
+			if haveWGMMASummary() {
+				sums.vhs = []int{64, 128}
+			}
+			addWalks16(j, d, start, rn.walks, sums)
 			r := j.run(bin)
 			t.Logf("walks:\n%s", r.log)
-			for _, w := range rn.walks {
-				line := logLine(r.log, w.name())
-				require.Contains(t, line, "wgmma (warp)", "%s ran no wgmma: the mma.sync body was built", w.name())
+			labels := walkNames(rn.walks)
+			for _, vh := range sums.vhs {
+				labels = append(labels, sum16Name(vh)+"summary")
+			}
+			for _, l := range labels {
+				require.Contains(t, logLine(r.log, l), "wgmma (warp)", "%s ran no wgmma: the mma.sync body was built", l)
 			}
 			et := &errTable{}
 			checkWGMMAWalks(t, et, d, r, rn.walks)
+			checkWGMMASums(t, et, r, sums.vhs)
 			et.log(t)
 		})
+	}
+}
+
+// haveWGMMASummary reports whether the sources' gdn_summary_walk_mma16 has a wgmma body.
+func haveWGMMASummary() bool {
+	b, err := os.ReadFile(filepath.Join(srcDir(), "gdn_walk_wgmma.cu"))
+	return err == nil && strings.Contains(string(b), "summary_walk(")
+}
+
+// checkWGMMASums checks the wgmma summary walks at vhs: P and Q fully written, within wgmmaWalkTol of
+// gdn_summary_walk_mma's on the prep's Kt, and the widths bitwise equal.
+func checkWGMMASums(t *testing.T, et *errTable, r *result, vhs []int) {
+	for i, vh := range vhs {
+		for _, n := range []string{"out_p", "out_q"} {
+			p := sum16Name(vh) + n
+			requireRel(t, et, "summary "+n, widen(r.f32s(p)), widen(r.f32s("ref_"+n)), wgmmaWalkTol)
+			if i > 0 {
+				require.Equal(t, r.raw[sum16Name(vhs[0])+n], r.raw[p], "summary %s: vh %d and vh %d differ", n, vhs[0], vh)
+			}
+		}
 	}
 }
 
