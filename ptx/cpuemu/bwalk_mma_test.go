@@ -46,13 +46,14 @@ func TestMMABackwardWalksOnCPU(t *testing.T) {
 	testBackwardWalks(t, "runner_bwalk_mma", false)
 }
 
-// TestWGMMATapeWalkOnCPU runs TestMMABackwardWalksOnCPU's cases and checks on
-// runner_bwalk_mma_wg, where gdn_tape_walk_mma is its sm_90a body
-// (ptx/src/gdn_bwalk_wgmma.cu) on the emulator's wgmma (the offset walk stays
-// mma.sync), and requires the runner to report wgmma for the tape walks. The
-// no_l2norm case also runs with cp.async and wgmma deferred to their waits.
-// It skips while the sources' wgmma.cuh does not route to the emulator.
-func TestWGMMATapeWalkOnCPU(t *testing.T) {
+// TestWGMMABackwardWalksOnCPU runs TestMMABackwardWalksOnCPU's cases and
+// checks on runner_bwalk_mma_wg, where gdn_tape_walk_mma and
+// gdn_offset_walk_mma run their sm_90a bodies (ptx/src/gdn_bwalk_wgmma.cu) on
+// the emulator's wgmma, and requires the runner to report wgmma for both
+// walks at both widths. The no_l2norm case also runs with cp.async and wgmma
+// deferred to their waits. It skips while the sources' wgmma.cuh does not
+// route to the emulator.
+func TestWGMMABackwardWalksOnCPU(t *testing.T) {
 	if !haveEmuWGMMA() {
 		t.Skipf("%s/wgmma.cuh does not route wgmma to the emulator (no GDNKCP_EMU_WGMMA)", srcDir())
 	}
@@ -104,8 +105,10 @@ func testBackwardWalks(t *testing.T, name string, wgmma bool) {
 			t.Logf("runner:\n%s", r.log)
 			if wgmma {
 				for _, vh := range []int{64, 128} {
-					require.Contains(t, logLine(r.log, "tape_mma"+vhName(vh)), "wgmma (warp)",
-						"the tape walk at vh %d ran no wgmma: the mma.sync body was built", vh)
+					for _, l := range []string{"tape_mma", "offset_mma"} {
+						require.Contains(t, logLine(r.log, l+vhName(vh)), "wgmma (warp)",
+							"%s at vh %d ran no wgmma: the mma.sync body was built", l, vh)
+					}
 				}
 			}
 			et := &errTable{}

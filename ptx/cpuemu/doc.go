@@ -155,11 +155,12 @@
 //     copies and wgmma deferred. It skips while the sources' wgmma.cuh does
 //     not route to the emulator (the routing is staged with
 //     ptx/staging/gdn_walk_wgmma-stores-ahead.patch; CPUEMU_SRC runs it).
-//   - TestWGMMATapeWalkOnCPU: TestMMABackwardWalksOnCPU's cases and checks
-//     on runner_bwalk_mma_wg, where gdn_tape_walk_mma is its sm_90a body
-//     (gdn_bwalk_wgmma.cu, staged as ptx/staging/gdn_walk_wgmma-tape.patch)
-//     on the emulated wgmma; wgmma reported for both tape launches; skips
-//     like TestWGMMAStateWalkOnCPU.
+//   - TestWGMMABackwardWalksOnCPU: TestMMABackwardWalksOnCPU's cases and
+//     checks on runner_bwalk_mma_wg, where gdn_tape_walk_mma and
+//     gdn_offset_walk_mma run their sm_90a bodies (gdn_bwalk_wgmma.cu,
+//     staged as ptx/staging/gdn_walk_wgmma-tape.patch) on the emulated
+//     wgmma; wgmma reported for every backward walk launch; skips like
+//     TestWGMMAStateWalkOnCPU.
 //   - TestMMA5ChunkGradsOnCPU: the grouped chunk gradients of
 //     ptx/src/gdn_chunk_grads_mma5.cu (one CTA per chunk and QK head, dq
 //     and dk summed over its value heads and put through the l2norm backward
