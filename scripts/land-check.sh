@@ -10,7 +10,8 @@
 #      kcp bench at 32,768 tokens (core, core+bwd), alternating A, B, A, B, then the kcp GPU tests of
 #      B_TESTS on B's blobs (default: the tensor-core forward and backward, the portable PTX, ten-run
 #      repeatability, the checkpoint recompute);
-#   3. kcp bench at 120,908 tokens (3 documents) on A and on B.
+#   3. kcp bench at 120,908 tokens (3 documents) on A and on B, and on B again with --force-vh 64 (the width
+#      rule's sm_90a question: with wgmma the state walk's vh 128 costs ~1.4x its vh 64 a chunk, not 2x).
 # B's blobs come back as $OUT/blobs-b.tar.gz: install them (scripts/blobs-local.sh install) only where every
 # check passed and no stage got slower. Env: DOCS2 (default 40000,45000,35908; empty skips step 3), B_TESTS,
 # WALK=0 skips step 1.
@@ -36,4 +37,6 @@ if [ -n "$docs2" ] && [ -d /tmp/gdnkcp-blobs-b ]; then
 		GDNKCP_BLOB_DIR=$d timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd --reps 5 --warmup 2 \
 			2>/dev/null | grep -E 'median|walk|chunk grads' | sed "s/^/$s /"
 	done
+	GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd \
+		--reps 5 --warmup 2 --force-vh 64 2>/dev/null | grep -E 'median|walk' | sed "s/^/B vh64 /"
 fi
