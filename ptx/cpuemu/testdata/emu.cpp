@@ -27,8 +27,10 @@ struct Copy {
   unsigned char data[16];
 };
 
-// A wgmma held back until its wait (EMU_WGMMA=deferred): the accumulators it
-// writes, their value, and the B operand it read (checked again at the wait).
+// A wgmma held back until its wait (EMU_WGMMA=deferred), as one of two kinds
+// of entry: an accumulator entry (d set) holds the latest value of the
+// accumulators d (chained wgmmas on d update it); a check entry (d null), one
+// per wgmma, holds the B operand it read, read again at the wait.
 struct Wgmma {
   float* d;
   std::vector<float> val;
@@ -500,13 +502,6 @@ std::vector<unsigned short> wgmma_b(unsigned long long desc, int n) {
   return b;
 }
 
-float bf16_value(unsigned short h) {
-  const unsigned u = static_cast<unsigned>(h) << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 }  // namespace
 
 void wgmma_rs(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d) {
@@ -539,7 +534,7 @@ void wgmma_rs(float* d, int n, const unsigned a[4], unsigned long long desc, int
       const unsigned row = g + 8 * (r / 2), col = 8 * j + 2 * t + r % 2;
       const int i = 4 * j + static_cast<int>(r);
       float acc = scale_d == 0 ? 0.f : (held ? held->val[i] : d[i]);
-      for (unsigned k = 0; k < 16; ++k) acc += A[row][k] * bf16_value(b[k * n + col]);  // the product is exact
+      for (unsigned k = 0; k < 16; ++k) acc += A[row][k] * bf16_at(b[k * n + col], 0);  // the product is exact
       out[i] = acc;
     }
   if (!wgmma_deferred) {
@@ -551,8 +546,6 @@ void wgmma_rs(float* d, int n, const unsigned a[4], unsigned long long desc, int
     held = &f.wgmmas.back();
   }
   held->val = out;
-  held->desc = desc;
-  held->b = b;
   // Checked for every wgmma of the group: B must not change before the wait.
   f.wgmmas.push_back(Wgmma{nullptr, {}, desc, n, b});
   for (int i = 0; i < n / 2; ++i) memcpy(&d[i], &kSmemFill, 4);  // in flight: undefined
