@@ -94,6 +94,10 @@ type Decision struct {
 	LongestChain int
 	// Makespan1 is LPT(jobs1) and Makespan2 is LPT(jobs2), over 2*SM slots.
 	Makespan1, Makespan2 int
+	// CostSlots, CostMakespan1 and CostMakespan2 are filled in where the
+	// variant has a CostRule: its slots (CTAsPerSM*SM) and the launch-order
+	// makespans (ListMakespan) of the vh = 128 and the vh = 64 CTAs over them.
+	CostSlots, CostMakespan1, CostMakespan2 int
 	// OneWave: 2*n_walk*HV <= 2*SM. TwoWaves: 2*n_walk*HV <= 4*SM.
 	// ChainFit: LPT(jobs2) <= LongestChain.
 	OneWave, TwoWaves, ChainFit bool
@@ -131,7 +135,8 @@ var lptPool = sync.Pool{New: func() any { return new(lptState) }}
 // offset walks take 64; tape walks take 64, except on sm_107a where they take
 // the two-wave rule (64 iff two waves). On sm_100a, an offset or tape walk
 // whose longest chain is >= 400 chunks and whose LPT(jobs2) > LPT(jobs1) takes
-// the two-wave rule. sm_90a and generic follow sm_103a.
+// the two-wave rule. A variant with a CostRule (sm_90a) takes it for every
+// walk instead (CostRule's doc). generic follows sm_103a.
 //
 // Rule A: summary and state walks take 64 iff one wave; offset and tape walks
 // iff two waves.
@@ -176,6 +181,16 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 	lp := lptPool.Get().(*lptState)
 	d.Makespan1 = lptRepeated(lp, sorted, hv, slots)
 	d.Makespan2 = lptRepeated(lp, sorted, 2*hv, slots)
+	cost := vr.Cost
+	if cost != nil {
+		tiles := 1
+		if kind == Summary || kind == Offset {
+			tiles = 2
+		}
+		d.CostSlots = cost.CTAsPerSM * prof.SMs
+		d.CostMakespan1 = ListMakespan(chains, hv, tiles, d.CostSlots)
+		d.CostMakespan2 = ListMakespan(chains, hv, 2*tiles, d.CostSlots)
+	}
 	lptPool.Put(lp)
 
 	ctas := 2 * d.NWalk * hv
@@ -200,6 +215,12 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 		narrow, why = d.OneWave, "one-wave rule: "+oneWave()
 	case rule == RuleA:
 		narrow, why = twoWaveRule()
+	case cost != nil:
+		head += ", " + prof.Variant
+		a, b := d.CostMakespan2*cost.Narrow, d.CostMakespan1*cost.Wide
+		narrow = a <= b
+		why = fmt.Sprintf("measured cost rule: M64 = %d x %d = %d %s M128 = %d x %d = %d (launch-order makespans over %d slots)",
+			d.CostMakespan2, cost.Narrow, a, leq(narrow), d.CostMakespan1, cost.Wide, b, d.CostSlots)
 	case kind.Forward():
 		switch {
 		case d.OneWave:

@@ -65,9 +65,49 @@ func TestLongChainThreshold(t *testing.T) {
 		{"400 chunks but two waves", Tape, rep(400, 6), 48, sm100, RuleB, 64, "576 <= 4*SM = 592"},
 		{"sm_103a has no clause", Offset, rep(400, 7), 48, sm103, RuleB, 64, "offset walks take vh = 64 on sm_103a"},
 		{"sm_107a offset has no clause", Offset, rep(400, 7), 48, sm107, RuleB, 64, "offset walks take vh = 64"},
-		{"sm_90a follows sm_103a", Tape, rep(400, 7), 48, sm90, RuleB, 64, "tape walks take vh = 64 on sm_90a"},
+		{"sm_90a has its own rule", Tape, rep(400, 7), 48, sm90, RuleB, 128, "measured cost rule"},
 		{"forward walks have no clause", State, rep(400, 7), 48, Profile{VariantSM100a, 148}, RuleB, 128, "neither one wave"},
 	})
+}
+
+// The sm_90a cost rule on the packs it was measured on (one rank, HV 48, 132
+// SMs; docs/perf-notes.md, "Width rule on sm_90a"): the width that measured
+// faster for the state walk (core) and the tape walk, and the two ties (3 x
+// 342, 4 x 256 chunks: 3 x M128 = 2 x M64) that measured faster at vh = 64.
+func TestSM90aCostRule(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		chains []int
+		vh     int
+		m1, m2 int
+	}{
+		{"1 x 1024", []int{1024}, 64, 1024, 1024},
+		{"2 x 512", rep(512, 2), 128, 512, 1024},
+		{"3 x 342 (tie)", rep(342, 3), 64, 684, 1026},
+		{"4 x 256 (tie)", rep(256, 4), 64, 512, 768},
+		{"3 documents, 120,908 tokens", []int{625, 704, 562}, 64, 1266, 1891},
+		{"8 x 128", rep(128, 8), 128, 384, 768},
+		{"16 x 64", rep(64, 16), 128, 384, 768},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range []WalkKind{State, Tape} {
+				d := decide(t, k, tc.chains, 48, sm90, RuleB)
+				assert.Equal(t, tc.vh, d.VH, d.Reason)
+				assert.Equal(t, []int{132, tc.m1, tc.m2}, []int{d.CostSlots, d.CostMakespan1, d.CostMakespan2}, d.Reason)
+				assert.Contains(t, d.Reason, "sm_90a: vh = ")
+				assert.Contains(t, d.Reason, "measured cost rule")
+			}
+			// LPT gets the 3-document pack wrong (1124 / 1812: vh = 128).
+			// The summary and offset walks run twice the CTAs (P and Q columns).
+			d := decide(t, Summary, tc.chains, 24, sm90, RuleB)
+			assert.Equal(t, tc.vh, d.VH, d.Reason)
+			assert.Equal(t, []int{tc.m1, tc.m2}, []int{d.CostMakespan1, d.CostMakespan2}, d.Reason)
+			// Rule A does not read the cost rule.
+			d = decide(t, State, tc.chains, 48, sm90, RuleA)
+			assert.Contains(t, d.Reason, "one-wave rule")
+			assert.Equal(t, d.OneWave, d.VH == 64, d.Reason)
+		})
+	}
 }
 
 // LPT(jobs2) against LPT(jobs1) in the long-chain clause. HV 1 on 2 SMs (4
@@ -208,7 +248,19 @@ func TestDecideMatchesSpec(t *testing.T) {
 		fit := m2 <= longest
 		for _, k := range WalkKinds() {
 			var a, b bool // vh = 64 under A and B
-			if k == Summary || k == State {
+			if p.Variant == VariantSM90a {
+				// The measured cost rule: one CTA an SM, vh = 128 at 3/2 the chunk cost.
+				_, b = k.Forward(), false
+				a = one
+				if !k.Forward() {
+					a = two
+				}
+				tiles := 1
+				if k == Summary || k == Offset {
+					tiles = 2
+				}
+				b = 2*naiveList(chains, hv, 2*tiles, p.SMs) <= 3*naiveList(chains, hv, tiles, p.SMs)
+			} else if k == Summary || k == State {
 				a, b = one, one || fit
 			} else {
 				a, b = two, true

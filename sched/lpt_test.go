@@ -16,15 +16,70 @@ func naiveLPT(jobs []int, slots int) int {
 	slices.SortFunc(sorted, func(a, b int) int { return b - a })
 	loads := make([]int, slots)
 	for _, j := range sorted {
-		best := 0
-		for i := 1; i < slots; i++ {
-			if loads[i] < loads[best] {
-				best = i
-			}
-		}
-		loads[best] += j
+		loads[leastLoaded(loads)] += j
 	}
 	return slices.Max(loads)
+}
+
+// leastLoaded is the index of the first smallest load.
+func leastLoaded(loads []int) int {
+	best := 0
+	for i := 1; i < len(loads); i++ {
+		if loads[i] < loads[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// naiveList is ListMakespan by a linear scan of the slot loads: the jobs in
+// launch order (head, chain, CTA), each onto the first least-loaded slot.
+func naiveList(chains []int, hv, perSegment, slots int) int {
+	loads := make([]int, slots)
+	for range hv {
+		for _, c := range chains {
+			for range perSegment {
+				loads[leastLoaded(loads)] += c
+			}
+		}
+	}
+	return slices.Max(loads)
+}
+
+func TestListMakespan(t *testing.T) {
+	tests := []struct {
+		name              string
+		chains            []int
+		hv, per, slots, m int
+	}{
+		{"empty", nil, 4, 1, 3, 0},
+		{"fewer CTAs than slots", []int{5, 9}, 1, 1, 4, 9},
+		// Launch order 3, 1, 3, 1 on 2 slots: 3 | 1, then 3 onto 1 -> 4, 1 onto 3 -> 4.
+		{"launch order", []int{3, 1}, 2, 1, 2, 4},
+		// LPT would place 3, 3, 1, 1 -> 4 as well; 1, 3 order: 1 | 3, 1 -> 2, 3 -> 5.
+		{"short chain first", []int{1, 3}, 2, 1, 2, 5},
+		{"per segment", []int{2}, 1, 4, 3, 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.m, ListMakespan(tc.chains, tc.hv, tc.per, tc.slots))
+		})
+	}
+	seed := uint64(11)
+	next := func(n int) int {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		return int((seed >> 33) % uint64(n))
+	}
+	for range 500 {
+		chains := make([]int, next(10))
+		for i := range chains {
+			chains[i] = next(700)
+		}
+		hv, per, slots := 1+next(50), 1+next(4), 1+next(140)
+		require.Equal(t, naiveList(chains, hv, per, slots), ListMakespan(chains, hv, per, slots), "%v hv %d per %d slots %d", chains, hv, per, slots)
+	}
+	assert.Panics(t, func() { ListMakespan([]int{1}, 1, 1, 0) })
+	assert.Panics(t, func() { ListMakespan([]int{-1}, 1, 1, 2) })
 }
 
 // optimum is the smallest makespan of any assignment, by exhaustive search

@@ -33,6 +33,10 @@ type VariantRules struct {
 	LongChain int
 	// DefaultSMs is the SM count assumed when none is given (0: none assumed).
 	DefaultSMs int
+	// Cost, when non-nil, replaces rule B's clauses on this variant for every
+	// walk kind with a cost comparison measured on it (CostRule). Rule A does
+	// not read it.
+	Cost *CostRule
 	// Measured says whether the rule was chosen by measurement on this variant.
 	Measured bool
 	// Note says where the rule comes from.
@@ -60,12 +64,38 @@ var variants = map[string]VariantRules{
 	},
 	VariantSM90a: {
 		DefaultSMs: 132,
-		Note: "Hopper (H100/H200, 132 SMs): not measured yet; uses rule B as written for sm_103a until measured " +
-			"on this GPU",
+		Cost:       &CostRule{CTAsPerSM: 1, Narrow: 2, Wide: 3},
+		Measured:   true,
+		Note: "Hopper (H100/H200, 132 SMs): measured on an H200 with the v5 kernels (docs/perf-notes.md, " +
+			"\"Width rule on sm_90a\"): one walk CTA an SM, a vh = 128 CTA's chunk costs 3/2 of a vh = 64 CTA's; " +
+			"vh = 64 iff 2*M64 <= 3*M128 for every walk, M the makespan of the CTAs in launch order over SM slots",
 	},
 	VariantGeneric: {
 		Note: "any other GPU: not measured; uses rule B as written for sm_103a until measured; give the SM count",
 	},
+}
+
+// CostRule is a width rule measured on one variant (sm_90a), in place of rule
+// B's wave and chain-fit clauses, which assume two walk CTAs an SM. There the
+// walk kernels hold CTAsPerSM CTAs an SM (their shared memory), and a vh = 128
+// CTA takes Wide/Narrow times as long a chunk as a vh = 64 CTA. A walk's time
+// is then the makespan of its CTAs as the GPU hands them out, in launch order
+// (the column tile fastest, then the segment in walk-list order, then the
+// value head), each to the first of CTAsPerSM*SM slots to come free (ListMakespan),
+// times its CTAs' chunk cost:
+//
+//	vh = 64  iff  M64 * Narrow <= M128 * Wide
+//
+// where M128 is the makespan of HV*tiles CTAs a segment and M64 of 2*HV*tiles,
+// tiles = 2 for the summary and offset walks (their P and Q, or P^T and R,
+// column sets are CTAs of their own) and 1 for the state and tape walks. A tie
+// takes vh = 64. (LPT, which sorts the jobs first, is not what the GPU does: on
+// 3 documents of 562, 625 and 704 chunks it predicts vh = 128, and vh = 64 is
+// 9% faster.)
+type CostRule struct {
+	CTAsPerSM int // walk CTAs resident on one SM
+	Narrow    int // relative chunk cost of a vh = 64 CTA
+	Wide      int // relative chunk cost of a vh = 128 CTA
 }
 
 // Variants returns the known width-rule variants, sorted.

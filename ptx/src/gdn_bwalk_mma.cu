@@ -100,6 +100,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "gdn_bwalk_wgmma.cu"
 #include "gdn_walk_mma.cu"
 
 namespace gdnkcp {
@@ -381,12 +382,22 @@ gdn_offset_walk_mma(const float* __restrict__ w, const float* __restrict__ kt, c
                     const int* __restrict__ seg_nchunk, const int* __restrict__ list, float* __restrict__ out_pt,
                     float* __restrict__ out_r, int HQK, int HV, int vh, float scale) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+#if defined(GDNKCP_HAS_WGMMA)
+	// sm_90a: the wgmma body (gdn_bwalk_wgmma.cu), same arguments, grid, block and shared memory.
+	if (vh == 64)
+		bwalkwg::offset_walk<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
+		                         out_pt, out_r, HQK, HV, scale);
+	else
+		bwalkwg::offset_walk<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
+		                          out_pt, out_r, HQK, HV, scale);
+#else
 	if (vh == 64)
 		offset_walk_mma<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
 		                    out_pt, out_r, HQK, HV, scale);
 	else
 		offset_walk_mma<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
 		                     out_pt, out_r, HQK, HV, scale);
+#endif
 }
 
 template <int VH>
@@ -411,12 +422,24 @@ gdn_tape_walk_mma(const float* __restrict__ w, const float* __restrict__ kt, con
                   const int* __restrict__ seg_nchunk, const float* __restrict__ dend, float* __restrict__ d_chunk,
                   float* __restrict__ dvnew, float* __restrict__ dstart, int HQK, int HV, int vh, float scale) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+#if defined(GDNKCP_HAS_WGMMA)
+	// sm_90a: the wgmma body (gdn_bwalk_wgmma.cu), same arguments, grid, block and shared memory.
+	static_assert(bwalkwg::wg_bwalk_smem(64) <= bwalk_mma_smem(64) && bwalkwg::wg_bwalk_smem(128) <= bwalk_mma_smem(128),
+	              "the wgmma tape walk must fit the mma.sync walk's shared memory");
+	if (vh == 64)
+		bwalkwg::tape_walk<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
+		                       d_chunk, dvnew, dstart, HQK, HV, scale);
+	else
+		bwalkwg::tape_walk<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
+		                        d_chunk, dvnew, dstart, HQK, HV, scale);
+#else
 	if (vh == 64)
 		tape_walk_mma<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
 		                  d_chunk, dvnew, dstart, HQK, HV, scale);
 	else
 		tape_walk_mma<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
 		                   d_chunk, dvnew, dstart, HQK, HV, scale);
+#endif
 }
 
 }  // namespace bwalkmma

@@ -757,12 +757,22 @@ gdn_summary_walk_mma16(const float* __restrict__ w, const float* __restrict__ u,
                        const int* __restrict__ seg_nchunk, const int* __restrict__ list,
                        float* __restrict__ out_p, float* __restrict__ out_q, int HQK, int HV, int vh) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+#if defined(GDNKCP_HAS_WGMMA)
+	// sm_90a: the wgmma body (gdn_walk_wgmma.cu), same arguments, grid, block and shared memory.
+	if (vh == 64)
+		walkwg::summary_walk<64>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p,
+		                         out_q, HV, HQK);
+	else
+		walkwg::summary_walk<128>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p,
+		                          out_q, HV, HQK);
+#else
 	if (vh == 64)
 		summary_walk_mma<64, true>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p,
 		                           out_q, HV, HQK);
 	else
 		summary_walk_mma<128, true>(smem, w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p,
 		                            out_q, HV, HQK);
+#endif
 }
 
 }  // namespace walkmma

@@ -1,5 +1,7 @@
 // gdn_walk_wgmma.cu: the v5 state walk (gdn_state_walk_mma16) on Hopper's wgmma, the sm_90a body of
-// that entry (gdn_walk_mma.cu dispatches here when GDNKCP_HAS_WGMMA, wgmma.cuh). Same arguments,
+// that entry (gdn_walk_mma.cu dispatches here when GDNKCP_HAS_WGMMA, wgmma.cuh), and with it the v5
+// summary walk (gdn_summary_walk_mma16: summary_walk at the end, the same walk with no per-chunk stores,
+// the P columns from the identity and without U). Same arguments,
 // grid (128/vh, NS, HV), block 256 and dynamic shared memory (walk_mma_smem(vh)) as the mma.sync
 // body, the same outputs and layouts; every other target, the compute_80 PTX and the CPU emulator
 // build the mma.sync Walker, which stays the portable path.
@@ -9,23 +11,24 @@
 // the B fragments, the splits, ~560 address IMAD/LEA) at ~5.7 us a chunk at vh 64 (ncu: issue slots a
 // third busy). A wgmma of m64n64k16 does the work of 32 mma.sync m16n8k16 and reads B straight from
 // shared memory: the chunk's two products take 36 wgmma a warpgroup (24 + 12) in place of 1536
-// mma.sync and ~1000 ldmatrix a CTA, and they run asynchronously while the warps convert the next
-// chunk.
+// mma.sync and ~1000 ldmatrix a CTA.
 //
 // ---- The data flow (the mma.sync walk's, on a warpgroup) -----------------------------------------
 // Warpgroup q (warps 4q..4q+3) holds value columns c0 + 64 q + [0, 64) (vh 128: both groups; vh 64:
-// group 0, group 1 only copies and converts): warp w of the group columns 16 (w % 4) + (g, g + 8)
+// group 0, while group 1 copies and converts): warp w of the group columns 16 (w % 4) + (g, g + 8)
 // of S^T (all 128 keys: 64 fp32 registers a lane, s[4 nt + r] = key 8 nt + 2t + (r & 1), column
 // g + 8 (r >> 1)), the m64n128 accumulator layout. Per chunk (W, Kt: 64 x 128 fp32 rows):
 //   (1) V'^T = U^T + S^T (-W)^T   m64n64k16 x 8 k steps (keys), A = S^T split to bf16 hi/lo in
 //                                 registers (k step s: s[8s .. 8s+7] as pairs), B = -W hi / lo
-//                                 (token n x key k: W's rows, K-major), D starts as U^T (fp32, exact).
+//                                 (token n x key k: W's rows, K-major). The first wgmma starts from
+//                                 zero (scale-d 0) and U^T (fp32, exact) is added after the wait
+//                                 (U^T as the starting accumulator measured 5% slower).
 //   (2) S^T = e^gl S^T + V'^T Kt  m64n128k16 x 4 k steps (tokens), A = V'^T split (the D of (1)),
 //                                 B = Kt hi / lo stored transposed (key n x token k, K-major).
 // Each k step runs hi*hi, hi*lo, lo*hi into the one accumulator, k steps ascending: the mma.sync
-// walk's products and order (the tensor core's internal summation differs, so the bits are not that
-// walk's; they are the same run to run and at both widths: a column's instructions and operands do not
-// depend on vh or on the other columns).
+// walk's products and order (the tensor core's internal summation differs, and U^T joins at the end,
+// so the bits are not that walk's; they are the same run to run and at both widths: a column's
+// instructions and operands do not depend on vh or on the other columns).
 //
 // ---- Shared memory (from the first 1024-aligned byte of the dynamic allocation) -------------------
 //   XW[2]  0 / 32768      -W hi (keys 0-63 block, keys 64-127 block, 8192 B each), then -W lo: rows
@@ -34,19 +37,28 @@
 //   R      131072         fp32 W and kn rows of the next chunk as cp.async copied them ([2][64][128])
 //   UR     196608         fp32 U of the next chunk, [64][vh], 16-byte units XOR-swizzled by row
 // 196608 + 256 vh bytes + up to 1008 of alignment <= walk_mma_smem(vh) = 230400 at both widths.
-// Warp w copies and converts tokens 8 (w % 8) .. + 7 of W and Kt: its own W units (no barrier), the
-// Kt columns of its 8 tokens after its copies landed (__syncwarp): a lane converts keys 32 m + lane,
-// m = 0..3, eight tokens at once into one 16-byte unit of Kt^T (hi and lo), conflict-free (the eight
-// rows of a quarter warp fall on eight different units of the swizzle).
+// The converting warps (vh 128: all eight, 8 tokens each; vh 64: group 1, 16 tokens each) copy and
+// convert their own tokens of W and Kt: their own W units (no barrier), the Kt columns of their tokens
+// after the copies landed (__syncwarp): a lane converts keys 32 m + lane, m = 0..3, eight tokens at
+// once into one 16-byte unit of Kt^T (hi and lo), conflict-free (the eight rows of a quarter warp fall
+// on eight different units of the swizzle). The state warps copy their own U columns.
 //
 // ---- One __syncthreads a chunk -----------------------------------------------------------------
-// Chunk ci, stage x = ci % 2:  __syncthreads     XW/XK[x] written and fenced by every thread; every
-//                                                wgmma of chunk ci-1 waited; R and UR read
-//                              issue chunk ci+1's copies (R, UR) and its Kt factors
-//                              state groups: H stores, split S, (1), wait, V' stores, split V',
-//                              e^gl S, (2) issued
-//                              every warp: land chunk ci+1 into XW/XK[1-x] (while (2) runs)
-//                              state groups: wait (2)
+// Chunk ci, stage x = ci % 2:  __syncthreads     XW/XK[x] written and fenced (fence.proxy.async) by
+//                                                the converters; every wgmma of chunk ci-1 waited
+//                              state groups: split S, (1) issued, H stores under it, wait, + U^T,
+//                              split V', e^gl S, (2) issued, V' stores under it, wait
+//                              converters: chunk ci+1 into XW/XK[1-x] (at vh 64 while group 0
+//                              runs the chunk); state groups: U^T of chunk ci+1 from UR
+//                              every warp, once its own reads of R / UR are done (__syncwarp):
+//                              chunk ci+2's copies and gate loads (a whole chunk to land)
+// After the last chunk the copies and conversion run once more on the same chunk (into the stage no
+// one reads again), so that no branch on the chunk count sits between a wgmma and its wait.
+//
+// ---- Measured: docs/mma-kernels.md ("The state walk on wgmma"), scripts/walk-check.sh -----------
+// Tried and slower (ptxas 13.0): (2) left running under the conversion (C7515 serialization, +13%);
+// U^T as (1)'s starting accumulator (+5%); at vh 64 every warp converting (+7%, measured with the
+// serialized form).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -106,11 +118,21 @@ struct WGWalker {
 	// ur: the swizzled offset in UR of (token i, column cc): 4-float units XOR 2 ((i >> 1) & 3).
 	__device__ __forceinline__ int ur(int i, int cc) const { return i * VH + (cc ^ (8 * ((i >> 1) & 3))); }
 
-	__device__ __forceinline__ void init_state(const float* src, int c0) {
+	// init_state sets S^T from fp32 rows of 128 (src, columns c0..), or, with src null, to the identity's
+	// columns c0.. (identity) or to zero.
+	__device__ __forceinline__ void init_state(const float* src, int c0, bool identity = false) {
 #pragma unroll
 		for (int nt = 0; nt < 16; ++nt) {
 #pragma unroll
-			for (int r = 0; r < 4; ++r) s[4 * nt + r] = holds() ? src[(8 * nt + 2 * t + (r & 1)) * kD + c0 + col(r)] : 0.f;
+			for (int r = 0; r < 4; ++r) {
+				const int key = 8 * nt + 2 * t + (r & 1);
+				if (!holds())
+					s[4 * nt + r] = 0.f;
+				else if (src != nullptr)
+					s[4 * nt + r] = src[key * kD + c0 + col(r)];
+				else
+					s[4 * nt + r] = (identity && key == c0 + col(r)) ? 1.f : 0.f;
+			}
 		}
 	}
 
@@ -186,7 +208,7 @@ struct WGWalker {
 				kp += ks;
 			}
 		}
-		if (holds()) {
+		if (holds() && u != nullptr) {
 			// Lane copies column unit cc of tokens lane / 4 + 8 y; the swizzle of those rows does not
 			// depend on y.
 			const int i0 = lane / 4, cc = 64 * grp + 16 * wq + 4 * (lane % 4);
@@ -266,9 +288,9 @@ struct WGWalker {
 		wg::fence_proxy_async();
 	}
 
-	// load_u (state warps, after convert's wait): U^T of chunk n into d (zero past n) from this warp's
-	// own columns of UR, and gamma_last.
-	__device__ __forceinline__ void load_u(int n) {
+	// load_u (state warps, after convert's wait): U^T of chunk n into uv (zero past n, and zero without
+	// U: the summary walk's P columns) from this warp's own columns of UR, and gamma_last.
+	__device__ __forceinline__ void load_u(int n, bool hasU) {
 		gl = gln;
 		__syncwarp();  // the warp's U copies, each visible to its own lane after the wait, to the warp
 #pragma unroll
@@ -276,19 +298,26 @@ struct WGWalker {
 #pragma unroll
 			for (int r = 0; r < 4; ++r) {
 				const int i = 8 * nt + 2 * t + (r & 1);
-				uv[4 * nt + r] = i < n ? UR[ur(i, col(r))] : 0.f;
+				uv[4 * nt + r] = hasU && i < n ? UR[ur(i, col(r))] : 0.f;
 			}
 		}
 	}
 
-	// vprime runs (1) on stage x and waits for it: d = U^T + S^T (-W)^T.
-	__device__ __forceinline__ void vprime(int x) {
-		unsigned ah[8][4], al[8][4];
+	// split_frags: the A fragments of K k steps from accumulators acc (k step k: acc[8k .. 8k+7] as
+	// bf16 pairs), hi and lo parts.
+	template <int K>
+	__device__ __forceinline__ static void split_frags(const float* acc, unsigned (&ah)[K][4], unsigned (&al)[K][4]) {
 #pragma unroll
-		for (int k = 0; k < 8; ++k) {
+		for (int k = 0; k < K; ++k) {
 #pragma unroll
-			for (int q = 0; q < 4; ++q) tc::split_bf16x2(s[8 * k + 2 * q], s[8 * k + 2 * q + 1], ah[k][q], al[k][q]);
+			for (int q = 0; q < 4; ++q) tc::split_bf16x2(acc[8 * k + 2 * q], acc[8 * k + 2 * q + 1], ah[k][q], al[k][q]);
 		}
+	}
+
+	// vprime_issue issues (1) on stage x: d = S^T (-W)^T (from zero; vprime_wait adds U^T). ah, al
+	// must live until the wait.
+	__device__ __forceinline__ void vprime_issue(int x, unsigned (&ah)[8][4], unsigned (&al)[8][4]) {
+		split_frags<8>(s, ah, al);
 		const unsigned char* xw = X + x * 32768;
 		wg::fence();
 #pragma unroll
@@ -300,20 +329,19 @@ struct WGWalker {
 			wg::mma_m64n64k16_rs(d, al[k], bh);
 		}
 		wg::commit();
+	}
+
+	// vprime_wait waits for (1) and adds U^T: d = V'^T.
+	__device__ __forceinline__ void vprime_wait() {
 		wg::wait<0>();
 		wg::fence_operand(d);
 #pragma unroll
 		for (int i = 0; i < 32; ++i) d[i] = uv[i] + d[i];
 	}
 
-	// update issues (2) on stage x (S^T = e^gl S^T + V'^T Kt) without waiting for it.
-	__device__ __forceinline__ void update(int x) {
-		unsigned ah[4][4], al[4][4];
-#pragma unroll
-		for (int k = 0; k < 4; ++k) {
-#pragma unroll
-			for (int q = 0; q < 4; ++q) tc::split_bf16x2(d[8 * k + 2 * q], d[8 * k + 2 * q + 1], ah[k][q], al[k][q]);
-		}
+	// update_issue issues (2) on stage x: S^T = e^gl S^T + V'^T Kt. ah, al must live until the wait.
+	__device__ __forceinline__ void update_issue(int x, unsigned (&ah)[4][4], unsigned (&al)[4][4]) {
+		split_frags<4>(d, ah, al);
 		const float decay = expf(gl);
 #pragma unroll
 		for (int i = 0; i < 64; ++i) s[i] *= decay;
@@ -334,36 +362,52 @@ struct WGWalker {
 	                                     int c0, float* h_out, float* vnew, bf16* h16, bf16* vnew16, int HQK) {
 		if (nch <= 0) return;
 		const int qh = h / (HV / HQK);
+		const int last = ch0 + nch - 1;
 		issue(w, u, kn, chunk_tok0[ch0], chunk_len[ch0], h, HV, c0, HQK, qh);
 		prefetch_gates(gcum, chunk_tok0[ch0], chunk_len[ch0], h, HV);
 		convert(0, chunk_len[ch0]);
-		if (holds()) load_u(chunk_len[ch0]);
+		if (holds()) load_u(chunk_len[ch0], u != nullptr);
+		{
+			const int c1 = ch0 + 1 < last ? ch0 + 1 : last;
+			__syncwarp();
+			issue(w, u, kn, chunk_tok0[c1], chunk_len[c1], h, HV, c0, HQK, qh);
+			prefetch_gates(gcum, chunk_tok0[c1], chunk_len[c1], h, HV);
+		}
 		for (int ci = 0; ci < nch; ++ci) {
 			const int c = ch0 + ci, x = ci & 1, n = chunk_len[c];
-			// The next chunk, or this one again after the last: the copies, gates and conversion run
-			// unconditionally (the stage they fill is not read again), so that no branch on nch
+			// The next chunk and the one after (or the last again): the copies, gates and conversion run
+			// unconditionally (a stage filled past the end is not read again), so that no branch on nch
 			// separates (2) from its wait.
-			const int cn = ci + 1 < nch ? c + 1 : c;
+			const int cn = c + 1 < last ? c + 1 : last, cn2 = c + 2 < last ? c + 2 : last;
 			__syncthreads();
-			issue(w, u, kn, chunk_tok0[cn], chunk_len[cn], h, HV, c0, HQK, qh);
-			prefetch_gates(gcum, chunk_tok0[cn], chunk_len[cn], h, HV);
 			if (holds()) {
 				const long long blk = (long long)c * HV + h;
+				unsigned ah[8][4], al[8][4];
+				vprime_issue(x, ah, al);
+				// The chunk's stores are issued while its products run: H (read from s, which (1) does
+				// not write) under (1), V' (read from d, which (2) does not write) under (2).
 				if (h_out != nullptr) store_state(h_out + blk * kD * kD, c0);
 				if (h16 != nullptr) store_state16(h16 + blk * kD * kD, c0);
-				vprime(x);
+				vprime_wait();
+				unsigned bh[4][4], bl[4][4];
+				update_issue(x, bh, bl);
 				if (vnew != nullptr) store_vprime(vnew, chunk_tok0[c], n, h, HV, c0);
 				if (vnew16 != nullptr) store_vprime16(vnew16 + blk * kD * kC, n, c0);
-				update(x);
 				// (2) is waited for here, before the conversion: with the wait after it (the conversion
 				// under (2)), ptxas 13.0 serialized every wgmma of the kernel (C7515) and the walk was
-				// 19% slower; a wait outside the state branch was needed then too (C7517).
+				// 13% slower; a wait outside the state branch was needed then too (C7517).
 				wg::wait<0>();
 				wg::fence_operand(s);
 			}
-			convert(1 - x, chunk_len[cn]);
-			if (holds()) load_u(chunk_len[cn]);
+			convert(1 - x, chunk_len[cn]);  // copies issued an iteration ago
+			if (holds()) load_u(chunk_len[cn], u != nullptr);
+			// R and UR are free again as soon as their warp has read them (each warp copies only what
+			// its own lanes read): chunk cn2's copies start now and have a whole chunk to land.
+			__syncwarp();
+			issue(w, u, kn, chunk_tok0[cn2], chunk_len[cn2], h, HV, c0, HQK, qh);
+			prefetch_gates(gcum, chunk_tok0[cn2], chunk_len[cn2], h, HV);
 		}
+		tc::cp_async_wait<0>();  // the copies issued past the end land before the CTA exits
 	}
 };
 
@@ -379,6 +423,24 @@ __device__ __forceinline__ void state_walk(float* smem, const float* w, const fl
 	wk.walk(w, u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0, h_out, vnew, h16,
 	        vnew16, HQK);
 	wk.store_state(final_state + ((long long)seg * HV + h) * kD * kD, c0);
+}
+
+// summary_walk: gdn_summary_walk_mma16's sm_90a body. Blocks x < 128 / vh walk the Q columns (U read, from
+// a zero state), the others the P columns (no U, from the identity's columns); nothing is stored per chunk.
+template <int VH>
+__device__ __forceinline__ void summary_walk(float* smem, const float* w, const float* u, const float* kn,
+                                             const float* gcum, const int* chunk_tok0, const int* chunk_len,
+                                             const int* seg_chunk0, const int* seg_nchunk, const int* list,
+                                             float* out_p, float* out_q, int HV, int HQK) {
+	WGWalker<VH> wk(smem);
+	const int tiles = kD / VH;
+	const bool isP = (int)blockIdx.x >= tiles;
+	const int c0 = (isP ? (int)blockIdx.x - tiles : (int)blockIdx.x) * VH;
+	const int li = blockIdx.y, h = blockIdx.z, seg = list[li];
+	wk.init_state(nullptr, c0, isP);
+	wk.walk(w, isP ? nullptr : u, kn, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, c0,
+	        nullptr, nullptr, nullptr, nullptr, HQK);
+	wk.store_state((isP ? out_p : out_q) + ((long long)li * HV + h) * kD * kD, c0);
 }
 
 }  // namespace walkwg

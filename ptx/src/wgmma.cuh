@@ -3,6 +3,8 @@
 // GDNKCP_HAS_WGMMA, which only the sm_90a target defines (nvcc -gencode arch=compute_90a,code=sm_90a sets
 // __CUDA_ARCH_FEAT_SM90_ALL). The other targets, the compute_80 PTX and the CPU emulator build the
 // portable mma.sync path instead; -DGDNKCP_NO_WGMMA turns this path off on sm_90a too (A/B timing).
+// The CPU emulator builds it where a runner defines GDNKCP_EMU_WGMMA: each wrapper then calls the
+// emulator (ptx/cpuemu/testdata/emu.h), as mma.cuh's do.
 //
 // ---- wgmma.mma_async m64nNk16, A from registers, B from shared memory (PTX ISA 8.0+, sm_90a) --------
 // A warpgroup (4 consecutive warps, the first one's index divisible by 4) computes D (64 x N, fp32)
@@ -27,7 +29,11 @@
 // accumulator keeps the compiler from moving its reads above the wait.
 #pragma once
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(GDNKCP_NO_WGMMA) && !defined(GDNKCP_CPU_EMULATOR)
+#if defined(GDNKCP_CPU_EMULATOR)
+#if defined(GDNKCP_EMU_WGMMA)  // a CPU emulator runner that emulates wgmma (ptx/cpuemu/testdata/emu.h)
+#define GDNKCP_HAS_WGMMA 1
+#endif
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(GDNKCP_NO_WGMMA)
 #define GDNKCP_HAS_WGMMA 1
 #endif
 
@@ -42,6 +48,23 @@ __device__ __forceinline__ unsigned long long desc_sw128(const void* p) {
 	       (1ull << 62);
 }
 
+#if defined(GDNKCP_CPU_EMULATOR)
+__device__ __forceinline__ void fence() { emu::wgmma_fence(); }
+__device__ __forceinline__ void commit() { emu::wgmma_commit(); }
+template <int N>
+__device__ __forceinline__ void wait() {
+	emu::wgmma_wait(N);
+}
+__device__ __forceinline__ void fence_proxy_async() {}
+template <int N>
+__device__ __forceinline__ void fence_operand(float (&)[N]) {}
+__device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const unsigned (&a)[4], unsigned long long desc, int scale_d = 1) {
+	emu::wgmma_rs(d, 64, a, desc, scale_d);
+}
+__device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const unsigned (&a)[4], unsigned long long desc, int scale_d = 1) {
+	emu::wgmma_rs(d, 128, a, desc, scale_d);
+}
+#else
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -82,6 +105,7 @@ __device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const unsigned
 	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
+#endif  // GDNKCP_CPU_EMULATOR
 
 }  // namespace wg
 }  // namespace gdnkcp

@@ -105,7 +105,7 @@ func TestDevicesOneGPU(t *testing.T) {
 	assert.Equal(t, "compute_80", d.Blob)
 	assert.True(t, d.Forced)
 	assert.Equal(t, "sm_90a", d.Variant)
-	assert.Contains(t, d.RuleNote, "until measured")
+	assert.Contains(t, d.RuleNote, "measured on an H200")
 	assert.Equal(t, "580.159.04", dj.NVML.DriverVersion)
 }
 

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# width-sweep.sh: the measurement behind a width rule (DESIGN.md §4: "other GPUs: a profile of their own,
+# chosen by measurement"). For each pack of SWEEP (one rank holds it), `kcp bench` at --force-vh 64 and at
+# --force-vh 128, core and core+bwd, and a table of the walks' stage medians: the forward state walk (core,
+# where it writes bf16 H / V' only), the state walk of core+bwd (fp32 copies too) and the tape walk, with
+# the faster width of each marked. Run on the GPU machine with the blobs to measure in GDNKCP_BLOB_DIR
+# (default: the embedded ones):
+#   run(command="bash scripts/width-sweep.sh", carry=[".gpu/pack.tgz"])
+# Env: SWEEP (packs separated by ';', each a --docs list), REPS (default 5), KERNELS (default v5).
+# The JSON of every bench lands in $OUT/sweep/ (or /tmp/width-sweep).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ -f .gpu/pack.tgz ] && [ ! -x .gpu/kcp ] && tar -C .gpu -xzf .gpu/pack.tgz
+out=${OUT:-/tmp/width-sweep}/sweep
+mkdir -p "$out"
+sweep=${SWEEP:-'65536;32768,32768;21845,21845,21846;16384,16384,16384,16384;40000,45000,35908;8192,8192,8192,8192,8192,8192,8192,8192;4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096'}
+IFS=';' read -ra packs <<<"$sweep"
+i=0
+for p in "${packs[@]}"; do
+	for vh in 64 128; do
+		f="$out/$i-$vh.json"
+		timeout 240 .gpu/kcp bench --docs "$p" --kernels "${KERNELS:-v5}" --modes core,core+bwd --reps "${REPS:-5}" \
+			--warmup 2 --force-vh "$vh" --json >"$f" 2>"$out/$i-$vh.err" || { echo "width-sweep: pack $p vh $vh failed:"; tail -3 "$out/$i-$vh.err"; }
+	done
+	i=$((i + 1))
+done
+python3 - "$out" "${packs[@]}" <<'PY'
+import json, sys, os
+d, packs = sys.argv[1], sys.argv[2:]
+def load(f):
+    try:
+        data = json.load(open(f))
+    except Exception:
+        return {}
+    rows = data if isinstance(data, list) else data.get("rows", [data])
+    return {r["mode"]: r for r in rows}
+print(f"{'pack (docs x chunks)':34} {'state core 64/128':>22} {'state c+b 64/128':>22} {'tape 64/128':>22} {'core+bwd 64/128':>22}")
+for i, p in enumerate(packs):
+    a, b = load(os.path.join(d, f"{i}-64.json")), load(os.path.join(d, f"{i}-128.json"))
+    docs = [int(x) for x in p.split(",")]
+    chunks = sorted({(x + 63) // 64 for x in docs})
+    name = f"{len(docs)} x {'/'.join(map(str, chunks))}"
+    def cell(mode, stage):
+        try:
+            x, y = a[mode]["stage_median_ms"][stage], b[mode]["stage_median_ms"][stage]
+        except KeyError:
+            return f"{'-':>22}"
+        m = "64" if x < y else "128"
+        return f"{x:7.3f} {y:7.3f} ({m:>3})".rjust(22)
+    def tot(mode):
+        try:
+            x, y = a[mode]["median_ms"], b[mode]["median_ms"]
+        except KeyError:
+            return f"{'-':>22}"
+        return f"{x:7.3f} {y:7.3f}".rjust(22)
+    print(f"{name:34} {cell('core', 'state walk')} {cell('core+bwd', 'fwd state walk')} {cell('core+bwd', 'bwd tape walk')} {tot('core+bwd')}")
+PY
