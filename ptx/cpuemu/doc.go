@@ -152,15 +152,18 @@
 //     wgmma reported by the runner, every output written, the fp32 ones
 //     within 2e-5 of gdn_state_walk_mma's, the bf16 copies bitwise the
 //     rounding of its own fp32 ones, both widths bitwise equal, one case with
-//     copies and wgmma deferred. It skips while the sources' wgmma.cuh does
-//     not route to the emulator (the routing is staged with
-//     ptx/staging/gdn_walk_wgmma-stores-ahead.patch; CPUEMU_SRC runs it).
+//     copies and wgmma deferred. It skips where the sources' wgmma.cuh does
+//     not route to the emulator (GDNKCP_EMU_WGMMA; ptx/src has it since
+//     2026-12-01).
 //   - TestWGMMABackwardWalksOnCPU: TestMMABackwardWalksOnCPU's cases and
 //     checks on runner_bwalk_mma_wg, where gdn_tape_walk_mma and
-//     gdn_offset_walk_mma run their sm_90a bodies (gdn_bwalk_wgmma.cu,
-//     staged as ptx/staging/gdn_walk_wgmma-tape.patch) on the emulated
-//     wgmma; wgmma reported for every backward walk launch; skips like
-//     TestWGMMAStateWalkOnCPU.
+//     gdn_offset_walk_mma run their sm_90a bodies (gdn_bwalk_wgmma.cu) on
+//     the emulated wgmma; wgmma reported for every backward walk launch;
+//     skips like TestWGMMAStateWalkOnCPU. The staged vh 64 form with the
+//     conversion beside the products
+//     (ptx/staging/gdn_bwalk_wgmma-split.patch: named barriers with
+//     bar.arrive between the warpgroups) runs here with
+//     scripts/staged-emu.sh.
 //   - TestMMA5ChunkGradsOnCPU: the grouped chunk gradients of
 //     ptx/src/gdn_chunk_grads_mma5.cu (one CTA per chunk and QK head, dq
 //     and dk summed over its value heads and put through the l2norm backward

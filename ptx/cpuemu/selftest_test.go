@@ -106,12 +106,47 @@ func TestEmulator(t *testing.T) {
 		requireFreshReads(t, j.run(bin).raw["out"], blocks, n, "no warp read its partner's slot unwritten")
 	})
 
+	t.Run("arrive_pair", func(t *testing.T) {
+		// Producers (warps 0-3) write, then bar.arrive; consumers (warps 4-7) bar.sync and read.
+		const blocks, n = 2, 256
+		j := newJob(t)
+		j.out("out", 4*blocks*n)
+		j.launch("arrive", "emu_arrive_pair", grid1(blocks), n, "1024", buf("out"), i32a(1))
+		got := j.run(bin).f32s("out")
+		for i, v := range got {
+			b, th := i/n, i%n
+			want := float32(0)
+			if th >= 128 {
+				want = float32(th - 128 + 1000*b)
+			}
+			require.Equal(t, want, v, "block %d thread %d", b, th)
+		}
+	})
+
+	t.Run("arrive_before_write_reads_nan", func(t *testing.T) {
+		// Producers that arrive before they write: the arriving threads go on only after the consumers
+		// their arrival released, so in the descending block the consumers read the slots unwritten.
+		const blocks, n = 2, 256
+		j := newJob(t)
+		j.out("out", 4*blocks*n)
+		j.launch("arrive", "emu_arrive_pair", grid1(blocks), n, "1024", buf("out"), i32a(0))
+		out := j.run(bin).raw["out"]
+		fresh := 0
+		for i := n + 128; i < 2*n; i++ {
+			if math.Float32bits(f32Of(out, i)) == smemFill {
+				fresh++
+			}
+		}
+		require.Equal(t, 128, fresh, "every consumer of block 1 reads its slot unwritten")
+	})
+
 	for _, c := range []struct {
 		name, kernel, smem, want string
 		args                     []string
 	}{
 		{"named_barrier_count_mismatch", "emu_named_count_mismatch", "0", "threads name counts 64 and 96", []string{buf("p")}},
 		{"named_barrier_short", "emu_named_short", "0", "at a named barrier (bar.sync) short of its count", []string{buf("p")}},
+		{"arrive_count_mismatch", "emu_arrive_count_mismatch", "0", "threads name counts", []string{buf("p")}},
 		{"divergent_syncthreads", "emu_divergent_sync", "0", "barrier divergence", []string{buf("p")}},
 		{"smem_past_launch_size", "emu_smem_overflow", "1024", "beyond the launch's 1024 bytes", []string{i32a(1024)}},
 		{"smem_past_device_limit", "emu_smem_overflow", "232452", "more than the device's", []string{i32a(0)}},

@@ -64,6 +64,7 @@ namespace emu {
 void block_barrier();
 void warp_barrier(unsigned mask);
 void named_barrier(unsigned id, unsigned count);
+void named_arrive(unsigned id, unsigned count);
 unsigned* warp_slots();  // this fiber's warp's 32 exchange slots
 unsigned lane_id();      // this fiber's lane (linear thread index % 32)
 

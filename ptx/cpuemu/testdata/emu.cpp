@@ -19,7 +19,7 @@ dim3 gridDim, blockDim, blockIdx, threadIdx;
 namespace emu {
 namespace {
 
-enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kAtNamedBarrier, kDone };
+enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kAtNamedBarrier, kArrived, kDone };
 
 // A cp.async in flight (EMU_CP_ASYNC=deferred): its source bytes, read at issue.
 struct Copy {
@@ -81,6 +81,8 @@ unsigned slots[kMaxThreads / 32][32];
 Exchange exchange[kMaxThreads / 32];
 std::string cur_label;
 bool in_block = false;
+// bar.arrive: arrivals at each named barrier's current phase, and the count they named.
+unsigned arrived[16], arrive_count[16];
 bool cp_async_deferred = false;  // EMU_CP_ASYNC=deferred
 bool wgmma_deferred = false;     // EMU_WGMMA=deferred
 const unsigned char* window = nullptr;  // the dynamic shared memory that cvta_shared addresses
@@ -138,8 +140,15 @@ void run_block(unsigned n, bool reverse, Stats& st) {
     f.ctx.uc_link = &scheduler;
     makecontext(&f.ctx, reinterpret_cast<void (*)()>(entry), 1, static_cast<int>(i));
   }
+  std::fill_n(arrived, 16, 0u);
+  std::fill_n(arrive_count, 16, 0u);
   const unsigned nw = (n + 31) / 32;
   for (;;) {
+    // A thread that did bar.arrive goes on in the next round, after this round's other warps (among them,
+    // in ascending order, the consumers its arrival released): a producer that arrives before it writes
+    // is then seen by the consumers that read first.
+    for (unsigned i = 0; i < n; ++i)
+      if (fibers[i].state == kArrived) fibers[i].state = kReady;
     for (unsigned xw = 0; xw < nw; ++xw) {
       const unsigned w = reverse ? nw - 1 - xw : xw;
       const unsigned l0 = w * 32, l1 = std::min(n, l0 + 32);
@@ -171,6 +180,9 @@ void run_block(unsigned n, bool reverse, Stats& st) {
       at_warp += fibers[i].state == kAtWarpBarrier;
     }
     if (done == n) return;
+    // A bar.arrive that completed a named barrier's phase readied its waiting threads (perhaps of a warp
+    // already passed this round): run them first.
+    if (done + at_named + at_block + at_warp < n) continue;  // ready or just arrived
     bool released = false;
     for (unsigned w = 0; w * 32 < n; ++w) {
       const unsigned l0 = w * 32, l1 = std::min(n, l0 + 32);
@@ -181,25 +193,26 @@ void run_block(unsigned n, bool reverse, Stats& st) {
       released = true;
       ++st.warp_syncs;
     }
-    // A named barrier (bar.sync id, count) is released once count threads, whole warps, wait at it;
-    // every thread at it must name the same count.
+    // A named barrier (bar.sync id, count) is released once count threads, whole warps, wait at it or
+    // arrived at it (bar.arrive); every thread at it must name the same count.
     for (unsigned id = 1; id < 16 && !released; ++id) {
-      unsigned at = 0, count = 0;
+      unsigned at = 0, count = arrive_count[id];
       for (unsigned i = 0; i < n; ++i) {
         if (fibers[i].state != kAtNamedBarrier || fibers[i].bar_id != id) continue;
-        if (at > 0 && fibers[i].bar_count != count)
+        if ((at > 0 || arrived[id] > 0) && fibers[i].bar_count != count)
           fail("named barrier " + std::to_string(id) + ": threads name counts " + std::to_string(count) + " and " +
                std::to_string(fibers[i].bar_count));
         count = fibers[i].bar_count;
         ++at;
       }
       if (at == 0) continue;
-      if (at > count)
-        fail("named barrier " + std::to_string(id) + ": " + std::to_string(at) + " threads wait at it, count " +
-             std::to_string(count));
-      if (at < count) continue;
+      if (at + arrived[id] > count)
+        fail("named barrier " + std::to_string(id) + ": " + std::to_string(at) + " threads wait at it and " +
+             std::to_string(arrived[id]) + " arrived, count " + std::to_string(count));
+      if (at + arrived[id] < count) continue;
       for (unsigned i = 0; i < n; ++i)
         if (fibers[i].state == kAtNamedBarrier && fibers[i].bar_id == id) fibers[i].state = kReady;
+      arrived[id] = 0;
       released = true;
       ++st.named_syncs;
     }
@@ -246,6 +259,40 @@ void named_barrier(unsigned id, unsigned count) {
   fibers[current].bar_id = id;
   fibers[current].bar_count = count;
   yield(kAtNamedBarrier);
+}
+
+void named_arrive(unsigned id, unsigned count) {
+  if (current < 0) fail("bar.arrive outside a launch");
+  if (id == 0 || id >= 16) fail("bar.arrive " + std::to_string(id) + ": the emulator takes named barriers 1..15");
+  if (count == 0 || count % 32 != 0) fail("bar.arrive with " + std::to_string(count) + " threads: a multiple of 32");
+  if (arrived[id] > 0 && arrive_count[id] != count)
+    fail("named barrier " + std::to_string(id) + ": threads name counts " + std::to_string(arrive_count[id]) + " and " +
+         std::to_string(count));
+  unsigned at = 0;
+  for (const Fiber& f : fibers) {
+    if (&f - fibers >= static_cast<long>(blockDim.x * blockDim.y * blockDim.z)) break;
+    if (f.state != kAtNamedBarrier || f.bar_id != id) continue;
+    if (f.bar_count != count)
+      fail("named barrier " + std::to_string(id) + ": threads name counts " + std::to_string(f.bar_count) + " and " +
+           std::to_string(count));
+    ++at;
+  }
+  arrive_count[id] = count;
+  if (at + arrived[id] + 1 > count)
+    fail("bar.arrive at named barrier " + std::to_string(id) + ": " + std::to_string(at) + " threads wait at it and " +
+         std::to_string(arrived[id] + 1) + " arrived, count " + std::to_string(count) +
+         " (an arrival a phase ahead of the threads that sync)");
+  ++arrived[id];
+  if (at + arrived[id] == count) {
+    // The phase completes at this arrival: the waiting threads go on (the arriving one never waits).
+    for (Fiber& f : fibers) {
+      if (&f - fibers >= static_cast<long>(blockDim.x * blockDim.y * blockDim.z)) break;
+      if (f.state == kAtNamedBarrier && f.bar_id == id) f.state = kReady;
+    }
+    arrived[id] = 0;
+    if (cur_stats) ++cur_stats->named_syncs;
+  }
+  yield(kArrived);  // resumed in the next round (run_block)
 }
 
 void warp_barrier(unsigned mask) {

@@ -9,7 +9,11 @@
 // missing barrier shows whichever way the hazard points), then the barrier is
 // released and the round repeats. __syncthreads() waits
 // for every thread of the block, a named barrier (bar.sync id, count: tc::bar_sync
-// of mma.cuh) for count threads at that id, __syncwarp() and the shuffles (and the
+// of mma.cuh) for count threads at that id (threads that bar.arrive there,
+// named_arrive, count toward it without waiting; an arriving thread goes on only
+// in the next round, after the threads its arrival released, so a producer that
+// arrives before it writes is seen; counts must agree, and an arrival beyond the
+// count of a phase still open is an error), __syncwarp() and the shuffles (and the
 // tensor-core instructions below) for every lane of the warp. A warp's
 // barrier is released as soon as all its lanes reach it, so each warp runs
 // ahead to its next __syncthreads (or its end) before the next warp starts:

@@ -74,6 +74,32 @@ extern "C" __global__ void emu_named_pair(float* out, int sync) {
   out[blockIdx.x * blockDim.x + t] = smem[((w + 4) % 8) * 32 + lane];
 }
 
+// arrive_pair: warps 0-3 post their slot and arrive at named barrier 1 (bar.arrive, 256 threads), warps
+// 4-7 sync there and read the slot of thread t - 128; with write_first 0 the producers arrive before they
+// write (a bug the descending block order shows).
+extern "C" __global__ void emu_arrive_pair(float* out, int write_first) {
+  extern __shared__ float smem[];
+  const int t = threadIdx.x;
+  if (t < 128) {
+    if (write_first) smem[t] = static_cast<float>(t + 1000 * blockIdx.x);
+    emu::named_arrive(1, 256);
+    if (!write_first) smem[t] = static_cast<float>(t + 1000 * blockIdx.x);
+    out[blockIdx.x * blockDim.x + t] = 0.f;
+    return;
+  }
+  gdnkcp::tc::bar_sync(1, 256);
+  out[blockIdx.x * blockDim.x + t] = smem[t - 128];
+}
+
+// arrive_count_mismatch: the producers arrive for 256 threads, the consumers sync for 192 (a bug).
+extern "C" __global__ void emu_arrive_count_mismatch(float* out) {
+  if (threadIdx.x < 128)
+    emu::named_arrive(1, 256);
+  else
+    gdnkcp::tc::bar_sync(1, 192);
+  out[threadIdx.x] = 1.f;
+}
+
 // named_count_mismatch: the two warps at named barrier 1 name different thread counts (a bug).
 extern "C" __global__ void emu_named_count_mismatch(float* out) {
   if (threadIdx.x >= 64) return;
@@ -114,6 +140,8 @@ emu::Registrar selftest_kernels(
         EMU_KERNEL(emu_selftest, emu_named_pair),
         EMU_KERNEL(emu_selftest, emu_named_count_mismatch),
         EMU_KERNEL(emu_selftest, emu_named_short),
+        EMU_KERNEL(emu_selftest, emu_arrive_pair),
+        EMU_KERNEL(emu_selftest, emu_arrive_count_mismatch),
     },
     {});
 }  // namespace
