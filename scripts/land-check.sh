@@ -12,9 +12,11 @@
 #      repeatability, the checkpoint recompute);
 #   3. kcp bench at 120,908 tokens (3 documents) on A and on B, and on B again with --force-vh 64 (the width
 #      rule's sm_90a question: with wgmma the state walk's vh 128 costs ~1.4x its vh 64 a chunk, not 2x).
+#   4. with WIDTH=1, scripts/width-sweep.sh on B's blobs (both widths on seven one-rank packs: whether the
+#      sm_90a width rule, sched.CostRule, still picks the faster width with the new kernels).
 # B's blobs come back as $OUT/blobs-b.tar.gz: install them (scripts/blobs-local.sh install) only where every
 # check passed and no stage got slower. Env: DOCS2 (default 40000,45000,35908; empty skips step 3), B_TESTS,
-# WALK=0 skips step 1.
+# WALK=0 skips step 1, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
@@ -39,4 +41,8 @@ if [ -n "$docs2" ] && [ -d /tmp/gdnkcp-blobs-b ]; then
 	done
 	GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd \
 		--reps 5 --warmup 2 --force-vh 64 2>/dev/null | grep -E 'median|walk' | sed "s/^/B vh64 /"
+fi
+if [ "${WIDTH:-0}" = 1 ] && [ -d /tmp/gdnkcp-blobs-b ]; then
+	echo "== width sweep (B's blobs)"
+	GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b bash scripts/width-sweep.sh 2>&1 | tail -10
 fi
