@@ -8,7 +8,9 @@
 # There: run(command="bash scripts/ab-bench.sh", carry=[".gpu/pack.tgz"])
 # Env: DOCS (default 32768), MODES (default core,core+bwd), REPS (default 5), KERNELS (default v5);
 # A_BLOBS: a built blob directory to use as A instead (e.g. ptx/blobs, the committed blobs, with ALT_SRC=ptx/src
-# to time the working tree's sources against them); B_TESTS: a kcp test regex to run on B's blobs afterwards.
+# to time the working tree's sources against them); B_TESTS: a kcp test regex to run on B's blobs afterwards;
+# A_KCP: the kcp binary for A's runs (default .gpu/kcp), where B changes a kernel's arguments and the
+# current kcp cannot launch A's blobs (e.g. .gpu/kcp-a, built before scripts/land-v4.sh applied the patch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
@@ -37,7 +39,8 @@ PY
 for r in $(seq 1 "${ROUNDS:-2}"); do
 	for s in A B; do
 		dir=$a; [ $s = B ] && dir=$b
-		GDNKCP_BLOB_DIR=$dir timeout ${BENCH_TIMEOUT:-240} .gpu/kcp bench --docs "${DOCS:-32768}" --kernels "${KERNELS:-v5}" \
+		bin=.gpu/kcp; [ $s = A ] && bin=${A_KCP:-.gpu/kcp}
+		GDNKCP_BLOB_DIR=$dir timeout ${BENCH_TIMEOUT:-240} $bin bench --docs "${DOCS:-32768}" --kernels "${KERNELS:-v5}" \
 			--modes "${MODES:-core,core+bwd}" --reps "${REPS:-5}" --warmup 2 2>/dev/null >"$out/bench-$s-$r.txt"
 	done
 done

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # land-check.sh: the one device call that lands staged kernel changes. After, here:
-#   scripts/land-v4.sh && go test ./ptx/cpuemu -run 'WGMMA|MMA16|MMABackward' && scripts/gpu.sh build && scripts/gpu.sh pack
+#   go build -o .gpu/kcp-a ./tools/kcp        # kcp as committed: A's runs, where a patch changes a kernel's ABI
+#   scripts/land-v4.sh && go test ./ptx/cpuemu -run 'WGMMA|MMA16|MMABackward|MMA5' && scripts/gpu.sh build &&
+#   scripts/gpu.sh pack kcp kcp.test ptxgen kcp-a
 # there:
 #   run(command="bash scripts/land-check.sh", carry=[".gpu/pack.tgz"])
 # it runs, in this order (the device's time is the budget: ~5-6 minutes):
@@ -27,16 +29,17 @@ if [ "${WALK:-1}" = 1 ]; then
 	bash scripts/walk-check.sh 2>&1 | grep -E '^\[|^== build|C75|Used|error' | tee "$out/walk-check.txt"
 fi
 echo "== ab-bench"
-A_BLOBS=ptx/blobs ALT_SRC=ptx/src MODES=core,core+bwd \
+A_KCP=$( [ -x .gpu/kcp-a ] && echo .gpu/kcp-a || echo .gpu/kcp ) A_BLOBS=ptx/blobs ALT_SRC=ptx/src MODES=core,core+bwd \
 	B_TESTS=${B_TESTS:-'TestGPUTensorCoreForward/v5|TestGPUTensorCoreBackward|TestGPUTensorCorePortable|TestGPURepeatable|TestGPUCheckpointRecompute'} \
 	bash scripts/ab-bench.sh 2>&1 | tail -30 | tee "$out/ab-bench.txt"
 docs2=${DOCS2-40000,45000,35908}
 if [ -n "$docs2" ] && [ -d /tmp/gdnkcp-blobs-b ]; then
 	echo "== kcp bench --docs $docs2 (A: committed blobs, B: ptx/src)"
 	for s in A B; do
-		d=ptx/blobs
+		d=ptx/blobs bin=.gpu/kcp
+		[ $s = A ] && [ -x .gpu/kcp-a ] && bin=.gpu/kcp-a
 		[ $s = B ] && d=/tmp/gdnkcp-blobs-b
-		GDNKCP_BLOB_DIR=$d timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd --reps 5 --warmup 2 \
+		GDNKCP_BLOB_DIR=$d timeout 240 $bin bench --docs "$docs2" --kernels v5 --modes core,core+bwd --reps 5 --warmup 2 \
 			2>/dev/null | grep -E 'median|walk|chunk grads' | sed "s/^/$s /"
 	done
 	GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd \

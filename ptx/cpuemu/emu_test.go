@@ -244,6 +244,7 @@ func (j *job) launch(label, kernel string, grid [3]int, block int, smem string, 
 
 // Launch arguments.
 func buf(name string) string              { return "b:" + name }
+func nullBuf() string                     { return "b:-" }
 func bufAt(name string, bytes int) string { return fmt.Sprintf("b:%s+%d", name, bytes) }
 func i32a(v int) string                   { return "i:" + strconv.Itoa(v) }
 func u32(v uint32) string                 { return "w:" + strconv.FormatUint(uint64(v), 10) }

@@ -10,7 +10,7 @@
 //
 // SMEM is a byte count or a constant the kernels' source names (kPrepSmem,
 // walk_smem(64), ...). An ARG is b:NAME or b:NAME+BYTES (a pointer into a
-// buffer), i:N (int), w:N (unsigned), l:N (long long), u:N (unsigned long
+// buffer), b:- (a null pointer), i:N (int), w:N (unsigned), l:N (long long), u:N (unsigned long
 // long) or f:HEX32 (float bits). Every buffer sits between two guard zones of
 // 64 KiB holding the pattern 0x7fbadbad (a NaN), checked after each launch: a
 // write out of bounds is reported, a read gets NaN. Buffers are 256-byte
@@ -95,6 +95,10 @@ emu::Arg parse_arg(const std::string& tok) {
   const std::string v = tok.substr(2);
   switch (a.kind) {
     case 'b': {
+      if (v == "-") {  // a null pointer
+        a.ptr = nullptr;
+        break;
+      }
       const size_t plus = v.find('+');
       const std::string name = v.substr(0, plus);
       const size_t off = plus == std::string::npos ? 0 : std::stoull(v.substr(plus + 1));
