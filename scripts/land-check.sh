@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# land-check.sh: the one device call that lands staged kernel changes. After, here:
+# land-check.sh: the one device call that lands staged kernel changes. After, here, scripts/land-prep.sh:
 #   go build -o .gpu/kcp-a ./tools/kcp        # kcp as committed: A's runs, where a patch changes a kernel's ABI
 #   scripts/land-v4.sh && go test ./ptx/cpuemu -run 'WGMMA|MMA16|MMABackward|MMA5' && scripts/gpu.sh build &&
 #   scripts/gpu.sh pack kcp kcp.test ptxgen kcp-a
