@@ -133,68 +133,26 @@ func (s *lptState) down(i int) {
 // ListMakespan returns the makespan of a walk launch's CTAs as the GPU hands
 // them out: in launch order (for each value head of hv, each chain of chains
 // in order, perSegment CTAs of that chain's length), each onto the least-loaded
-// of slots (the first to come free). It panics if slots < 1 or a chain is
-// negative (programming errors: Decide validates its inputs first).
+// of slots (the first to come free). This is LPT's placement without LPT's
+// sort, so it runs on the same bucket heap (lptState.place). It panics if
+// slots < 1 or a chain is negative (programming errors: Decide validates its
+// inputs first).
 func ListMakespan(chains []int, hv, perSegment, slots int) int {
 	if slots < 1 {
 		panic(fmt.Sprintf("sched.ListMakespan: %d slots, need at least 1", slots))
 	}
-	var h minHeap
-	makespan := 0
+	for _, c := range chains {
+		if c < 0 {
+			panic(fmt.Sprintf("sched.ListMakespan: negative chain %d", c))
+		}
+	}
+	lp := lptPool.Get().(*lptState)
+	defer lptPool.Put(lp)
+	lp.reset(slots)
 	for range hv {
 		for _, c := range chains {
-			if c < 0 {
-				panic(fmt.Sprintf("sched.ListMakespan: negative chain %d", c))
-			}
-			for range perSegment {
-				load := c
-				if len(h) == slots {
-					load += h.pop()
-				}
-				h.push(load)
-				makespan = max(makespan, load)
-			}
+			lp.place(c, perSegment)
 		}
 	}
-	return makespan
-}
-
-// minHeap is a binary min-heap of slot loads.
-type minHeap []int
-
-func (h *minHeap) push(x int) {
-	*h = append(*h, x)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		p := (i - 1) / 2
-		if s[p] <= s[i] {
-			break
-		}
-		s[p], s[i] = s[i], s[p]
-		i = p
-	}
-}
-
-func (h *minHeap) pop() int {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	for i := 0; ; {
-		l, m := 2*i+1, i
-		if l < n && s[l] < s[m] {
-			m = l
-		}
-		if l+1 < n && s[l+1] < s[m] {
-			m = l + 1
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
+	return lp.makespan
 }
