@@ -394,7 +394,9 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 			n   int
 		}{{&b.dy, "dy", Tr * C}, {&b.dx, "dx", Tr * C}, {&b.dhalo, "dhalo", NS * ConvHalo * C},
 			{&b.dwPart, "dw_part", NC * C * ConvWidth}, {&b.dw, "dw", C * ConvWidth}}...)
-	} else {
+	} else if !b.rk.dev.ks.grads5 {
+		// The core stage's fp32 dq, dk, dv, cast to bf16 at the end; the
+		// grouped chunk gradients write the bf16 outputs themselves.
 		f32 = append(f32, []struct {
 			dst **loader.Buffer
 			nm  string
@@ -511,11 +513,14 @@ func (b *bwdRun) tapeAndGrads() error {
 		return err
 	}
 	_, _, vp, _, _, vst := rk.qkv(b.f.stage, cfg, C)
-	// dv: core: its own fp32 array; module: the v columns of the conv's dy.
+	// dv: core: its own fp32 array (or, with the grouped chunk gradients, the
+	// bf16 output straight away); module: the v columns of the conv's dy.
+	direct := !module && ks.grads5
 	dvp, dvst := uintptr(0), nv
-	if module {
+	switch {
+	case module:
 		dvp, dvst = b.dy.Ptr()+uintptr(4*2*nq), C
-	} else {
+	case !direct:
 		dvp = b.dv.Ptr()
 	}
 	cg := chunkGradArgs{
@@ -526,19 +531,24 @@ func (b *bwdRun) tapeAndGrads() error {
 	}
 	// dq, dk: core: fp32 [Tr, HQK*128]; module: the q and k columns of dy.
 	dqp, dkp, dqst := uintptr(0), uintptr(0), nq
-	if module {
+	switch {
+	case module:
 		dqp, dkp, dqst = b.dy.Ptr(), b.dy.Ptr()+uintptr(4*nq), C
-	} else {
+	case !direct:
 		dqp, dkp = b.dq.Ptr(), b.dk.Ptr()
 	}
 	if ks.grads5 {
 		// The value-head sum and the l2norm backward run inside the chunk
 		// gradients: the "qk backward" stage stays empty.
 		cg.dqv, cg.dkv = 0, 0
-		if err := b.launch(ks.grads, [3]uint32{uint32(NC), uint32(HQK), 1}, ks.gradsSmem, argsChunkGrads5(chunkGrad5Args{
+		a5 := chunkGrad5Args{
 			chunkGradArgs: cg, qRstd: rk.qRstd.Ptr(), kRstd: rk.kRstd.Ptr(), dq: dqp, dk: dkp, dqStride: dqst,
 			l2norm: !b.f.opts.NoL2Norm,
-		})); err != nil {
+		}
+		if direct { // the bf16 outputs, rounded as gdn_f32_to_bf16 would (toBF16 then has nothing to do)
+			a5.dq16, a5.dk16, a5.dv16 = b.dq16.Ptr(), b.dk16.Ptr(), b.dv16.Ptr()
+		}
+		if err := b.launch(ks.grads, [3]uint32{uint32(NC), uint32(HQK), 1}, ks.gradsSmem, argsChunkGrads5(a5)); err != nil {
 			return err
 		}
 		if err := b.mark(); err != nil { // chunk grads
@@ -707,7 +717,8 @@ func (c *gradCheck) err() error {
 }
 
 // toBF16 converts the fp32 gradients of q, k, v (core) or dx (module) to
-// their bf16 outputs.
+// their bf16 outputs; in the core stage with the grouped chunk gradients
+// (v5) there is nothing to convert (the stage stays, empty).
 func (b *bwdRun) toBF16() error {
 	p := b.f.plan
 	cfg := p.Config
@@ -717,9 +728,12 @@ func (b *bwdRun) toBF16() error {
 		src, dst *loader.Buffer
 		n        int
 	}{{b.dq, b.dq16, Tr * nq}, {b.dk, b.dk16, Tr * nq}, {b.dv, b.dv16, Tr * nv}}
-	if b.f.stage == StageModule {
+	switch {
+	case b.f.stage == StageModule:
 		pairs = pairs[:1]
 		pairs[0].src, pairs[0].dst, pairs[0].n = b.dx, b.dx16, Tr*p.ConvChannels()
+	case b.rk.dev.ks.grads5:
+		pairs = nil // the grouped chunk gradients wrote dq, dk, dv as bf16
 	}
 	for _, t := range pairs {
 		if err := b.launch(entryF32ToBF16, [3]uint32{uint32(min(ceilDiv(t.n, gpuBlock), 4096)), 1, 1}, 0,

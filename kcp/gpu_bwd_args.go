@@ -72,17 +72,20 @@ func argsChunkGrads(a chunkGradArgs) *loader.Args {
 
 // chunkGrad5Args are gdn_chunk_grads_mma5's arguments: chunkGradArgs'
 // without dqv, dkv, with the l2norm backward's inputs (q_rstd, k_rstd) and
-// outputs (dq, dk at dq_stride, where gdn_qk_bwd writes them).
+// outputs (dq, dk at dq_stride, where gdn_qk_bwd writes them), and the
+// optional bf16 outputs dq16, dk16, dv16 (0: none; given, they replace dq,
+// dk and dv, which may then be 0).
 type chunkGrad5Args struct {
 	chunkGradArgs
 	qRstd, kRstd, dq, dk uintptr
 	dqStride             int
 	l2norm               bool
+	dq16, dk16, dv16     uintptr
 }
 
 // argsChunkGrads5: gdn_chunk_grads_mma5(qn, kn, v, v_stride, gcum, beta, h, vnew, d_chunk, dvnew, dout,
 // chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale,
-// l2norm).
+// l2norm, dq16, dk16, dv16).
 func argsChunkGrads5(a chunkGrad5Args) *loader.Args {
 	l2 := int32(0)
 	if a.l2norm {
@@ -93,7 +96,7 @@ func argsChunkGrads5(a chunkGrad5Args) *loader.Args {
 		DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).DevicePtr(a.qRstd).DevicePtr(a.kRstd).
 		DevicePtr(a.dq).DevicePtr(a.dk).I32(int32(a.dqStride)).
 		DevicePtr(a.dv).I32(int32(a.dvStride)).DevicePtr(a.dg).DevicePtr(a.dbeta).
-		I32(int32(a.HQK)).I32(int32(a.HV)).F32(a.scale).I32(l2)
+		I32(int32(a.HQK)).I32(int32(a.HV)).F32(a.scale).I32(l2).DevicePtr(a.dq16).DevicePtr(a.dk16).DevicePtr(a.dv16)
 }
 
 // argsQKBwd: gdn_qk_bwd(dqv, dkv, qn, kn, q_rstd, k_rstd, dq, dk, dq_stride, T, HQK, HV, l2norm).

@@ -159,11 +159,11 @@
 //     checks on runner_bwalk_mma_wg, where gdn_tape_walk_mma and
 //     gdn_offset_walk_mma run their sm_90a bodies (gdn_bwalk_wgmma.cu) on
 //     the emulated wgmma; wgmma reported for every backward walk launch;
-//     skips like TestWGMMAStateWalkOnCPU. The staged vh 64 form with the
+//     skips like TestWGMMAStateWalkOnCPU. The parked vh 64 form with the
 //     conversion beside the products
-//     (ptx/staging/gdn_bwalk_wgmma-split.patch: named barriers with
-//     bar.arrive between the warpgroups) runs here with
-//     scripts/staged-emu.sh.
+//     (ptx/staging/parked/gdn_bwalk_wgmma-split.patch: named barriers
+//     with bar.arrive between the warpgroups; measured slower) runs here
+//     once applied to ptx/src.
 //   - TestMMA5ChunkGradsOnCPU: the grouped chunk gradients of
 //     ptx/src/gdn_chunk_grads_mma5.cu (one CTA per chunk and QK head, dq
 //     and dk summed over its value heads and put through the l2norm backward

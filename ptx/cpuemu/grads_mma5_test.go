@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
@@ -156,13 +157,28 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 			j.poison(o.name+sfx, poisonF32)
 		}
 	}
+	// The same launch with bf16 dq, dk, dv (dq16, dk16, dv16; the fp32 pointers
+	// null: written, they would fault) and dg, dbeta of its own.
+	for _, o := range outs[:3] {
+		j.out(o.name+"16", 2*o.elems+2*(o.elems%2))
+		j.poison(o.name+"16", poisonBF16x2)
+	}
+	for _, o := range outs[3:] {
+		j.out(o.name+"_b", 4*o.elems)
+		j.poison(o.name+"_b", poisonF32)
+	}
 	j.out("dqv", 4*T*HV*dHead)
 	j.out("dkv", 4*T*HV*dHead)
 	common := []string{buf("qn"), buf("kn"), buf("v"), i32a(vStride), buf("gcum"), buf("beta"), buf("h"), buf("vnew"),
 		buf("d_chunk"), buf("dvnew"), buf("dout"), buf("chunk_tok0"), buf("chunk_len")}
 	j.launch("grads_mma5", "gdn_chunk_grads_mma5", grid3(NC, HQK, 1), 256, "kGradMMA5Smem",
 		append(append([]string{}, common...), buf("q_rstd"), buf("k_rstd"), buf("dq"), buf("dk"), i32a(dqStride),
-			buf("dv"), i32a(dvStride), buf("dg"), buf("dbeta"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2))...)
+			buf("dv"), i32a(dvStride), buf("dg"), buf("dbeta"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
+			nullBuf(), nullBuf(), nullBuf())...)
+	j.launch("grads_mma5_bf16", "gdn_chunk_grads_mma5", grid3(NC, HQK, 1), 256, "kGradMMA5Smem",
+		append(append([]string{}, common...), buf("q_rstd"), buf("k_rstd"), nullBuf(), nullBuf(), i32a(dqStride),
+			nullBuf(), i32a(dvStride), buf("dg_b"), buf("dbeta_b"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
+			buf("dq16"), buf("dk16"), buf("dv16"))...)
 	j.launch("grads_fp32", "gdn_chunk_grads", grid3(NC, HV, 1), 256, "kGradSmem",
 		append(append([]string{}, common...), buf("dqv"), buf("dkv"), buf("dv_fp32"), i32a(dvStride), buf("dg_fp32"),
 			buf("dbeta_fp32"), i32a(HQK), i32a(HV), f32a(scale))...)
@@ -205,6 +221,28 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 			}
 			got[o.name+sfx] = ch.rowValues(b, heads, width, per)
 		}
+	}
+
+	// The bf16 launch: dq16, dk16, dv16 are the fp32 launch's values rounded
+	// to nearest even, bit for bit (what gdn_f32_to_bf16 makes of them), in
+	// the same places; everything else still poisoned; dg, dbeta bitwise the
+	// fp32 launch's.
+	for _, o := range outs[:3] {
+		b32, b16 := r.raw[o.name], r.raw[o.name+"16"]
+		for e := 0; e < o.elems; e++ {
+			u := binary.LittleEndian.Uint32(b32[4*e:])
+			h := binary.LittleEndian.Uint16(b16[2*e:])
+			if u == poisonF32 {
+				require.Equalf(t, poisonBF16, h, "%s16: element %d written where the fp32 launch wrote nothing", o.name, e)
+				continue
+			}
+			want := bf16.Float32ToBF16(math.Float32frombits(u))
+			require.Equalf(t, uint16(want), h, "%s16: element %d is %#04x, rn(%g) is %#04x", o.name, e, h,
+				math.Float32frombits(u), uint16(want))
+		}
+	}
+	for _, o := range outs[3:] {
+		require.Equal(t, r.raw[o.name], r.raw[o.name+"_b"], "%s: the bf16 launch's differs from the fp32 launch's", o.name)
 	}
 
 	// The reference: gdnref.ChunkGrads per chunk and value head (each chunk a

@@ -5,7 +5,11 @@
 //   gdn_chunk_grads_mma5   grid (NC, HQK), block 256, kGradMMA5Smem = 227136 bytes
 // ABI: gdn_chunk_grads_mma5(qn, kn, v bf16, int v_stride, gcum, beta, h, vnew, d_chunk, dvnew, dout bf16,
 //   chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, int dq_stride, dv, int dv_stride, dg, dbeta, int HQK, int HV,
-//   float scale, int l2norm); q_rstd, k_rstd fp32 [Tr, HQK] (read only when l2norm != 0).
+//   float scale, int l2norm, dq16 bf16, dk16 bf16, dv16 bf16); q_rstd, k_rstd fp32 [Tr, HQK] (read only when
+//   l2norm != 0). dq16 (with dk16) and dv16 are optional: where given, dq and dk (or dv) go there as bf16,
+//   rounded to nearest even (the bits gdn_f32_to_bf16 would make of the fp32 values), at the same strides,
+//   and their fp32 pointers are not written (may be null); a bf16 pair is one 4-byte store where the stride
+//   is even, two 2-byte ones otherwise. The core backward's outputs are bf16, so it needs no cast kernel.
 // Per (chunk c, QK head qh) the CTA runs the value heads h = qh G .. qh G + G - 1 (G = HV / HQK) in ascending
 // order: dv at dv + t*dv_stride + h*128, dg (reverse in-chunk cumsum of dgamma), dbeta [Tr, HV] per value
 // head exactly as gdn_chunk_grads_mma; dq, dk (w.r.t. the normalised q, k) summed over the value heads in
@@ -23,8 +27,10 @@
 //   1a  dP = dO V'^T only (2 products); L, G1, E from dP and SKK.                                barrier 2
 //   1b  DQ += G1 K, DK += G1^T Q; diagonal blocks of A; E's sums.                               barrier 3
 //   1c  A's blocks below the diagonal.                                                          barrier 4
-//   S2  D over BIG; <D, H>; barrier 5; dKt = V' D^T: DK += tail dKt, row dots.                  barrier 6
-//   S3  H over BIG, dV' over V'; barrier 7; dQg, dW: DQ += e^gamma scale dQg (not stored), row dots.
+//   S2  D over BIG as bf16 hi / lo planes with <D, H> from the same loads (split_h); barrier 5;
+//       dKt = V' D^T (B fragments by ldmatrix): DK += tail dKt, row dots.                       barrier 6
+//   S3  H over BIG as bf16 hi / lo planes (split_h: split once, B fragments by ldmatrix), dV' over V';
+//       barrier 7; dQg, dW: DQ += e^gamma scale dQg (not stored), row dots.
 //                                                                                               barrier 8
 //       dW over H (BIG rows 0-63; Q stays: it is the l2norm's y), v (bf16) over dO.              barrier 9
 //   S4  XU = A^T dV' (dv stored, row dots), then XW = A^T dW (DK += bg XW, row dots) as two passes over A
@@ -88,6 +94,125 @@ static_assert(kGradMMA5Smem == 227136, "kGradMMA5Smem: keep the header and the R
 static_assert(kGradMMA5Smem <= 232448, "above the opt-in limit");
 static_assert(kTP + kTQ <= kBig, "dW and dA (F kk over dA) fit in BIG");
 
+// W2: two 32-bit words, one 8-byte store.
+struct alignas(8) W2 {
+	unsigned a, b;
+};
+
+// split_h: thread tid's share of a [128][128] fp32 state (global, row stride 128: H, or D) split into bf16
+// hi / lo planes at x (hi: 32 KB, lo: the next 32 KB), row n = key, 16 units of 16 bytes a row, unit u of
+// row n at u ^ (n % 8). Thread tid takes the float4s tid + 256 j, j = 0..15 (row 8 j + tid / 32, columns
+// 4 (tid % 32) ..: d_dot_h's units; a warp covers one row, two stores of 256 bytes a plane). With DOT (the
+// state is D, h the fp32 H), it also returns the warp's <D, H> partial in d_dot_h's order and butterfly.
+// Four batches of four loads: DQ and DK (64 registers) live across this (sixteen at once spilled under
+// nvcc 11.8).
+template <bool DOT>
+__device__ __forceinline__ float split_h(unsigned char* x, const float* __restrict__ src, const float* __restrict__ h,
+                                         int tid) {
+	float dh = 0.f;
+#pragma unroll 1
+	for (int j0 = 0; j0 < 16; j0 += 4) {
+		float4 f[4], h4[4];
+#pragma unroll
+		for (int j = 0; j < 4; ++j) {
+			f[j] = reinterpret_cast<const float4*>(src)[tid + kThreads * (j0 + j)];
+			if (DOT) h4[j] = reinterpret_cast<const float4*>(h)[tid + kThreads * (j0 + j)];
+		}
+#pragma unroll
+		for (int j = 0; j < 4; ++j) {
+			const int e = tid + kThreads * (j0 + j), row = e >> 5, c4 = e & 31;
+			if (DOT) {
+				dh = fmaf(f[j].x, h4[j].x, dh);
+				dh = fmaf(f[j].y, h4[j].y, dh);
+				dh = fmaf(f[j].z, h4[j].z, dh);
+				dh = fmaf(f[j].w, h4[j].w, dh);
+			}
+			unsigned h0, h1, l0, l1;
+			tc::split_bf16x2(f[j].x, f[j].y, h0, l0);
+			tc::split_bf16x2(f[j].z, f[j].w, h1, l1);
+			const int off = row * 256 + (((c4 >> 1) ^ (row & 7)) << 4) + 8 * (c4 & 1);
+			*reinterpret_cast<W2*>(x + off) = W2{h0, h1};
+			*reinterpret_cast<W2*>(x + 32768 + off) = W2{l0, l1};
+		}
+	}
+	if (DOT) {
+#pragma unroll
+		for (int off = 16; off > 0; off >>= 1) dh += __shfl_xor_sync(0xffffffffu, dh, off);
+	}
+	return dh;
+}
+
+// split_rows: thread tid's share of the rows < n of a [64][128] fp32 tile (global, row stride `stride`; zeros
+// for the rows >= n) split into bf16 hi / lo planes at x (hi: 16 KB, lo: the next 16 KB), split_h's layout
+// (row r at 256 r, 16-byte unit u at u ^ (r % 8)). Four batches of two loads a thread. Not inlined: inlined
+// into the head loop (DQ, DK live), ptxas 11.8 spilled 12 bytes of the kernel on sm_80 whatever the batch.
+__device__ __noinline__ void split_rows(unsigned char* x, const float* __restrict__ src, long long stride, int n,
+                                           int tid) {
+#pragma unroll 1
+	for (int j0 = 0; j0 < 8; j0 += 2) {
+		float4 f[2];
+#pragma unroll
+		for (int j = 0; j < 2; ++j) {
+			const int e = tid + kThreads * (j0 + j), row = e >> 5, c4 = e & 31;
+			f[j] = row < n ? *reinterpret_cast<const float4*>(src + row * stride + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+		}
+#pragma unroll
+		for (int j = 0; j < 2; ++j) {
+			const int e = tid + kThreads * (j0 + j), row = e >> 5, c4 = e & 31;
+			unsigned h0, h1, l0, l1;
+			tc::split_bf16x2(f[j].x, f[j].y, h0, l0);
+			tc::split_bf16x2(f[j].z, f[j].w, h1, l1);
+			const int off = row * 256 + (((c4 >> 1) ^ (row & 7)) << 4) + 8 * (c4 & 1);
+			*reinterpret_cast<W2*>(x + off) = W2{h0, h1};
+			*reinterpret_cast<W2*>(x + 16384 + off) = W2{l0, l1};
+		}
+	}
+}
+
+// plane_a: the A fragments, hi and lo, of rows m0 .. m0 + 15 and k step k8 of split_rows' planes at x (element
+// (m, k) = row m, column k): frag_a<true, kP, false>'s values, by two ldmatrix.x4.
+__device__ __forceinline__ void plane_a(const unsigned char* x, int m0, int k8, int lane, unsigned ah[4], unsigned al[4]) {
+	const int mi = lane >> 3, r = m0 + (lane & 7) + 8 * (mi & 1), unit = 2 * k8 + (mi >> 1);
+	const unsigned char* p = x + r * 256 + ((unit ^ (r & 7)) << 4);
+	tc::ldmatrix_x4(ah, p);
+	tc::ldmatrix_x4(al, p + 16384);
+}
+
+// plane_bt: the B fragments, hi (b[0], b[1]) and lo (b[2], b[3]), whose element (k, n) is row k, column n of
+// split_rows' planes at x, for k step k8 and columns n0 .. n0 + 7: frag_b<kP, true>'s values, by one
+// ldmatrix.x4.trans.
+__device__ __forceinline__ void plane_bt(const unsigned char* x, int n0, int k8, int lane, unsigned b[4]) {
+	const int mi = lane >> 3, r = 16 * k8 + 8 * (mi & 1) + (lane & 7), unit = n0 >> 3;
+	tc::ldmatrix_x4_trans(b, x + (mi >> 1) * 16384 + r * 256 + ((unit ^ (r & 7)) << 4));
+}
+
+// h_frag_row: lane's row address for the ldmatrix.x4 of split_h's planes that gives the B fragments, hi and
+// lo, of n tile n0 (keys n0 .. n0 + 7) and k step k8 (columns 16 k8 ..): matrix lane / 8 (0, 1: hi at
+// columns + 0 / + 8; 2, 3: lo), its row lane % 8.
+// (PLANE: the bytes of a plane, 32768 for split_h's, 16384 for split_rows'.)
+template <int PLANE = 32768>
+__device__ __forceinline__ const unsigned char* h_frag_row(const unsigned char* x, int n0, int k8, int lane) {
+	const int mi = lane >> 3, n = n0 + (lane & 7), unit = 2 * k8 + (mi & 1);
+	return x + (mi >> 1) * PLANE + n * 256 + ((unit ^ (n & 7)) << 4);
+}
+
+// out_pair stores elements e and e + 1 (e even within its row) of an output: as bf16 at o16 + e where o16
+// is given (one 4-byte store when e is even in memory, i.e. the row stride is even; else two 2-byte ones),
+// else as fp32 at o + e.
+__device__ __forceinline__ void out_pair(float* o, __nv_bfloat16* o16, long long e, float x0, float x1) {
+	if (o16 != nullptr) {
+		if ((e & 1) == 0) {
+			*reinterpret_cast<unsigned*>(o16 + e) = tc::pack_bf16x2(x0, x1);
+		} else {
+			o16[e] = __float2bfloat16_rn(x0);
+			o16[e + 1] = __float2bfloat16_rn(x1);
+		}
+		return;
+	}
+	o[e] = x0;
+	o[e + 1] = x1;
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
                      int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
@@ -97,11 +222,12 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
                      const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
                      const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
                      float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
-                     int HV, float scale, int l2norm) {
+                     int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
+                     __nv_bfloat16* __restrict__ dv16) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	float* KF = smem;                                       // [64][kP] k, all along
 	float* QF = KF + kTP;                                   // [64][kP] q, all along
-	float* VF = QF + kTP;                                   // [64][kP] V' (S1-S2); dV' (S3-S4); dKK [64][kQ] (S5-S6)
+	float* VF = QF + kTP;  // V' (S1-S2), dV' (S3-S4) as split_rows' bf16 hi / lo planes (32 KB); dKK [64][kQ] (S5-S6)
 	unsigned* DOB = reinterpret_cast<unsigned*>(VF + kTP);  // [64][kW] dO bf16 pairs (S1-S3); v (S4)
 	float* BIG = VF + kTP + kTW;                            // [128][kP], by phase:
 	float* G1S = BIG;                                       //   S1-1c: G1, E, L [64][kQ]
@@ -179,7 +305,7 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 		const float* ds = d_chunk + ((long long)c * HV + h) * kD * kD;
 
 		// ---- S1: stage V', dO; beta, gamma ----
-		copy_f32<kC>(VF, vnew + ((long long)t0 * HV + h) * kD, vrow, n);
+		unsigned char* const VP = reinterpret_cast<unsigned char*>(VF);  // V' (S1-S2), dV' (S3-S4): bf16 planes
 #pragma unroll
 		for (int x = 0; x < 4; ++x) {  // dO: 16 units of 8 bf16 a row
 			const int u = tid + kThreads * x, r = u >> 4, cu = u & 15;
@@ -192,6 +318,7 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			}
 		}
 		tc::cp_async_commit();
+		split_rows(VP, vnew + ((long long)t0 * HV + h) * kD, vrow, n, tid);  // while dO's copies land
 		for (int e = tid; e < kTQ; e += kThreads) AF[e] = 0.f;
 		if (tid < kC) {
 			bet[tid] = tid < n ? beta[(long long)(t0 + tid) * HV + h] : 0.f;
@@ -217,8 +344,9 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 					frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
 #pragma unroll
 					for (int nt = 0; nt < 4; ++nt) {
-						unsigned vh[2], vl[2];
-						frag_b<kP, false>(VF + (32 * ch + 8 * nt) * kP + 16 * k8, g, t, vh, vl);  // (k, n) = V'[j][d]
+						unsigned b4[4];  // (k, n) = V'[j][d]
+						tc::ldmatrix_x4(b4, h_frag_row<16384>(VP, 32 * ch + 8 * nt, k8, lane));
+						const unsigned vh[2] = {b4[0], b4[1]}, vl[2] = {b4[2], b4[3]};
 						tc::mma_bf16_16816(dp[nt], oa, vh, dp[nt]);
 						tc::mma_bf16_16816(dp[nt], oa, vl, dp[nt]);
 					}
@@ -308,16 +436,26 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 		__syncthreads();  // barrier 4: A complete; G1, E, L dead
 
 		// ---- S2: D; <D, H>; dKt = V' D^T ----
-		copy_f32<kD>(BIG, ds, kD, kD);
-		tc::cp_async_commit();
+		// D is split once into bf16 hi / lo planes over BIG (split_h's layout), and <D, H> is formed from
+		// the same loads in d_dot_h's order; dKt's B fragments are then ldmatrix.x4 loads.
 		{
-			const float dh = d_dot_h(BIG, hs);
+			const float dh = split_h<true>(reinterpret_cast<unsigned char*>(BIG), ds, hs, tid);
 			if (lane == 0) red[w] = dh;
 		}
-		__syncthreads();  // barrier 5: every thread's D units landed
+		__syncthreads();  // barrier 5: the D planes written
 		{
 			float acc[8][4] = {};
-			gemm<8, kP, false, kP, false>(acc, VF + 16 * rt * kP, BIG + 64 * ch * kP, 0, kD / 16, g, t);  // (k, n) = D[n][k]
+			for (int k8 = 0; k8 < kD / 16; ++k8) {  // (k, n) = D[n][k]: gemm's products and order
+				unsigned ah[4], al[4];
+				plane_a(VP, 16 * rt, k8, lane, ah, al);
+#pragma unroll
+				for (int nt = 0; nt < 8; ++nt) {
+					unsigned b4[4];
+					tc::ldmatrix_x4(b4, h_frag_row(reinterpret_cast<const unsigned char*>(BIG), 64 * ch + 8 * nt, k8, lane));
+					const unsigned bh[2] = {b4[0], b4[1]}, bl[2] = {b4[2], b4[3]};
+					mma_t<true, true>(acc[nt], ah, al, bh, bl);
+				}
+			}
 			float p0 = 0.f, p1 = 0.f;
 			const float ta = tail[i0], tb = tail[i1];
 #pragma unroll
@@ -340,10 +478,12 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 		__syncthreads();  // barrier 6: D and V' dead
 
 		// ---- S3: H, dV'; dQg = dO H^T, dW = -dV' H^T ----
-		copy_f32<kD>(BIG, hs, kD, kD);
-		copy_f32<kC>(VF, dvnew + ((long long)t0 * HV + h) * kD, vrow, n);
-		tc::cp_async_commit();
-		tc::cp_async_wait<0>();
+		// H is split once into bf16 hi / lo planes over BIG (the B operand of both products, which every
+		// warp of a column half reads), each [128 keys][128 columns] with its 16-byte units XOR-swizzled by
+		// key % 8, so that the B fragments are ldmatrix.x4 loads (hi and lo of an n tile in one) instead of
+		// fp32 loads split again by every warp for every product: the same hi / lo values, the same bits.
+		split_rows(VP, dvnew + ((long long)t0 * HV + h) * kD, vrow, n, tid);
+		split_h<false>(reinterpret_cast<unsigned char*>(BIG), hs, nullptr, tid);
 		__syncthreads();  // barrier 7
 		float wa[8][4] = {};
 		{
@@ -351,11 +491,12 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			for (int k8 = 0; k8 < kD / 16; ++k8) {
 				unsigned oa[4], ah[4], al[4];
 				frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
-				frag_a<true, kP, false>(VF + 16 * rt * kP + 16 * k8, g, t, ah, al);
+				plane_a(VP, 16 * rt, k8, lane, ah, al);
 #pragma unroll
 				for (int nt = 0; nt < 8; ++nt) {
-					unsigned bh[2], bl[2];  // (k, n) = H[n][k]
-					frag_b<kP, false>(BIG + (64 * ch + 8 * nt) * kP + 16 * k8, g, t, bh, bl);
+					unsigned b4[4];  // (k, n) = H[n][k]: hi (k 0-7, 8-15), lo (k 0-7, 8-15)
+					tc::ldmatrix_x4(b4, h_frag_row(reinterpret_cast<const unsigned char*>(BIG), 64 * ch + 8 * nt, k8, lane));
+					const unsigned bh[2] = {b4[0], b4[1]}, bl[2] = {b4[2], b4[3]};
 					tc::mma_bf16_16816(qg[nt], oa, bh, qg[nt]);
 					tc::mma_bf16_16816(qg[nt], oa, bl, qg[nt]);
 					mma_t<true, true>(wa[nt], ah, al, bh, bl);
@@ -410,8 +551,9 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 				frag_a<true, kQ, true>(AF + 16 * rt + 16 * k8 * kQ, g, t, ah, al);
 #pragma unroll
 				for (int nt = 0; nt < 8; ++nt) {
-					unsigned bh[2], bl[2];
-					frag_b<kP, true>(VF + 16 * k8 * kP + 64 * ch + 8 * nt, g, t, bh, bl);
+					unsigned b4[4];  // (k, n) = dV'[j][d]
+					plane_bt(VP, 64 * ch + 8 * nt, k8, lane, b4);
+					const unsigned bh[2] = {b4[0], b4[1]}, bl[2] = {b4[2], b4[3]};
 					mma_t<true, true>(xu[nt], ah, al, bh, bl);
 				}
 			}
@@ -426,14 +568,12 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 				p1 = fmaf(xu[nt][2], __uint_as_float(vb << 16), p1);
 				p1 = fmaf(xu[nt][3], __uint_as_float(vb & 0xffff0000u), p1);
 				if (i0 < n) {
-					float* o = dv + (long long)(t0 + i0) * dv_stride + h * kD + col;
-					o[0] = ba * xu[nt][0];
-					o[1] = ba * xu[nt][1];
+					const long long e = (long long)(t0 + i0) * dv_stride + h * kD + col;
+					out_pair(dv, dv16, e, ba * xu[nt][0], ba * xu[nt][1]);
 				}
 				if (i1 < n) {
-					float* o = dv + (long long)(t0 + i1) * dv_stride + h * kD + col;
-					o[0] = bb * xu[nt][2];
-					o[1] = bb * xu[nt][3];
+					const long long e = (long long)(t0 + i1) * dv_stride + h * kD + col;
+					out_pair(dv, dv16, e, bb * xu[nt][2], bb * xu[nt][3]);
 				}
 			}
 			rowpart(part + (2 * 2 + ch) * kC, i0, i1, p0, p1, t);
@@ -474,7 +614,7 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			if (lower) {
 				for (int k8 = 0; k8 < kD / 16; ++k8) {
 					unsigned dh[4], dl[4], wh[4], wl[4];
-					frag_a<true, kP, false>(VF + 16 * rt * kP + 16 * k8, g, t, dh, dl);
+					plane_a(VP, 16 * rt, k8, lane, dh, dl);
 					frag_a<true, kP, false>(WF + 16 * rt * kP + 16 * k8, g, t, wh, wl);
 #pragma unroll
 					for (int nt = 0; nt < 4; ++nt) {
@@ -636,20 +776,14 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 	for (int nt = 0; nt < 8; ++nt) {
 		const long long col = (long long)qh * kD + 64 * ch + 8 * nt + 2 * t;
 		if (i0 < n) {
-			float* oq = dq + (long long)(t0 + i0) * dq_stride + col;
-			float* ok = dk + (long long)(t0 + i0) * dq_stride + col;
-			oq[0] = DQ[nt][0];
-			oq[1] = DQ[nt][1];
-			ok[0] = DK[nt][0];
-			ok[1] = DK[nt][1];
+			const long long e = (long long)(t0 + i0) * dq_stride + col;
+			out_pair(dq, dq16, e, DQ[nt][0], DQ[nt][1]);
+			out_pair(dk, dk16, e, DK[nt][0], DK[nt][1]);
 		}
 		if (i1 < n) {
-			float* oq = dq + (long long)(t0 + i1) * dq_stride + col;
-			float* ok = dk + (long long)(t0 + i1) * dq_stride + col;
-			oq[0] = DQ[nt][2];
-			oq[1] = DQ[nt][3];
-			ok[0] = DK[nt][2];
-			ok[1] = DK[nt][3];
+			const long long e = (long long)(t0 + i1) * dq_stride + col;
+			out_pair(dq, dq16, e, DQ[nt][2], DQ[nt][3]);
+			out_pair(dk, dk16, e, DK[nt][2], DK[nt][3]);
 		}
 	}
 }
