@@ -169,19 +169,7 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 		unsigned char* xq = X + kOffXQ;
 		const int i0 = 8 * warp;
 		// Kt: rows i0 + j, keys 4 lane .. 4 lane + 3 (this thread's own copies).
-		const int kb = lane / 16, unit = (lane % 16) / 2, half = lane % 2;
-#pragma unroll
-		for (int j = 0; j < 8; ++j) {
-			const int i = i0 + j;
-			float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-			if (i < n) f = *reinterpret_cast<const float4*>(R + i * kD + 4 * lane);
-			U32x2 hi, lo;
-			tc::split_bf16x2(f.x, f.y, hi.x, lo.x);
-			tc::split_bf16x2(f.z, f.w, hi.y, lo.y);
-			const int off = kb * 8192 + i * 128 + ((unit ^ (i & 7)) << 4) + 8 * half;
-			*reinterpret_cast<U32x2*>(xk + off) = hi;
-			*reinterpret_cast<U32x2*>(xk + 16384 + off) = lo;
-		}
+		Base::template rows_to_planes<8, false>(xk, R, i0, n, lane);
 		// -W^T and Qg^T: key kk = 32 m + lane, the warp's eight tokens into one 16-byte unit each.
 		// Qg's factor of token i0 + j: fp32(scale e^gamma) from lane j (the mma.sync walk's expression).
 		const float qf = scale * expf(gq);
@@ -242,9 +230,7 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 	// dupdate_issue issues (2): D^T = e^gl D^T - dV'^T W + dO^T Qg.
 	__device__ __forceinline__ void dupdate_issue(unsigned (&ah)[4][4], unsigned (&al)[4][4]) {
 		Base::template split_frags<4>(d, ah, al);
-		const float decay = expf(gl);
-#pragma unroll
-		for (int i = 0; i < 64; ++i) s[i] *= decay;
+		if (!walkwg::kDecayEarly) this->decay_state();
 		wg::fence();
 #pragma unroll
 		for (int k = 0; k < 4; ++k) {
@@ -285,6 +271,7 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 				unsigned ah[8][4], al[8][4];
 				dvprime_issue(ah, al);
 				if (d_chunk != nullptr) this->store_state(d_chunk + blk * kD * kD, c0);  // D under (1)
+				if (walkwg::kDecayEarly) this->decay_state();
 				dvprime_wait();
 				unsigned bh[4][4], bl[4][4];
 				dupdate_issue(bh, bl);

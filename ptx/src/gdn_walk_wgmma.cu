@@ -75,6 +75,17 @@ namespace walkwg {
 using tc::bf16;
 constexpr int kD = fwd::kD, kC = fwd::kC;
 constexpr int kOffXK = 65536, kOffR = 131072, kOffUR = 196608;
+// kRowBatch: rows whose fp32 loads the converters issue together before splitting them (rows_to_planes).
+#ifndef GDNKCP_WG_ROW_BATCH
+#define GDNKCP_WG_ROW_BATCH 4
+#endif
+constexpr int kRowBatch = GDNKCP_WG_ROW_BATCH;
+// kDecayEarly: the state's decay e^gl S^T under (1) rather than on the chain between (1) and (2)
+// (decay_state; the same products, the same bits).
+#ifndef GDNKCP_WG_DECAY_EARLY
+#define GDNKCP_WG_DECAY_EARLY 0
+#endif
+constexpr bool kDecayEarly = GDNKCP_WG_DECAY_EARLY != 0;
 
 __host__ __device__ constexpr int wg_walk_smem(int vh) { return kOffUR + kC * vh * 4 + 1008; }
 
@@ -235,6 +246,40 @@ struct WGWalker {
 		}
 	}
 
+	// rows_to_planes converts rows i0 .. i0 + ROWS - 1 of an fp32 stage (row stride kD), keys 4 lane ..
+	// 4 lane + 3 of each (the thread's own copies), zero from row n on, negated with NEG (the sign is
+	// exact in the split), into the bf16 hi / lo planes at x and x + 16384: keys 0-63 in block 0 and
+	// 64-127 in block 1 (8192 bytes each), rows of 128 bytes, 16-byte units XOR row % 8 (the 128-byte
+	// swizzle the descriptors read). The loads go out kRowBatch rows at a time ahead of their splits: one
+	// row at a time, each split waited for its own load (ncu, 2026-12-01: a fifth of the state walk's
+	// stall samples sat on the first use of those loads).
+	template <int ROWS, bool NEG>
+	__device__ __forceinline__ static void rows_to_planes(unsigned char* x, const float* src, int i0, int n, int lane) {
+		constexpr int kB = ROWS < kRowBatch ? ROWS : kRowBatch;
+		static_assert(ROWS % kB == 0, "whole batches of rows");
+		const int kb = lane / 16, unit = (lane % 16) / 2, half = lane % 2;
+#pragma unroll
+		for (int j0 = 0; j0 < ROWS; j0 += kB) {
+			float4 f[kB];
+#pragma unroll
+			for (int j = 0; j < kB; ++j) {
+				const int i = i0 + j0 + j;
+				f[j] = i < n ? *reinterpret_cast<const float4*>(src + i * kD + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+			}
+#pragma unroll
+			for (int j = 0; j < kB; ++j) {
+				const int i = i0 + j0 + j;
+				const float sg = NEG ? -1.f : 1.f;
+				U32x2 hi, lo;
+				tc::split_bf16x2(sg * f[j].x, sg * f[j].y, hi.x, lo.x);
+				tc::split_bf16x2(sg * f[j].z, sg * f[j].w, hi.y, lo.y);
+				const int off = kb * 8192 + i * 128 + ((unit ^ (i & 7)) << 4) + 8 * half;
+				*reinterpret_cast<U32x2*>(x + off) = hi;
+				*reinterpret_cast<U32x2*>(x + 16384 + off) = lo;
+			}
+		}
+	}
+
 	// convert waits for this thread's copies of chunk n's rows and converts the warp's tokens into stage
 	// x (-W and Kt^T as bf16 hi/lo, zero past n), fenced for the async proxy. Kt_i = kn_i e_i with
 	// e_i = expf(gamma_last - gcum_i), one rounded product (gdn_prep_mma's P1 expression).
@@ -246,19 +291,7 @@ struct WGWalker {
 		unsigned char* xk = X + kOffXK + x * 32768;
 		const float ef = expf(gln - gi);
 		// -W: rows 8 block0() + j, keys 4 lane .. 4 lane + 3 (this thread's own copies).
-		const int kb = lane / 16, unit = (lane % 16) / 2, half = lane % 2;
-#pragma unroll
-		for (int j = 0; j < 8 * kBlocks; ++j) {
-			const int i = 8 * block0() + j;
-			float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-			if (i < n) f = *reinterpret_cast<const float4*>(R + i * kD + 4 * lane);
-			U32x2 hi, lo;
-			tc::split_bf16x2(-f.x, -f.y, hi.x, lo.x);
-			tc::split_bf16x2(-f.z, -f.w, hi.y, lo.y);
-			const int off = kb * 8192 + i * 128 + ((unit ^ (i & 7)) << 4) + 8 * half;
-			*reinterpret_cast<U32x2*>(xw + off) = hi;
-			*reinterpret_cast<U32x2*>(xw + 16384 + off) = lo;
-		}
+		rows_to_planes<8 * kBlocks, true>(xw, R, 8 * block0(), n, lane);
 		// Kt^T: key kk = 32 m + lane, the eight tokens of block b into one 16-byte unit (hi and lo).
 #pragma unroll
 		for (int bb = 0; bb < kBlocks; ++bb) {
@@ -339,12 +372,18 @@ struct WGWalker {
 		for (int i = 0; i < 32; ++i) d[i] = uv[i] + d[i];
 	}
 
-	// update_issue issues (2) on stage x: S^T = e^gl S^T + V'^T Kt. ah, al must live until the wait.
-	__device__ __forceinline__ void update_issue(int x, unsigned (&ah)[4][4], unsigned (&al)[4][4]) {
-		split_frags<4>(d, ah, al);
+	// decay_state: S^T = e^gl S^T, (2)'s first term. With kDecayEarly the walks call it under (1), after
+	// the chunk's state stores (which read S^T before it), instead of between (1)'s wait and (2)'s issue.
+	__device__ __forceinline__ void decay_state() {
 		const float decay = expf(gl);
 #pragma unroll
 		for (int i = 0; i < 64; ++i) s[i] *= decay;
+	}
+
+	// update_issue issues (2) on stage x: S^T = e^gl S^T + V'^T Kt. ah, al must live until the wait.
+	__device__ __forceinline__ void update_issue(int x, unsigned (&ah)[4][4], unsigned (&al)[4][4]) {
+		split_frags<4>(d, ah, al);
+		if (!kDecayEarly) decay_state();
 		const unsigned char* xk = X + kOffXK + x * 32768;
 		wg::fence();
 #pragma unroll
@@ -388,6 +427,7 @@ struct WGWalker {
 				// not write) under (1), V' (read from d, which (2) does not write) under (2).
 				if (h_out != nullptr) store_state(h_out + blk * kD * kD, c0);
 				if (h16 != nullptr) store_state16(h16 + blk * kD * kD, c0);
+				if (kDecayEarly) decay_state();
 				vprime_wait();
 				unsigned bh[4][4], bl[4][4];
 				update_issue(x, bh, bl);
