@@ -4,9 +4,9 @@
 # ("wgmma") and, with -DGDNKCP_NO_WGMMA, the mma.sync bodies ("mma"); print ptxas's registers / spills /
 # wgmma notes for the walks, run each (check against float64 + timing). NC=chunks for the timing (default
 # 512). Output tail: the runs. Where the sources have no wgmma body for a walk, both variants build the
-# mma.sync one. VARIANTS='tl=-DGDNKCP_WALK_TIMELINE' TAPE=0 prints the state walk's per-phase timeline (cycles
-# a chunk of a state and a converting warp at vh 64; needs walk()'s GDNKCP_WALK_MARK hooks in ptx/src,
-# ptx/staging/gdn_walk-timeline.patch until it lands).
+# mma.sync one. VARIANTS='tl=-DGDNKCP_WALK_TIMELINE' prints the state and tape walks' per-phase timelines
+# (cycles a chunk of warps 0 and 4 at vh 64; needs the walks' GDNKCP_WALK_MARK / GDNKCP_TAPE_MARK hooks in
+# ptx/src, ptx/staging/gdn_walk-timeline.patch until it lands).
 set -u
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
@@ -37,7 +37,7 @@ for v in $names; do
 done
 for v in $names; do
 	[ "$(cat "$W/rc_$v")" = 0 ] && "$W/walk_check_$v" "$NC" "$v" 2>&1 | tail -26
-	[ "${TAPE:-1}" = 1 ] && [ "$(cat "$W/trc_$v")" = 0 ] && "$W/tape_check_$v" "$NC" "$v" 2>&1 | tail -6
+	[ "${TAPE:-1}" = 1 ] && [ "$(cat "$W/trc_$v")" = 0 ] && "$W/tape_check_$v" "$NC" "$v" 2>&1 | tail -24
 done
 # NCU=NAME: per-instruction stall sampling of that variant's first timed launch (vh 64, h16 + v16).
 if [ -n "${NCU:-}" ] && [ "$(cat "$W/rc_$NCU")" = 0 ]; then

@@ -140,4 +140,71 @@ inline void time_ms(const std::function<void()>& launch, int reps, float& med, f
 	CK(cudaEventDestroy(b));
 }
 
+// timeline_print: the per-phase cycles of a walk's GDNKCP_*_MARK timeline (walk_mark below): for each phase
+// the median over chunks 2 .. NC - 3 of role's mark `to` (of the same chunk, or of the next one with next)
+// minus its mark `from`. buf: [2 roles][marks][NC] clock64 values, -1 where a mark never fired.
+struct Phase {
+	int role, from, to;
+	bool next;
+	const char* name;
+};
+inline void timeline_print(const char* tag, const char* what, const std::vector<long long>& tl, int marks, int NC,
+                           const std::vector<Phase>& phases) {
+	int khz = 0;
+	CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+	auto at = [&](int role, int slot, int ci) { return tl[((size_t)role * marks + slot) * NC + ci]; };
+	if (NC < 6 || at(0, 0, 2) < 0) {
+		printf("[%s] %s timeline: no marks (ptx/src has no timeline hooks: ptx/staging/gdn_walk-timeline.patch)\n", tag, what);
+		return;
+	}
+	auto med = [&](const Phase& f) {
+		std::vector<long long> v;
+		for (int ci = 2; ci + 3 < NC; ++ci) v.push_back(at(f.role, f.to, ci + (f.next ? 1 : 0)) - at(f.role, f.from, ci));
+		std::sort(v.begin(), v.end());
+		return v[v.size() / 2];
+	};
+	printf("[%s] %s timeline, vh 64, %d chunks (median cycles a chunk; SM clock %d MHz):\n", tag, what, NC, khz / 1000);
+	for (const Phase& f : phases) printf("[%s]   %-9s %-34s %6lld\n", tag, f.role ? "warp 4" : "warp 0", f.name, med(f));
+	const long long chunk = med(Phase{0, 0, 0, true, ""});
+	printf("[%s]   chunk (mark 0 to mark 0) %6lld cycles, %.2f us\n", tag, chunk, chunk * 1e3 / khz);
+}
+
 }  // namespace devtest
+
+#ifdef GDNKCP_WALK_TIMELINE
+// The timeline recorder (scripts/walk-check.sh with VARIANTS='tl=-DGDNKCP_WALK_TIMELINE'): clock64() at a
+// walk's mark hooks (GDNKCP_WALK_MARK in the state walk, GDNKCP_TAPE_MARK in the tape walk: the hooks of
+// ptx/staging/gdn_walk-timeline.patch until it lands), by lane 0 of warp 0 and of warp 4 of block (0, 0, 0),
+// one row of chunks a slot. The store is predicated in PTX, not branched around, so that no branch sits
+// between a wgmma and its wait. timeline_run sets the buffer up, runs the launch once and returns it.
+constexpr int kTimelineMarks = 12;
+__constant__ long long* c_tl;
+__constant__ int c_tl_chunks;
+__device__ __forceinline__ void walk_mark(int slot, int ci) {
+	const int w = threadIdx.x >> 5;
+	const unsigned on = (blockIdx.x | blockIdx.y | blockIdx.z) == 0 && (threadIdx.x & 31) == 0 && (w == 0 || w == 4) &&
+	                    ci < c_tl_chunks;
+	long long t;
+	asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+	long long* at = c_tl + ((long long)((w >> 2) & 1) * kTimelineMarks + slot) * c_tl_chunks + ci;
+	asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %0, 0;\n\t@q st.global.s64 [%1], %2;\n\t}" ::"r"(on), "l"(at), "l"(t));
+}
+#define GDNKCP_WALK_MARK(slot, ci) walk_mark(slot, ci)
+#define GDNKCP_TAPE_MARK(slot, ci) walk_mark(slot, ci)
+namespace devtest {
+inline std::vector<long long> timeline_run(int NC, const std::function<void()>& launch) {
+	long long* buf;
+	const size_t n = (size_t)2 * kTimelineMarks * NC;
+	CK(cudaMalloc(&buf, sizeof(long long) * n));
+	CK(cudaMemset(buf, 0xff, sizeof(long long) * n));
+	CK(cudaMemcpyToSymbol(c_tl, &buf, sizeof(buf)));
+	CK(cudaMemcpyToSymbol(c_tl_chunks, &NC, sizeof(NC)));
+	launch();
+	CK(cudaDeviceSynchronize());
+	std::vector<long long> tl(n);
+	CK(cudaMemcpy(tl.data(), buf, n * sizeof(long long), cudaMemcpyDeviceToHost));
+	CK(cudaFree(buf));
+	return tl;
+}
+}  // namespace devtest
+#endif

@@ -115,6 +115,32 @@ static void launch(const Problem& p, const Dev& d, int vh) {
 	    d.dend, d.dchunk, d.dvnew, d.dstart, p.HQK, p.HV, vh, p.scale);
 }
 
+#ifdef GDNKCP_WALK_TIMELINE
+// timeline runs the tape walk once at vh 64 with the marks on and prints its phases (warp 0 holds state,
+// warp 4 does not at vh 64; both convert): chunk index ci counts from the segment's last chunk.
+static void timeline(const Problem& p, const Dev& d, const char* tag) {
+	const int NC = p.c.NC;
+	const std::vector<long long> tl = timeline_run(NC, [&] { launch(p, d, 64); });
+	timeline_print(tag, "tape walk", tl, kTimelineMarks, NC,
+	               {{0, 0, 1, false, "split D, issue (1)"},
+	                {0, 1, 2, false, "D stores"},
+	                {0, 2, 3, false, "wait (1)"},
+	                {0, 3, 4, false, "split dV', decay, issue (2)"},
+	                {0, 4, 5, false, "dV' stores"},
+	                {0, 5, 6, false, "wait (2)"},
+	                {0, 6, 7, false, "load dvl"},
+	                {0, 7, 8, false, "barrier (2)"},
+	                {0, 8, 9, false, "convert"},
+	                {0, 9, 10, false, "copies, gates"},
+	                {0, 10, 0, true, "barrier (1)"},
+	                {1, 0, 7, false, "idle through the products"},
+	                {1, 7, 8, false, "barrier (2)"},
+	                {1, 8, 9, false, "convert"},
+	                {1, 9, 10, false, "copies, gates"},
+	                {1, 10, 0, true, "barrier (1)"}});
+}
+#endif
+
 static Outs run(const Problem& p, const Dev& d, int vh) {
 	CK(cudaMemset(d.dchunk, 0xff, d.nc * 4));
 	CK(cudaMemset(d.dvnew, 0xff, d.nv * 4));
@@ -159,6 +185,9 @@ int main(int argc, char** argv) {
 			printf("[%s] tape time %d chunks HV 48 vh %3d median %.3f ms (min %.3f max %.3f) %.2f us/chunk\n", tag, NCt, vh, med,
 			       lo, hi, 1000.0 * med / NCt);
 		}
+#ifdef GDNKCP_WALK_TIMELINE
+		timeline(p, d, tag);
+#endif
 	}
 	return ok ? 0 : 1;
 }

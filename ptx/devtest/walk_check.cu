@@ -11,26 +11,6 @@
 // warm-ups. Prints "check ok" / "check FAILED" and a table.
 #include "devtest.cuh"
 
-#ifdef GDNKCP_WALK_TIMELINE
-// The timeline (scripts/walk-check.sh TIMELINE=1): clock64() at walk()'s GDNKCP_WALK_MARK slots (the hooks
-// of ptx/staging/gdn_walk-timeline.patch until it lands), by lane 0 of warp 0 (a state warp) and of warp 4
-// (a converting warp at vh 64) of block (0, 0, 0), one row of chunks a slot. The store is predicated in
-// PTX, not branched around, so that no branch sits between a wgmma and its wait.
-constexpr int kMarks = 9;
-__constant__ long long* c_tl;
-__constant__ int c_tl_chunks;
-__device__ __forceinline__ void walk_mark(int slot, int ci) {
-	const int w = threadIdx.x >> 5;
-	const unsigned on = (blockIdx.x | blockIdx.y | blockIdx.z) == 0 && (threadIdx.x & 31) == 0 && (w == 0 || w == 4) &&
-	                    ci < c_tl_chunks;
-	long long t;
-	asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
-	long long* at = c_tl + ((long long)((w >> 2) & 1) * kMarks + slot) * c_tl_chunks + ci;
-	asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %0, 0;\n\t@q st.global.s64 [%1], %2;\n\t}" ::"r"(on), "l"(at), "l"(t));
-}
-#define GDNKCP_WALK_MARK(slot, ci) walk_mark(slot, ci)
-#endif
-
 #include "../src/gdn_walk_mma.cu"
 
 using namespace devtest;
@@ -135,43 +115,24 @@ static void poison(const Dev& d) {
 }
 
 #ifdef GDNKCP_WALK_TIMELINE
-// timeline runs the walk once at vh 64 (h16 + v16) with the marks on and prints, per phase, the median
-// over chunks 2 .. NC - 3 of the cycles between consecutive marks of the state warp and of the converting
-// warp (the phase from mark 8 to the next chunk's mark 0 is the wait at the chunk's barrier).
+// timeline runs the walk once at vh 64 (h16 + v16) with the marks on and prints its phases (the state warp:
+// warp 0; a converting warp: warp 4; from mark 8 to the next chunk's mark 0: the wait at the barrier).
 static void timeline(const Problem& p, const Dev& d, const char* tag) {
 	const int NC = p.c.NC;
-	long long* buf;
-	CK(cudaMalloc(&buf, sizeof(long long) * 2 * kMarks * NC));
-	CK(cudaMemset(buf, 0xff, sizeof(long long) * 2 * kMarks * NC));
-	CK(cudaMemcpyToSymbol(c_tl, &buf, sizeof(buf)));
-	CK(cudaMemcpyToSymbol(c_tl_chunks, &NC, sizeof(NC)));
-	launch(p, d, 64, false);
-	CK(cudaDeviceSynchronize());
-	std::vector<long long> tl((size_t)2 * kMarks * NC);
-	CK(cudaMemcpy(tl.data(), buf, tl.size() * sizeof(long long), cudaMemcpyDeviceToHost));
-	CK(cudaFree(buf));
-	int khz = 0;
-	CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-	auto at = [&](int role, int slot, int ci) { return tl[((size_t)role * kMarks + slot) * NC + ci]; };
-	if (at(0, 0, 2) < 0) {
-		printf("[%s] timeline: no marks (ptx/src has no GDNKCP_WALK_MARK hooks: ptx/staging/gdn_walk-timeline.patch)\n", tag);
-		return;
-	}
-	auto med = [&](int role, int a, int b, bool next) {  // slot a of chunk ci to slot b of ci (or of ci + 1)
-		std::vector<long long> v;
-		for (int ci = 2; ci + 3 < NC; ++ci) v.push_back(at(role, b, ci + (next ? 1 : 0)) - at(role, a, ci));
-		std::sort(v.begin(), v.end());
-		return v.empty() ? 0LL : v[v.size() / 2];
-	};
-	static const char* names[] = {"split S, issue (1)", "H stores", "wait (1), + U", "split V', decay, issue (2)",
-	                              "V' stores", "wait (2)", "cp.async wait", "load U, copies, gates"};
-	printf("[%s] timeline, vh 64, h16 + v16, %d chunks (median cycles a chunk; SM clock %d MHz):\n", tag, NC, khz / 1000);
-	for (int k = 0; k < 8; ++k) printf("[%s]   state      %-28s %6lld\n", tag, names[k], med(0, k, k + 1, false));
-	printf("[%s]   state      %-28s %6lld\n", tag, "barrier", med(0, 8, 0, true));
-	printf("[%s]   converter  %-28s %6lld\n", tag, "convert (from the barrier)", med(1, 0, 7, false));
-	printf("[%s]   converter  %-28s %6lld\n", tag, "copies, gates", med(1, 7, 8, false));
-	printf("[%s]   converter  %-28s %6lld\n", tag, "barrier", med(1, 8, 0, true));
-	printf("[%s]   chunk (barrier to barrier) %6lld cycles, %.2f us\n", tag, med(0, 0, 0, true), med(0, 0, 0, true) * 1e3 / khz);
+	const std::vector<long long> tl = timeline_run(NC, [&] { launch(p, d, 64, false); });
+	timeline_print(tag, "state walk", tl, kTimelineMarks, NC,
+	               {{0, 0, 1, false, "split S, issue (1)"},
+	                {0, 1, 2, false, "H stores"},
+	                {0, 2, 3, false, "wait (1), + U"},
+	                {0, 3, 4, false, "split V', decay, issue (2)"},
+	                {0, 4, 5, false, "V' stores"},
+	                {0, 5, 6, false, "wait (2)"},
+	                {0, 6, 7, false, "cp.async wait"},
+	                {0, 7, 8, false, "load U, copies, gates"},
+	                {0, 8, 0, true, "barrier"},
+	                {1, 0, 7, false, "convert (from the barrier)"},
+	                {1, 7, 8, false, "copies, gates"},
+	                {1, 8, 0, true, "barrier"}});
 }
 #endif
 
