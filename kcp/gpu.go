@@ -80,14 +80,20 @@ func walkTCSmem(vh int) int { return 768*(vh+8) + 256*(vh+4) + 4*ChunkSize*padD*
 // docs/mma-kernels.md); with blobs that lack them, a backend asking for them
 // fails with ErrMissingKernels.
 const (
-	entryPrepMMA    = "gdn_prep_mma"
+	entryPrepMMA = "gdn_prep_mma"
+	// entryPrepMMAG is gdn_prep_mma a CTA a (chunk, QK head): the same
+	// arguments and bits, grid (NC, HQK); the v5 set's prep.
+	entryPrepMMAG   = "gdn_prep_mma_g"
 	entrySummaryMMA = "gdn_summary_walk_mma"
 	entryStateMMA   = "gdn_state_walk_mma"
 	entryOutputMMA  = "gdn_output_mma"
 	entryOffsetMMA  = "gdn_offset_walk_mma"
 	entryTapeMMA    = "gdn_tape_walk_mma"
 	entryDVLocalMMA = "gdn_dvlocal_mma"
-	entryGradsMMA   = "gdn_chunk_grads_mma"
+	// entryDVLocalMMAG is gdn_dvlocal_mma a CTA a (chunk, QK head): the same
+	// arguments and bits, grid (NC, HQK); the v5 set's dV'_local.
+	entryDVLocalMMAG = "gdn_dvlocal_mma_g"
+	entryGradsMMA    = "gdn_chunk_grads_mma"
 	// The v5 forward path (MMAForward5): walks that rebuild Kt from kn and
 	// gcum (no per-value-head Kt from the prep), the state walk also
 	// writing bf16 copies of H and V' (transposed), and the output that
@@ -95,6 +101,9 @@ const (
 	entrySummaryMMA16 = "gdn_summary_walk_mma16"
 	entryStateMMA16   = "gdn_state_walk_mma16"
 	entryOutputMMA16  = "gdn_output_mma16"
+	// entryOutputMMA16G is gdn_output_mma16 a CTA a (chunk, QK head): the same
+	// arguments and bits, grid (NC, HQK); the v5 set's output.
+	entryOutputMMA16G = "gdn_output_mma16g"
 	// The v5 chunk gradients (MMAGroupedGrads): one CTA per chunk and QK
 	// head, the value heads summed inside it and the l2norm backward fused.
 	entryGradsMMA5 = "gdn_chunk_grads_mma5"
@@ -103,12 +112,18 @@ const (
 	// inverse fp32 [64][68], three bf16 hi/lo stages and the per-row
 	// scalars: 100096 (two CTAs an SM).
 	prepMMASmem = 4*ChunkSize*gpuD + 4*ChunkSize*(ChunkSize+4) + 3*2*ChunkSize*gpuD + 3*4*ChunkSize
+	// prepMMAGSmem is kPrepMMAGSmem (gdn_prep_mma.cu): prepMMASmem and the
+	// raw K K^T blocks (10 x 32 lanes x 8 values), 110336 (two CTAs an SM).
+	prepMMAGSmem = prepMMASmem + 4*10*32*8
 	// outputMMASmem is kOutputMMASmem (gdn_output_mma.cu): 98560 (two CTAs
 	// an SM).
 	outputMMASmem = 98560
 	// dvlocalMMASmem is kDvlMMASmem (gdn_dvlocal_mma.cu): q and k as bf16
 	// hi/lo, dO bf16 and gamma: 82176 (two CTAs an SM).
 	dvlocalMMASmem = 82176
+	// dvlocalMMAGSmem is kDvlMMAGSmem (gdn_dvlocal_mma.cu): dvlocalMMASmem and
+	// a second gamma stage, 82432 (two CTAs an SM).
+	dvlocalMMAGSmem = 82432
 	// chunkGradMMASmem is kGradMMASmem (gdn_chunk_grads_mma.cu): 227136
 	// (one CTA an SM).
 	chunkGradMMASmem = 227136
@@ -191,12 +206,22 @@ type kernelSet struct {
 	dvlocalSmem, gradsSmem       int              // theirs
 	// out16: summary and state are the v5 walks (kn and HQK in place of
 	// kt; the state walk also takes bf16 H^T and V'^T) and output
-	// gdn_output_mma16, which reads those.
+	// gdn_output_mma16 (or its grouped form), which reads those.
 	out16 bool
+	// outputQK: the output runs a CTA a (chunk, QK head), grid (NC, HQK)
+	// (gdn_output_mma16g), not a CTA a (chunk, value head).
+	outputQK bool
 	// grads5: grads is gdn_chunk_grads_mma5 (grid (NC, HQK), dq and dk
 	// summed over value heads and through the l2norm backward inside it),
 	// and the l2norm backward kernel does not run.
 	grads5 bool
+	// prepQK: the prep runs a CTA a (chunk, QK head), grid (NC, HQK)
+	// (gdn_prep_mma_g), not a CTA a (chunk, value head), where it does not
+	// write Kt (prepFor).
+	prepQK bool
+	// dvlocalQK: dV'_local runs a CTA a (chunk, QK head), grid (NC, HQK)
+	// (gdn_dvlocal_mma_g), not a CTA a (chunk, value head).
+	dvlocalQK bool
 }
 
 // kernelSet returns the kernels the options select: the fp32 CUDA-core
@@ -228,18 +253,37 @@ func (o GPUOptions) kernelSet() kernelSet {
 	}
 	if o.MMAForward5 {
 		ks.summary, ks.state, ks.walkSmem = entrySummaryMMA16, entryStateMMA16, walkMMASmem
-		ks.output, ks.outputSmem, ks.out16 = entryOutputMMA16, outputMMA16Smem, true
+		ks.output, ks.outputSmem, ks.out16, ks.outputQK = entryOutputMMA16G, outputMMA16Smem, true, true
+		if ks.prep == entryPrepMMA {
+			ks.prep, ks.prepSmem, ks.prepQK = entryPrepMMAG, prepMMAGSmem, true
+		}
 	}
 	if o.MMAGroupedGrads {
 		ks.grads, ks.gradsSmem, ks.grads5 = entryGradsMMA5, chunkGradMMA5Smem, true
+		ks.dvlocal, ks.dvlocalSmem, ks.dvlocalQK = entryDVLocalMMAG, dvlocalMMAGSmem, true
 	}
 	return ks
+}
+
+// prepFor returns the prep entry, its shared memory and whether it runs a
+// CTA a QK head, for a forward that writes Kt (writesKt: a backward or a
+// recompute reads it) or not. The grouped prep (prepQK) is faster only
+// without Kt: measured on the H200 at 32,768 tokens (2026-12-02),
+// gdn_prep_mma_g 1.276 -> 1.108 ms against gdn_prep_mma with Kt null, but
+// 1.347 -> 1.412 ms with Kt written (each later head reads its k rows
+// again from global memory for Kt). So with Kt the set's ungrouped
+// gdn_prep_mma runs; both write the same bits.
+func (ks kernelSet) prepFor(writesKt bool) (entry string, smem int, qk bool) {
+	if ks.prepQK && writesKt {
+		return entryPrepMMA, prepMMASmem, false
+	}
+	return ks.prep, ks.prepSmem, ks.prepQK
 }
 
 // entries lists every kernel a forward with this set launches, with the
 // most dynamic shared memory it takes (walks at vh 128).
 func (ks kernelSet) entries() []gpuEntry {
-	return []gpuEntry{
+	es := []gpuEntry{
 		{entryConv, 0},
 		{entryPoison, 0},
 		{entryL2Norm, 0},
@@ -249,6 +293,10 @@ func (ks kernelSet) entries() []gpuEntry {
 		{ks.state, max(ks.walkSmem(64), ks.walkSmem(128))},
 		{ks.output, ks.outputSmem},
 	}
+	if e, smem, _ := ks.prepFor(true); e != ks.prep {
+		es = append(es, gpuEntry{e, smem})
+	}
+	return es
 }
 
 // GPUForwardEntries returns the kernel entries the GPU forward needs in a

@@ -103,6 +103,7 @@ func gpuArgSamples() map[string]*loader.Args {
 		entryOutputTC:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 
 		entryPrepMMA:    argsPrep(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryPrepMMAG:   argsPrep(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entrySummaryMMA: argsSummary(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryStateMMA:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
@@ -110,5 +111,6 @@ func gpuArgSamples() map[string]*loader.Args {
 		entrySummaryMMA16: argsSummary16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryStateMMA16:   argsState16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA16:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
+		entryOutputMMA16G: argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // gdn_output_mma16's
 	}
 }

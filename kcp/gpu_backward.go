@@ -445,7 +445,11 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		return err
 	}
 	ks := b.rk.dev.ks
-	if err := b.launch(ks.dvlocal, [3]uint32{uint32(NC), uint32(HV), 1}, ks.dvlocalSmem,
+	dvlBlocks := HV
+	if ks.dvlocalQK {
+		dvlBlocks = HQK
+	}
+	if err := b.launch(ks.dvlocal, [3]uint32{uint32(NC), uint32(dvlBlocks), 1}, ks.dvlocalSmem,
 		argsDVLocal(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), b.dout.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))); err != nil {
 		return err

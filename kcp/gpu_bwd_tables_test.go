@@ -287,8 +287,8 @@ func TestStageSpans(t *testing.T) {
 func TestGPUBwdArgsMatchContract(t *testing.T) {
 	samples := gpuBwdArgSamples()
 	fp32, mma := GPUOptions{}.kernelSet(), GPUOptions{MMABackwardWalks: true, MMABackwardChunk: true}.kernelSet()
-	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients
-	require.Len(t, samples, len(fp32.backwardEntries())+5)
+	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients and dV'_local
+	require.Len(t, samples, len(fp32.backwardEntries())+6)
 	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet()} {
 		for _, e := range ks.backwardEntries() {
 			require.Contains(t, samples, e.name)
@@ -310,7 +310,7 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 	// A v4 kernel takes its fp32 twin's arguments.
 	twin := func(name string) string {
 		switch name {
-		case entryDVLocalMMA:
+		case entryDVLocalMMA, entryDVLocalMMAG:
 			return entryDVLocal
 		case entryGradsMMA:
 			return entryChunkGrads
@@ -412,9 +412,11 @@ func TestGPUBackwardEntries(t *testing.T) {
 	require.LessOrEqual(t, 2*(dvlocalMMASmem+1024), 233472, "gdn_dvlocal_mma: two CTAs an SM")
 	// The v5 chunk gradients replace the chunk gradients' entry and smem.
 	g5 := GPUOptions{MMABackwardChunk: true, MMAGroupedGrads: true}.kernelSet()
-	require.Equal(t, []gpuEntry{{entryDVLocalMMA, dvlocalMMASmem}, {entryOffset, bwdWalkSmem(128)},
+	require.Equal(t, []gpuEntry{{entryDVLocalMMAG, dvlocalMMAGSmem}, {entryOffset, bwdWalkSmem(128)},
 		{entryTape, bwdWalkSmem(128)}, {entryGradsMMA5, chunkGradMMA5Smem}}, g5.backwardEntries()[:4])
 	require.True(t, g5.grads5)
+	require.True(t, g5.dvlocalQK)
+	require.LessOrEqual(t, 2*(dvlocalMMAGSmem+1024), 233472, "gdn_dvlocal_mma_g: two CTAs an SM")
 	require.Positive(t, chunkGradMMA5Smem)
 	require.LessOrEqual(t, chunkGradMMA5Smem, 232448)
 }

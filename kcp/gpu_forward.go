@@ -764,8 +764,8 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	// the backward; with MMAForward5 the walks rebuild Kt from kn and the
 	// output reads bf16 copies of H and V', so the fp32 ones are made only
 	// where a backward reads them (and Kt also where the prep cannot skip
-	// it: only gdn_prep_mma takes a null Kt).
-	if !ks.out16 || rr.keepStates || ks.prep != entryPrepMMA {
+	// it: only gdn_prep_mma and gdn_prep_mma_g take a null Kt).
+	if !ks.out16 || rr.keepStates || (ks.prep != entryPrepMMA && ks.prep != entryPrepMMAG) {
 		if rk.kt, err = f32("kt", Tr*nv); err != nil {
 			return wrap(err)
 		}
@@ -828,7 +828,12 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	if err := rr.mark(); err != nil { // l2norm
 		return err
 	}
-	if err := rr.launch(ks.prep, [3]uint32{uint32(NC), uint32(HV), 1}, ks.prepSmem,
+	prep, prepSmem, prepQK := ks.prepFor(rk.kt != nil)
+	prepBlocks := HV
+	if prepQK {
+		prepBlocks = HQK
+	}
+	if err := rr.launch(prep, [3]uint32{uint32(NC), uint32(prepBlocks), 1}, prepSmem,
 		argsPrep(rk.kn.Ptr(), vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), HQK, HV)); err != nil {
 		return err
@@ -1040,7 +1045,11 @@ func (rr *rankRun) finish() error {
 	if err := rr.mark(); err != nil { // state walk
 		return err
 	}
-	if err := rr.launch(ks.output, [3]uint32{uint32(NC), uint32(HV), 1}, ks.outputSmem,
+	outBlocks := HV
+	if ks.outputQK {
+		outBlocks = HQK
+	}
+	if err := rr.launch(ks.output, [3]uint32{uint32(NC), uint32(outBlocks), 1}, ks.outputSmem,
 		argsOutput(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), outV, outH, rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			rk.o.Ptr(), HQK, HV, gpuScale(g.opts))); err != nil {
 		return err

@@ -411,11 +411,15 @@ func TestGPUSharedMemorySizes(t *testing.T) {
 		{"gdn_bwalk_mma.cu", `bwalk_mma_smem\(64\) == (\d+)`, bwdWalkMMASmem(64)},
 		{"gdn_bwalk_mma.cu", `bwalk_mma_smem\(128\) == (\d+)`, bwdWalkMMASmem(128)},
 		{"gdn_prep_mma.cu", `kPrepMMASmem\s*=\s*(\d+)\s*\n`, prepMMASmem},
+		{"gdn_prep_mma.cu", `kPrepMMAGSmem = (\d+) bytes`, prepMMAGSmem},
+		{"gdn_prep_mma.cu", `static_assert\(kPrepMMAGSmem == (\d+)`, prepMMAGSmem},
 		{"gdn_output_mma.cu", `kOutputMMASmem = (\d+) bytes`, outputMMASmem},
 		{"gdn_output_mma.cu", `kOutputMMA16Smem = (\d+) bytes`, outputMMA16Smem},
 		{"gdn_output_mma.cu", `static_assert\(kOutputMMA16Smem == (\d+)`, outputMMA16Smem},
 		{"gdn_dvlocal_mma.cu", `kDvlMMASmem = (\d+) bytes`, dvlocalMMASmem},
 		{"gdn_dvlocal_mma.cu", `static_assert\(kDvlMMASmem == (\d+)`, dvlocalMMASmem},
+		{"gdn_dvlocal_mma.cu", `kDvlMMAGSmem = (\d+) bytes`, dvlocalMMAGSmem},
+		{"gdn_dvlocal_mma.cu", `static_assert\(kDvlMMAGSmem == (\d+)`, dvlocalMMAGSmem},
 		{"gdn_chunk_grads_mma.cu", `kGradMMASmem = (\d+) bytes`, chunkGradMMASmem},
 		{"gdn_chunk_grads_mma.cu", `static_assert\(kGradMMASmem == (\d+)`, chunkGradMMASmem},
 		{"gdn_chunk_grads_mma5.cu", `kGradMMA5Smem = (\d+) bytes`, chunkGradMMA5Smem},
@@ -528,8 +532,8 @@ func TestGPUEntries(t *testing.T) {
 			[4]string{entryOffset, entryTape, entryDVLocal, entryChunkGrads}},
 		{"mma", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA, entryCompose, entryStateMMA, entryOutputMMA},
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
-		{"v5", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA16, entryCompose, entryStateMMA16, entryOutputMMA16},
-			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA5}},
+		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryMMA16, entryCompose, entryStateMMA16, entryOutputMMA16G, entryPrepMMA},
+			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMAG, entryGradsMMA5}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
 		require.NoError(t, o.SetKernels(c.name))
@@ -537,7 +541,19 @@ func TestGPUEntries(t *testing.T) {
 		require.Equal(t, c.want, missingEntries(b, ks.entries()), c.name)
 		require.Equal(t, c.bwalk, [4]string{ks.offset, ks.tape, ks.dvlocal, ks.grads}, c.name)
 		require.Equal(t, c.name == "v5", ks.out16, c.name)
+		require.Equal(t, c.name == "v5", ks.outputQK, c.name)
+		require.Equal(t, c.name == "v5", ks.prepQK, c.name)
 		require.Equal(t, c.name == "v5", ks.grads5, c.name)
+		// With Kt written (a backward or recompute reads it) the grouped
+		// prep gives way to gdn_prep_mma; without it the set's prep runs.
+		e, smem, qk := ks.prepFor(false)
+		require.Equal(t, []any{ks.prep, ks.prepSmem, ks.prepQK}, []any{e, smem, qk}, c.name)
+		e, smem, qk = ks.prepFor(true)
+		if c.name == "v5" {
+			require.Equal(t, []any{entryPrepMMA, prepMMASmem, false}, []any{e, smem, qk}, c.name)
+		} else {
+			require.Equal(t, []any{ks.prep, ks.prepSmem, ks.prepQK}, []any{e, smem, qk}, c.name)
+		}
 	}
 	both := GPUOptions{TensorCoreWalks: true, TensorCoreChunk: true, MMAWalks: true, MMAChunk: true}.kernelSet()
 	require.Equal(t, [4]string{entryPrepMMA, entrySummaryMMA, entryStateMMA, entryOutputMMA}, [4]string{both.prep, both.summary, both.state, both.output})
@@ -548,10 +564,11 @@ func TestGPUEntries(t *testing.T) {
 	// MMAForward5 alone swaps the walks and the output, with their shared
 	// memory.
 	o16 := GPUOptions{MMAForward5: true}.kernelSet()
-	require.Equal(t, [5]string{entryPrep, entrySummaryMMA16, entryStateMMA16, entryOutputMMA16, entryOffset},
+	require.Equal(t, [5]string{entryPrep, entrySummaryMMA16, entryStateMMA16, entryOutputMMA16G, entryOffset},
 		[5]string{o16.prep, o16.summary, o16.state, o16.output, o16.offset})
 	require.Equal(t, [3]int{walkMMASmem(64), walkMMASmem(128), outputMMA16Smem}, [3]int{o16.walkSmem(64), o16.walkSmem(128), o16.outputSmem})
 	require.True(t, o16.out16)
+	require.True(t, o16.outputQK)
 }
 
 // The CPU accessor returns the start and final states of a segment: zero at

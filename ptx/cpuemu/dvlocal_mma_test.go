@@ -45,10 +45,13 @@ type dvlMMACase struct {
 // dvlMMACases: chunks of 1, 17, 40, 63 and 64 rows at HQK 1 / HV 2 with
 // cp.async landing at issue, and chunks of 64, 17, 1 and 63 rows at grouped
 // heads (HQK 2 / HV 4) with cp.async landing only at its wait
-// (EMU_CP_ASYNC=deferred). 26 CTAs in all.
+// (EMU_CP_ASYNC=deferred), and chunks of 64, 40 and 1 rows at HQK 2 / HV 6
+// (three value heads a QK head: gdn_dvlocal_mma_g alternates its dO stages),
+// deferred too.
 var dvlMMACases = []dvlMMACase{
 	{name: "hv2_immediate", lens: []int{1, 63, 64, 17, 40}, hqk: 1, hv: 2, seed: 41},
 	{name: "hv4_deferred", lens: []int{64, 17, 1, 63}, hqk: 2, hv: 4, deferred: true, seed: 42},
+	{name: "hv6_deferred", lens: []int{64, 40, 1}, hqk: 2, hv: 6, deferred: true, seed: 43},
 }
 
 // TestMMADvLocalOnCPU runs gdn_dvlocal_mma and gdn_dvlocal_bwd on the cases
@@ -112,7 +115,7 @@ func runDvLocalMMA(t *testing.T, c *dvlMMACase) {
 	j.f32("gcum", gcum)
 	j.bf16("dout", dout)
 	elems := T * HV * dHead
-	for _, o := range []string{"dvl", "dvl_fp32"} {
+	for _, o := range []string{"dvl", "dvl_fp32", "dvl_g"} {
 		j.out(o, 4*elems)
 		j.poison(o, poisonF32)
 	}
@@ -122,8 +125,11 @@ func runDvLocalMMA(t *testing.T, c *dvlMMACase) {
 	}
 	j.launch("dvlocal_mma", "gdn_dvlocal_mma", grid3(NC, HV, 1), 256, "kDvlMMASmem", args("dvl")...)
 	j.launch("dvlocal_fp32", "gdn_dvlocal_bwd", grid3(NC, HV, 1), 256, "kDvlSmem", args("dvl_fp32")...)
+	// The grouped form: a CTA a (chunk, QK head), its bits gdn_dvlocal_mma's (gap rows included: both poisoned).
+	j.launch("dvlocal_mma_g", "gdn_dvlocal_mma_g", grid3(NC, HQK, 1), 256, "kDvlMMAGSmem", args("dvl_g")...)
 	r := j.run(bin)
 	t.Logf("runner:\n%s", r.log)
+	require.Equal(t, r.raw["dvl"], r.raw["dvl_g"], "gdn_dvlocal_mma_g: not gdn_dvlocal_mma's bits")
 
 	// Owned rows: written, finite; gap rows still poisoned. got gathers
 	// (chunk, head, row, column) order.

@@ -338,6 +338,10 @@ func addOutput16(j *job, d *gdnData, in *outInputs, h16, vnew16 []byte, probe bo
 	j.out("o", 2*g.T*HV*dHead)
 	j.poison("o", poisonBF16x2)
 	j.launch("output_mma16", "gdn_output_mma16", grid3(l.NC, HV, 1), 256, "kOutputMMA16Smem", tail("o")...)
+	// The grouped form: a CTA a (chunk, QK head); checkOutput16 requires its bits to be gdn_output_mma16's.
+	j.out("og", 2*g.T*HV*dHead)
+	j.poison("og", poisonBF16x2)
+	j.launch("output_mma16g", "gdn_output_mma16g", grid3(l.NC, HQK, 1), 256, "kOutputMMA16Smem", tail("og")...)
 	if probe {
 		j.out("o32", 4*g.T*HV*dHead)
 		j.poison("o32", poisonF32)
@@ -405,6 +409,10 @@ func checkOutput16(t *testing.T, et *errTable, d *gdnData, in *outInputs, g *gap
 	et.note("ref: H, V' bf16", relErr(wantBF, want))
 
 	res := &result{t: t, raw: map[string][]byte{"o": ungap(t, d, g, r.raw["o"], 2, poisonBF16x2, "o")}}
+	// gdn_output_mma16g (a CTA a QK head, Q, K and the scores once) writes the same rows, bit for bit,
+	// and nothing in the gaps.
+	require.Equal(t, res.raw["o"], ungap(t, d, g, r.raw["og"], 2, poisonBF16x2, "og"),
+		"gdn_output_mma16g: not gdn_output_mma16's bits")
 	var o32 []float32
 	if probe { // first: its fp32 shows the kernel's own error
 		res.raw["o32"] = ungap(t, d, g, r.raw["o32"], 4, poisonF32, "o32")

@@ -60,6 +60,7 @@ var prepMMACases = []prepMMACase{
 	{name: "hv2_immediate", lens: []int{1, 63, 64, 65, 200}, hqk: 1, hv: 2, vPad: 8, seed: 21},
 	{name: "hv4_deferred", lens: []int{65, 3, 40}, hqk: 2, hv: 4, vPad: 0, deferred: true, nokt: true, seed: 22},
 	{name: "v_unaligned", lens: []int{40}, hqk: 1, hv: 2, vPad: 4, vOff: 4, seed: 23},
+	{name: "hv6_deferred", lens: []int{64, 17}, hqk: 2, hv: 6, vPad: 0, deferred: true, nokt: true, seed: 24},
 }
 
 // TestMMAPrepOnCPU runs gdn_prep_mma and gdn_prep_fwd on the cases above:
@@ -165,6 +166,12 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 	}
 	j.launch("prep_mma", "gdn_prep_mma", grid3(NC, HV, 1), 256, "kPrepMMASmem", args("")...)
 	j.launch("prep_fp32", "gdn_prep_fwd", grid3(NC, HV, 1), 256, "kPrepSmem", args("_fp32")...)
+	// The grouped form (a CTA a chunk and QK head: k, its split and K K^T once) must write gdn_prep_mma's bits.
+	for _, o := range outs {
+		j.out(o.name+"_g", 4*o.elems)
+		j.poison(o.name+"_g", poisonF32)
+	}
+	j.launch("prep_mma_g", "gdn_prep_mma_g", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", args("_g")...)
 	if c.nokt {
 		for _, o := range outs[:3] {
 			j.out(o.name+"_nokt", 4*o.elems)
@@ -173,8 +180,26 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 		j.launch("prep_mma_nokt", "gdn_prep_mma_nokt", grid3(NC, HV, 1), 256, "kPrepMMASmem",
 			append(args("_nokt")[:10], i32a(HQK), i32a(HV))...)
 	}
+	if c.nokt { // and with kt null, gdn_prep_mma_nokt's
+		for _, o := range outs[:3] {
+			j.out(o.name+"_gnokt", 4*o.elems)
+			j.poison(o.name+"_gnokt", poisonF32)
+		}
+		a := args("_gnokt")
+		a[10] = nullBuf()
+		j.launch("prep_mma_g_nokt", "gdn_prep_mma_g", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", a...)
+	}
 	r := j.run(bin)
 	t.Logf("runner:\n%s", r.log)
+	for _, o := range outs {
+		require.Equal(t, r.raw[o.name], r.raw[o.name+"_g"], "%s: gdn_prep_mma_g differs from gdn_prep_mma", o.name)
+	}
+	if c.nokt {
+		for _, o := range outs[:3] {
+			require.Equal(t, r.raw[o.name+"_nokt"], r.raw[o.name+"_gnokt"], "%s: gdn_prep_mma_g with kt null differs",
+				o.name)
+		}
+	}
 	if c.nokt {
 		for _, o := range outs[:3] {
 			require.Equal(t, r.raw[o.name], r.raw[o.name+"_nokt"], "%s: gdn_prep_mma with kt null differs from its run with kt",

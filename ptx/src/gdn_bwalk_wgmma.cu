@@ -67,6 +67,13 @@ constexpr int kOffXW = 32768, kOffXQ = 65536, kOffR = 98304, kOffOS = 196608;
 
 __host__ __device__ constexpr int wg_bwalk_smem(int vh) { return kOffOS + kC * vh * 2 + 1008; }
 
+// GDNKCP_TAPE_MARK(slot, ci): a timeline hook at the phase boundaries of WGBWalker::walk (ci: chunks from the
+// segment's last); ptx/devtest/tape_check.cu built with -DGDNKCP_WALK_TIMELINE records clock64() there.
+// Empty in every blob.
+#ifndef GDNKCP_TAPE_MARK
+#define GDNKCP_TAPE_MARK(slot, ci)
+#endif
+
 // DO: the walk of the adjoint columns (the tape walk, the offset walk's R columns: dvl, dO and Qg terms);
 // without it the offset walk's P^T columns (neither dvl nor dO, so no Qg operand either).
 template <int VH, bool DO = true>
@@ -266,27 +273,38 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 		for (int c = last; c >= ch0; --c) {
 			const int n = chunk_len[c];
 			__syncthreads();  // (1): X holds chunk c
+			GDNKCP_TAPE_MARK(0, last - c);  // every warp: past barrier (1)
 			if (holds()) {
 				const long long blk = (long long)c * HV + h;
 				unsigned ah[8][4], al[8][4];
 				dvprime_issue(ah, al);
+				GDNKCP_TAPE_MARK(1, last - c);  // state: D split, (1) issued
 				if (d_chunk != nullptr) this->store_state(d_chunk + blk * kD * kD, c0);  // D under (1)
 				if (walkwg::kDecayEarly) this->decay_state();
+				GDNKCP_TAPE_MARK(2, last - c);  // state: D stores issued
 				dvprime_wait();
+				GDNKCP_TAPE_MARK(3, last - c);  // state: (1) done
 				unsigned bh[4][4], bl[4][4];
 				dupdate_issue(bh, bl);
+				GDNKCP_TAPE_MARK(4, last - c);  // state: dV' split, D decayed, (2) issued
 				if (dvnew != nullptr) this->store_vprime(dvnew, chunk_tok0[c], n, h, HV, c0);  // dV' under (2)
+				GDNKCP_TAPE_MARK(5, last - c);  // state: dV' stores issued
 				wg::wait<0>();
 				wg::fence_operand(s);
+				GDNKCP_TAPE_MARK(6, last - c);  // state: (2) done
 			}
 			if (c == ch0) break;
 			if (holds()) load_dvl(dvl, chunk_tok0[c - 1], chunk_len[c - 1], h, HV, c0);
+			GDNKCP_TAPE_MARK(7, last - c);  // every warp: the next dvl loaded (state warps)
 			__syncthreads();  // (2): every wgmma reading X waited
+			GDNKCP_TAPE_MARK(8, last - c);  // every warp: past barrier (2)
 			convert(chunk_len[c - 1], scale);
+			GDNKCP_TAPE_MARK(9, last - c);  // every warp: the conversion done
 			const int c2 = c - 2 > ch0 ? c - 2 : ch0;
 			__syncwarp();
 			issue(w, kt, qn, dout, chunk_tok0[c2], chunk_len[c2], h, HQK, HV, c0);
 			prefetch_gates(gcum, chunk_tok0[c2], chunk_len[c2], h, HV);
+			GDNKCP_TAPE_MARK(10, last - c);  // every warp: the next copies and gates issued
 		}
 		tc::cp_async_wait<0>();  // the copies issued past the end land before the CTA exits
 	}

@@ -128,43 +128,27 @@ __device__ __forceinline__ void do_frag(unsigned b[4], const bf16* DO, int ki, i
 	tc::ldmatrix_x4_trans(b, DO + swz(r, 8 * cb));
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 2)
-gdn_dvlocal_mma(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ gcum,
-                const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
-                const int* __restrict__ chunk_len, float* __restrict__ dvl, int HQK, int HV, float scale) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	float* QR = smem;                // [64][128] q, split in place
-	float* KR = QR + kC * kD;        // [64][128] k, split in place
-	bf16* DO = reinterpret_cast<bf16*>(KR + kC * kD);  // [64][128] dO, swizzled
-	float* gam = reinterpret_cast<float*>(DO + kC * kD);  // [64]
-	const bf16* Qb = reinterpret_cast<const bf16*>(QR);
-	const bf16* Kb = reinterpret_cast<const bf16*>(KR);
-	// (chunk, head) from the linear block index with the head fastest.
-	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
-	const int c = lin / HV, h = lin % HV;
-	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-	const int hf = warp >> 2, rt = hf ? 3 - (warp & 3) : (warp & 3), cb0 = 8 * hf;
-	const int t0 = chunk_tok0[c], n = chunk_len[c];
-	const int qh = h / (HV / HQK);
-	const long long qk = (long long)HQK * kD;
-
-	copy_tile<kC>(QR, qn + ((long long)t0 * HQK + qh) * kD, qk, n);
-	copy_tile<kC>(KR, kn + ((long long)t0 * HQK + qh) * kD, qk, n);
+// dvl_stage: gdn_dvlocal_mma's staging (also gdn_dvlocal_mma_g's first head): q, k rows (group 1) and the
+// value head's dO (group 2) by cp.async, gamma; this thread's q, k pairs split in place once landed, and its
+// dO units waited for. A __syncthreads publishes it all.
+__device__ __forceinline__ void dvl_stage(float* QR, float* KR, bf16* DO, float* gam, const float* q, const float* k,
+                                          long long qk, const bf16* dO, long long dstride, const float* gcum, int t0,
+                                          int n, int h, int HV) {
+	const int tid = threadIdx.x;
+	copy_tile<kC>(QR, q, qk, n);
+	copy_tile<kC>(KR, k, qk, n);
 	tc::cp_async_commit();  // group 1: q, k
-	copy_do(DO, dout + ((long long)t0 * HV + h) * kD, (long long)HV * kD, n);
+	copy_do(DO, dO, dstride, n);
 	tc::cp_async_commit();  // group 2: dO
 	if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
 	tc::cp_async_wait<1>();  // this thread's q, k pairs have landed
 	convert_tile<kC, true>(QR);
 	convert_tile<kC, true>(KR);
 	tc::cp_async_wait<0>();  // and its dO units
-	__syncthreads();         // q, k split, dO and gamma staged
+}
 
-	const int last = (n - 1) >> 4;  // the last 16-row tile holding a row < n
-	if (rt > last) return;          // warp-uniform: every row of the warp is at or past n
-
-	// (1) S^T = K Q^T over the warp's rows j x the column tiles rt .. last.
-	float s[8][4];
+// dvl_raw: (1) of gdn_dvlocal_mma, the raw S^T = K Q^T over the warp's rows j x the column tiles rt .. last.
+__device__ __forceinline__ void dvl_raw(float s[8][4], const bf16* Qb, const bf16* Kb, int rt, int last, int lane) {
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -182,8 +166,12 @@ gdn_dvlocal_mma(const float* __restrict__ qn, const float* __restrict__ kn, cons
 			mma_terms<true, true>(s[2 * ip + 1], ah, al, bh + 2, bl + 2);
 		}
 	}
-	// P^T_ji = S^T_ji e^(gamma_i - gamma_j) on j <= i < n, else 0 (rows j0, j1; columns i0, i1).
-	const int j0 = 16 * rt + g, j1 = j0 + 8;
+}
+
+// dvl_mask: P^T_ji = S^T_ji e^(gamma_i - gamma_j) on j <= i < n, else 0 (rows j0, j1; columns i0, i1), in place,
+// with the gamma of the value head at hand.
+__device__ __forceinline__ void dvl_mask(float s[8][4], const float* gam, int rt, int last, int lane, int n) {
+	const int g = lane >> 2, t = lane & 3, j0 = 16 * rt + g, j1 = j0 + 8;
 	const float gj0 = gam[j0], gj1 = gam[j1];
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt) {
@@ -195,8 +183,12 @@ gdn_dvlocal_mma(const float* __restrict__ qn, const float* __restrict__ kn, cons
 		s[nt][2] = (j1 <= i0 && i0 < n) ? s[nt][2] * expf(gi0 - gj1) : 0.f;
 		s[nt][3] = (j1 <= i1 && i1 < n) ? s[nt][3] * expf(gi1 - gj1) : 0.f;
 	}
+}
 
-	// (2) dvl = P^T dO over the k steps rt .. last, the warp's 64 columns.
+// dvl_pdo_store: (2) dvl = P^T dO over the k steps rt .. last and the warp's 64 columns (dO from the swizzled
+// stage DO), then scale * dvl stored at orow + j * ostride (rows j0 / j1 < n), columns 8 (cb0 + nt) + 2t, +1.
+__device__ __forceinline__ void dvl_pdo_store(float s[8][4], const bf16* DO, int rt, int last, int cb0, int lane, float* orow,
+                                              long long ostride, int n, float scale) {
 	float o[8][4];
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt)
@@ -219,17 +211,131 @@ gdn_dvlocal_mma(const float* __restrict__ qn, const float* __restrict__ kn, cons
 			mma_terms<true, false>(o[2 * np + 1], ah, al, b + 2, b + 2);
 		}
 	}
-
-	// Store: rows j0 / j1 < n, columns 8 (cb0 + nt) + 2t, +1.
+	const int j0 = 16 * rt + (lane >> 2), j1 = j0 + 8, t = lane & 3;
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt) {
 		const int d = 8 * (cb0 + nt) + 2 * t;
-		if (j0 < n)
-			*reinterpret_cast<float2*>(dvl + ((long long)(t0 + j0) * HV + h) * kD + d) =
-			    make_float2(scale * o[nt][0], scale * o[nt][1]);
-		if (j1 < n)
-			*reinterpret_cast<float2*>(dvl + ((long long)(t0 + j1) * HV + h) * kD + d) =
-			    make_float2(scale * o[nt][2], scale * o[nt][3]);
+		if (j0 < n) *reinterpret_cast<float2*>(orow + j0 * ostride + d) = make_float2(scale * o[nt][0], scale * o[nt][1]);
+		if (j1 < n) *reinterpret_cast<float2*>(orow + j1 * ostride + d) = make_float2(scale * o[nt][2], scale * o[nt][3]);
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_dvlocal_mma(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ gcum,
+                const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                const int* __restrict__ chunk_len, float* __restrict__ dvl, int HQK, int HV, float scale) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	float* QR = smem;                // [64][128] q, split in place
+	float* KR = QR + kC * kD;        // [64][128] k, split in place
+	bf16* DO = reinterpret_cast<bf16*>(KR + kC * kD);  // [64][128] dO, swizzled
+	float* gam = reinterpret_cast<float*>(DO + kC * kD);  // [64]
+	const bf16* Qb = reinterpret_cast<const bf16*>(QR);
+	const bf16* Kb = reinterpret_cast<const bf16*>(KR);
+	// (chunk, head) from the linear block index with the head fastest.
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+	const int c = lin / HV, h = lin % HV;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int hf = warp >> 2, rt = hf ? 3 - (warp & 3) : (warp & 3), cb0 = 8 * hf;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int qh = h / (HV / HQK);
+	const long long qk = (long long)HQK * kD;
+
+	dvl_stage(QR, KR, DO, gam, qn + ((long long)t0 * HQK + qh) * kD, kn + ((long long)t0 * HQK + qh) * kD, qk,
+	          dout + ((long long)t0 * HV + h) * kD, (long long)HV * kD, gcum, t0, n, h, HV);
+	__syncthreads();  // q, k split, dO and gamma staged
+
+	const int last = (n - 1) >> 4;  // the last 16-row tile holding a row < n
+	if (rt > last) return;          // warp-uniform: every row of the warp is at or past n
+
+	float s[8][4];
+	dvl_raw(s, Qb, Kb, rt, last, lane);
+	dvl_mask(s, gam, rt, last, lane, n);
+	dvl_pdo_store(s, DO, rt, last, cb0, lane, dvl + ((long long)t0 * HV + h) * kD, (long long)HV * kD, n, scale);
+}
+
+// ==== gdn_dvlocal_mma_g: gdn_dvlocal_mma a QK head at a time ============================================
+//   gdn_dvlocal_mma_g   grid (NC, HQK), block 256, kDvlMMAGSmem = 82432 bytes (two CTAs an SM)
+// gdn_dvlocal_mma's arguments and output, bit for bit, with one CTA a (chunk, QK head) running the
+// G = HV / HQK value heads that read the same q and k rows, in ascending order (lin = blockIdx.y gridDim.x +
+// blockIdx.x, c = lin / HQK, qh = lin % HQK). Why: per value head gdn_dvlocal_mma copies and splits the same
+// fp32 q and k (64 KB of cp.async, 128 KB of shared traffic) and spends 960 of its 1280 mma.sync on the same
+// S^T = K Q^T. Here they happen once: the raw S^T (dvl_raw, (1)'s mma sequence) goes to Q's region once
+// every warp is done with q and k (each lane its own 32 values, lane-fastest: conflict-free, read back only
+// by that lane), K's region becomes two dO stages, and each head forms its P^T with its own gamma (dvl_mask)
+// and runs (2) and the store (dvl_pdo_store): the same expressions, so the same bits.
+//   head 0: copy q, k (group 1), dO into DO (group 2); gamma; wait; split q, k in place; __syncthreads;
+//           (1) raw S^T; __syncthreads; stash S^T; copy head 1's dO into stage 0, its gamma; P^T, (2), store
+//   head j > 0: wait; __syncthreads (head j's dO and gamma staged; head j - 1's stage and gamma free);
+//               copy head j + 1's dO into stage j % 2, its gamma; S^T from the stash; P^T, (2), store
+// A warp whose rows all lie at or past n computes nothing but takes every barrier.
+// Predicted (not measured): per QK head 1280 + (G - 1) 320 mma.sync instead of G 1280, the q, k staging
+// once, each later head's dO copy under the previous head's work: 0.90 ms at 32K -> ~0.5-0.6 ms.
+constexpr int kDvlMMAGSmem = kDvlMMASmem + 4 * kC;  // a second gamma stage
+static_assert(kDvlMMAGSmem == 82432, "kDvlMMAGSmem: keep the header and kcp in step");
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_dvlocal_mma_g(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ gcum,
+                  const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                  const int* __restrict__ chunk_len, float* __restrict__ dvl, int HQK, int HV, float scale) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	float* QR = smem;                // [64][128] q, split in place; then the raw S^T
+	float* KR = QR + kC * kD;        // [64][128] k, split in place; then two dO stages
+	bf16* DO = reinterpret_cast<bf16*>(KR + kC * kD);     // [64][128] head 0's dO, swizzled
+	float* gam = reinterpret_cast<float*>(DO + kC * kD);  // [2][64]: head j's gamma at gam + 64 (j % 2)
+	const bf16* Qb = reinterpret_cast<const bf16*>(QR);
+	const bf16* Kb = reinterpret_cast<const bf16*>(KR);
+	bf16* const stage0 = reinterpret_cast<bf16*>(KR);  // head j's dO (j >= 1) at stage0 + kC kD ((j - 1) % 2)
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+	const int c = lin / HQK, qh = lin % HQK;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int hf = warp >> 2, rt = hf ? 3 - (warp & 3) : (warp & 3), cb0 = 8 * hf;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int G = HV / HQK, h0 = qh * G;
+	const long long qk = (long long)HQK * kD, vrow = (long long)HV * kD;
+	const int last = (n - 1) >> 4;
+	const bool active = rt <= last;      // warp-uniform
+	float* const ss = QR + 1024 * warp + lane;  // this lane's raw S^T: value (nt, e) at ss[32 (4 nt + e)]
+
+	dvl_stage(QR, KR, DO, gam, qn + ((long long)t0 * HQK + qh) * kD, kn + ((long long)t0 * HQK + qh) * kD, qk,
+	          dout + ((long long)t0 * HV + h0) * kD, vrow, gcum, t0, n, h0, HV);
+	__syncthreads();  // q, k split, dO and gamma staged
+
+	float s[8][4];
+	if (active) dvl_raw(s, Qb, Kb, rt, last, lane);
+	__syncthreads();  // every warp done with q and k: Q's region takes S^T, K's the next heads' dO
+	if (active) {
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+			for (int e = 0; e < 4; ++e) ss[32 * (4 * nt + e)] = s[nt][e];
+	}
+	if (G > 1) {
+		copy_do(stage0, dout + ((long long)t0 * HV + h0 + 1) * kD, vrow, n);
+		tc::cp_async_commit();
+		if (tid < kC) gam[kC + tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h0 + 1] : 0.f;
+	}
+	if (active) {
+		dvl_mask(s, gam, rt, last, lane, n);
+		dvl_pdo_store(s, DO, rt, last, cb0, lane, dvl + ((long long)t0 * HV + h0) * kD, vrow, n, scale);
+	}
+#pragma unroll 1
+	for (int j = 1; j < G; ++j) {
+		tc::cp_async_wait<0>();
+		__syncthreads();  // head j's dO and gamma staged; head j - 1's stage and gamma free
+		if (j + 1 < G) {
+			copy_do(stage0 + kC * kD * (j % 2), dout + ((long long)t0 * HV + h0 + j + 1) * kD, vrow, n);
+			tc::cp_async_commit();
+			if (tid < kC) gam[kC * ((j + 1) % 2) + tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h0 + j + 1] : 0.f;
+		}
+		if (active) {
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+				for (int e = 0; e < 4; ++e) s[nt][e] = ss[32 * (4 * nt + e)];
+			dvl_mask(s, gam + kC * (j % 2), rt, last, lane, n);
+			dvl_pdo_store(s, stage0 + kC * kD * ((j - 1) % 2), rt, last, cb0, lane, dvl + ((long long)t0 * HV + h0 + j) * kD,
+			              vrow, n, scale);
+		}
 	}
 }
 

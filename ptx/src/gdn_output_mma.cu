@@ -223,15 +223,10 @@ __device__ __forceinline__ void scale_rows_exp(float acc[8][4], float g0, float 
 	}
 }
 
-// masked_scores computes the warp's scores S = Q K^T (rows 16 rt .. of the Q stage Qb, keys j < 16 (rt + 1)
-// of the K stage Kb, both split in place; SQ / SK: with their lo parts) and turns them in place into
-// P = S e^(gamma_i - gamma_j) where j <= i < n, exactly 0 elsewhere (a select). The tiles past the
-// diagonal block stay 0. Both outputs run it, so they share its bits.
+// raw_scores computes the warp's scores S = Q K^T: rows 16 rt .. of the Q stage Qb, keys j < 16 (rt + 1) of
+// the K stage Kb, both split in place (SQ / SK: with their lo parts); the tiles past the diagonal block stay 0.
 template <bool SQ, bool SK>
-__device__ __forceinline__ void masked_scores(float s[8][4], const bf16* Qb, const bf16* Kb, const float* gam, int rt,
-                                              int lane, int n) {
-	const int g = lane >> 2, t = lane & 3, i0 = 16 * rt + g, i1 = i0 + 8;
-	const float g0 = gam[i0], g1 = gam[i1];
+__device__ __forceinline__ void raw_scores(float s[8][4], const bf16* Qb, const bf16* Kb, int rt, int lane) {
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -249,6 +244,13 @@ __device__ __forceinline__ void masked_scores(float s[8][4], const bf16* Qb, con
 			mma_terms<SQ, SK>(s[2 * jp + 1], ah, al, bh + 2, bl + 2);
 		}
 	}
+}
+
+// mask_decay turns raw scores in place into P = S e^(gamma_i - gamma_j) where j <= i < n, exactly 0
+// elsewhere (a select), with the gamma of the value head at hand.
+__device__ __forceinline__ void mask_decay(float s[8][4], const float* gam, int rt, int lane, int n) {
+	const int g = lane >> 2, t = lane & 3, i0 = 16 * rt + g, i1 = i0 + 8;
+	const float g0 = gam[i0], g1 = gam[i1];
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt) {
 		if (nt / 2 > rt) break;
@@ -259,6 +261,14 @@ __device__ __forceinline__ void masked_scores(float s[8][4], const bf16* Qb, con
 		s[nt][2] = (j0 <= i1 && i1 < n) ? s[nt][2] * expf(g1 - gj0) : 0.f;
 		s[nt][3] = (j1 <= i1 && i1 < n) ? s[nt][3] * expf(g1 - gj1) : 0.f;
 	}
+}
+
+// masked_scores: raw_scores, then mask_decay. Both outputs run it, so they share its bits.
+template <bool SQ, bool SK>
+__device__ __forceinline__ void masked_scores(float s[8][4], const bf16* Qb, const bf16* Kb, const float* gam, int rt,
+                                              int lane, int n) {
+	raw_scores<SQ, SK>(s, Qb, Kb, rt, lane);
+	mask_decay(s, gam, rt, lane, n);
 }
 
 __device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) {
@@ -477,44 +487,10 @@ __device__ __forceinline__ void bn16_frag(unsigned b[4], const bf16* tile, int j
 	tc::ldmatrix_x4(b, tile + sw16<UNITS>(r, u));
 }
 
-constexpr int kOutputMMA16Smem = 4 * kC * kD + 2 * kD * kD + 2 * kD * kC + 4 * kC * kD + 4 * kC;
-static_assert(kOutputMMA16Smem == 114944, "kOutputMMA16Smem: the header says 114944 bytes");
-static_assert(2 * (kOutputMMA16Smem + 1024) <= 233472, "two CTAs an SM");
-
-// output_mma16: the kernel body; OutT is __nv_bfloat16 for the entry (float only for the emulator's
-// precision probe of ptx/cpuemu/testdata/kernels_mma16.cpp).
-template <typename OutT>
-__device__ __forceinline__ void output_mma16(float* smem, const float* qn, const float* kn, const float* gcum,
-                                             const bf16* vnew16, const bf16* h16, const int* chunk_tok0,
-                                             const int* chunk_len, OutT* o, int HQK, int HV, float scale) {
-	float* QR = smem;                    // [64][128] fp32: Q, split in place
-	float* XR = QR + kC * kD;            // H^T [128][128] bf16
-	bf16* VT = reinterpret_cast<bf16*>(XR + kC * kD);  // [128][64] bf16: V'^T
-	float* KR = reinterpret_cast<float*>(VT + kD * kC);  // [64][128] fp32: K, split in place
-	float* gam = KR + kC * kD;                           // [64]
-	const bf16* Qb = reinterpret_cast<const bf16*>(QR);
-	const bf16* Xb = reinterpret_cast<const bf16*>(XR);
-	const bf16* Kb = reinterpret_cast<const bf16*>(KR);
-	const int lin = blockIdx.y * gridDim.x + blockIdx.x, c = lin / HV, h = lin % HV;
-	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-	const int g = lane >> 2, t = lane & 3, rt = warp & 3, wc = warp >> 2;
-	const int t0 = chunk_tok0[c], n = chunk_len[c];
-	const int qh = h / (HV / HQK);
-	const long long qk = (long long)HQK * kD, blk = (long long)c * HV + h;
-
-	copy_tile<kC>(QR, qn + ((long long)t0 * HQK + qh) * kD, qk, n);
-	copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16 + blk * kD * kD);
-	tc::cp_async_commit();
-	copy_bf16_tile<kD, kC / 8>(VT, vnew16 + blk * kD * kC);
-	copy_tile<kC>(KR, kn + ((long long)t0 * HQK + qh) * kD, qk, n);
-	tc::cp_async_commit();
-	if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
-	tc::cp_async_wait<1>();  // Q and H^T (V'^T and K may still be in flight)
-	convert_tile<kC, true>(QR);
-	__syncthreads();  // (1) Q, H^T and gamma staged
-
-	// (1) O = Q H over the warp's 16 rows x 64 columns: A = Q hi/lo, B = H^T rows 64 wc + 16 np ...
-	float acc[8][4];
+// out16_qh: phase (1) of gdn_output_mma16: O = Q H over the warp's 16 rows x 64 columns (A = Q hi/lo, B =
+// H^T rows 64 wc + 16 np ...), then each row i times e^gamma_i.
+__device__ __forceinline__ void out16_qh(float acc[8][4], const bf16* Qb, const bf16* Xb, const float* gam, int rt, int wc,
+                                         int lane) {
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -531,19 +507,16 @@ __device__ __forceinline__ void output_mma16(float* smem, const float* qn, const
 			mma_terms<true, false>(acc[2 * np + 1], ah, al, b + 2, b + 2);
 		}
 	}
-	const int i0 = 16 * rt + g, i1 = i0 + 8;
+	const int i0 = 16 * rt + (lane >> 2), i1 = i0 + 8;
 	scale_rows_exp(acc, gam[i0], gam[i1]);
+}
 
-	tc::cp_async_wait<0>();  // V'^T and K
-	convert_tile<kC, true>(KR);
-	__syncthreads();  // (2) K and V'^T staged
-
-	// (2) S = Q K^T over keys j < 16 (rt + 1), masked and decayed into P in place.
-	float s[8][4];
-	masked_scores<true, true>(s, Qb, Kb, gam, rt, lane, n);
-
-	// (3) O += P V' over k steps kj <= rt: A = P hi/lo (from the S tiles), B = V'^T rows 64 wc + 16 np ...
-	const bf16* Vb = VT;
+// out16_pv_store: phase (3) of gdn_output_mma16, O += P V' over k steps kj <= rt (A = P hi/lo from the
+// score tiles, B = V'^T rows 64 wc + 16 np ...), then O times scale stored at orow + i * ostride (rows
+// i < n), columns 64 wc + 8 nt + 2t, +1.
+template <typename OutT>
+__device__ __forceinline__ void out16_pv_store(float acc[8][4], float s[8][4], const bf16* Vb, int rt, int wc, int lane,
+                                               OutT* orow, long long ostride, int n, float scale) {
 #pragma unroll
 	for (int kj = 0; kj < 4; ++kj) {
 		if (kj > rt) break;
@@ -561,14 +534,76 @@ __device__ __forceinline__ void output_mma16(float* smem, const float* qn, const
 			mma_terms<true, false>(acc[2 * np + 1], ah, al, b + 2, b + 2);
 		}
 	}
-
-	// Store: row i0 / i1, columns 64 wc + 8 nt + 2t, +1.
+	const int i0 = 16 * rt + (lane >> 2), i1 = i0 + 8, t = lane & 3;
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt) {
 		const int d = 64 * wc + 8 * nt + 2 * t;
-		if (i0 < n) store2(o + ((long long)(t0 + i0) * HV + h) * kD + d, scale * acc[nt][0], scale * acc[nt][1]);
-		if (i1 < n) store2(o + ((long long)(t0 + i1) * HV + h) * kD + d, scale * acc[nt][2], scale * acc[nt][3]);
+		if (i0 < n) store2(orow + i0 * ostride + d, scale * acc[nt][0], scale * acc[nt][1]);
+		if (i1 < n) store2(orow + i1 * ostride + d, scale * acc[nt][2], scale * acc[nt][3]);
 	}
+}
+
+// out16_stage: the first staging of gdn_output_mma16 (and of gdn_output_mma16g's first head): Q's rows
+// (q: the chunk's first row) and H^T (group 1), V'^T and K's rows (group 2) by cp.async, gamma; then Q's
+// copies waited for and split in place (V'^T and K may still be in flight).
+__device__ __forceinline__ void out16_stage(float* QR, float* XR, bf16* VT, float* KR, float* gam, const float* q,
+                                            const float* k, long long qk, const float* gcum, const bf16* h16b,
+                                            const bf16* v16b, int t0, int n, int h, int HV) {
+	const int tid = threadIdx.x;
+	copy_tile<kC>(QR, q, qk, n);
+	copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16b);
+	tc::cp_async_commit();
+	copy_bf16_tile<kD, kC / 8>(VT, v16b);
+	copy_tile<kC>(KR, k, qk, n);
+	tc::cp_async_commit();
+	if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
+	tc::cp_async_wait<1>();  // Q and H^T (V'^T and K may still be in flight)
+	convert_tile<kC, true>(QR);
+}
+
+constexpr int kOutputMMA16Smem = 4 * kC * kD + 2 * kD * kD + 2 * kD * kC + 4 * kC * kD + 4 * kC;
+static_assert(kOutputMMA16Smem == 114944, "kOutputMMA16Smem: the header says 114944 bytes");
+static_assert(2 * (kOutputMMA16Smem + 1024) <= 233472, "two CTAs an SM");
+
+// output_mma16: the kernel body; OutT is __nv_bfloat16 for the entry (float only for the emulator's
+// precision probe of ptx/cpuemu/testdata/kernels_mma16.cpp).
+template <typename OutT>
+__device__ __forceinline__ void output_mma16(float* smem, const float* qn, const float* kn, const float* gcum,
+                                             const bf16* vnew16, const bf16* h16, const int* chunk_tok0,
+                                             const int* chunk_len, OutT* o, int HQK, int HV, float scale) {
+	float* QR = smem;                                    // [64][128] fp32: Q, split in place
+	float* XR = QR + kC * kD;                            // H^T [128][128] bf16
+	bf16* VT = reinterpret_cast<bf16*>(XR + kC * kD);    // [128][64] bf16: V'^T
+	float* KR = reinterpret_cast<float*>(VT + kD * kC);  // [64][128] fp32: K, split in place (16g: then S)
+	float* gam = KR + kC * kD;                           // [64]
+	const bf16* Qb = reinterpret_cast<const bf16*>(QR);
+	const bf16* Xb = reinterpret_cast<const bf16*>(XR);
+	const bf16* Kb = reinterpret_cast<const bf16*>(KR);
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x, c = lin / HV, h = lin % HV;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int rt = warp & 3, wc = warp >> 2;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int qh = h / (HV / HQK);
+	const long long qk = (long long)HQK * kD, blk = (long long)c * HV + h;
+
+	out16_stage(QR, XR, VT, KR, gam, qn + ((long long)t0 * HQK + qh) * kD, kn + ((long long)t0 * HQK + qh) * kD, qk,
+	            gcum, h16 + blk * kD * kD, vnew16 + blk * kD * kC, t0, n, h, HV);
+	__syncthreads();  // (1) Q, H^T and gamma staged
+
+	// (1) O = Q H over the warp's 16 rows x 64 columns: A = Q hi/lo, B = H^T rows 64 wc + 16 np ...
+	float acc[8][4];
+	out16_qh(acc, Qb, Xb, gam, rt, wc, lane);
+
+	tc::cp_async_wait<0>();  // V'^T and K
+	convert_tile<kC, true>(KR);
+	__syncthreads();  // (2) K and V'^T staged
+
+	// (2) S = Q K^T over keys j < 16 (rt + 1), masked and decayed into P in place.
+	float s[8][4];
+	masked_scores<true, true>(s, Qb, Kb, gam, rt, lane, n);
+
+	// (3) O += P V', stored.
+	out16_pv_store(acc, s, VT, rt, wc, lane, o + ((long long)t0 * HV + h) * kD, (long long)HV * kD, n, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
@@ -578,6 +613,97 @@ gdn_output_mma16(const float* __restrict__ qn, const float* __restrict__ kn, con
                  __nv_bfloat16* __restrict__ o, int HQK, int HV, float scale) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	output_mma16(smem, qn, kn, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV, scale);
+}
+
+// ==== gdn_output_mma16g: gdn_output_mma16 a QK head at a time ===========================================
+//   gdn_output_mma16g   grid (NC, HQK)   kOutputMMA16Smem = 114944 bytes (two CTAs an SM)
+// gdn_output_mma16's arguments and output, bit for bit, with one CTA a (chunk, QK head) running the
+// G = HV / HQK value heads that read the same q and k rows, in ascending order. Block order: lin = blockIdx.y
+// gridDim.x + blockIdx.x, c = lin / HQK, qh = lin % HQK.
+// Why: Q and K, their in-place splits and the scores S = Q K^T do not depend on the value head; per head
+// gdn_output_mma16 copies 64 KB of fp32 Q and K, splits them (128 KB of shared traffic) and spends 960 of its
+// 2304 mma.sync (and their ldmatrix) on S. Here they happen once a QK head: the raw scores (raw_scores: the
+// same mma sequence) are stashed in K's region once every warp is done with K (each lane its own 32
+// fragment values, lane-fastest: conflict-free, and read back only by the lane that wrote them), and each
+// head forms its P from them with its own gamma (mask_decay: the same expressions). Phases (1) and (3) and
+// the store are gdn_output_mma16's (out16_qh, out16_pv_store), so every output element is the same bits.
+//   head 0: copy Q, H^T (group 1), V'^T, K (group 2); gamma; wait_group 1; convert Q; __syncthreads;
+//           (1); wait_group 0; convert K; __syncthreads; raw S; __syncthreads; stash S; P; (3), store
+//   head j > 0: __syncthreads (H^T, V'^T, gamma free); copy H^T, V'^T; gamma; wait; __syncthreads;
+//               (1); S from the stash; P; (3), store
+// Predicted (not measured): per value head after the first, ~1660 mma.sync instead of 2304 and ~60% of the
+// shared-memory traffic; the copies of H^T and V'^T are exposed per head (one wait each), hidden by the
+// second CTA of the SM as in gdn_output_mma16. 1.12 ms at 32K -> ~0.8-0.9 ms if the kernel stays bound by
+// issue and shared memory.
+template <typename OutT>
+__device__ __forceinline__ void output_mma16g(float* smem, const float* qn, const float* kn, const float* gcum,
+                                              const bf16* vnew16, const bf16* h16, const int* chunk_tok0,
+                                              const int* chunk_len, OutT* o, int HQK, int HV, float scale) {
+	float* QR = smem;                                    // [64][128] fp32: Q, split in place
+	float* XR = QR + kC * kD;                            // H^T [128][128] bf16
+	bf16* VT = reinterpret_cast<bf16*>(XR + kC * kD);    // [128][64] bf16: V'^T
+	float* KR = reinterpret_cast<float*>(VT + kD * kC);  // [64][128] fp32: K, split in place (16g: then S)
+	float* gam = KR + kC * kD;                           // [64]
+	const bf16* Qb = reinterpret_cast<const bf16*>(QR);
+	const bf16* Xb = reinterpret_cast<const bf16*>(XR);
+	const bf16* Kb = reinterpret_cast<const bf16*>(KR);
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x, c = lin / HQK, qh = lin % HQK;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int rt = warp & 3, wc = warp >> 2;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int G = HV / HQK;
+	const long long qk = (long long)HQK * kD;
+
+	const int h0 = qh * G;
+#pragma unroll 1
+	for (int h = h0; h < h0 + G; ++h) {
+		const long long blk = (long long)c * HV + h;
+		if (h == h0) {
+			out16_stage(QR, XR, VT, KR, gam, qn + ((long long)t0 * HQK + qh) * kD, kn + ((long long)t0 * HQK + qh) * kD, qk,
+			            gcum, h16 + blk * kD * kD, vnew16 + blk * kD * kC, t0, n, h, HV);
+		} else {
+			__syncthreads();  // every warp done with the previous head's H^T, V'^T and gamma
+			copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16 + blk * kD * kD);
+			copy_bf16_tile<kD, kC / 8>(VT, vnew16 + blk * kD * kC);
+			tc::cp_async_commit();
+			if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
+			tc::cp_async_wait<0>();
+		}
+		__syncthreads();  // Q (split), H^T and gamma staged (and, after head 0, V'^T)
+
+		float acc[8][4];
+		out16_qh(acc, Qb, Xb, gam, rt, wc, lane);
+
+		float s[8][4];
+		float* ss = KR + 1024 * warp + lane;  // this lane's stash: value (nt, e) at ss[32 (4 nt + e)]
+		if (h == h0) {
+			tc::cp_async_wait<0>();  // V'^T and K
+			convert_tile<kC, true>(KR);
+			__syncthreads();  // K and V'^T staged
+			raw_scores<true, true>(s, Qb, Kb, rt, lane);
+			__syncthreads();  // every warp done with K: its region takes the raw scores
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+				for (int e = 0; e < 4; ++e) ss[32 * (4 * nt + e)] = s[nt][e];
+		} else {
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+				for (int e = 0; e < 4; ++e) s[nt][e] = ss[32 * (4 * nt + e)];
+		}
+		mask_decay(s, gam, rt, lane, n);
+		out16_pv_store(acc, s, VT, rt, wc, lane, o + ((long long)t0 * HV + h) * kD, (long long)HV * kD, n, scale);
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_output_mma16g(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ gcum,
+                  const __nv_bfloat16* __restrict__ vnew16, const __nv_bfloat16* __restrict__ h16,
+                  const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+                  __nv_bfloat16* __restrict__ o, int HQK, int HV, float scale) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	output_mma16g(smem, qn, kn, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV, scale);
 }
 
 }  // namespace outmma

@@ -153,42 +153,46 @@ __device__ __forceinline__ void mma3(float d[4], const unsigned ah[4], const uns
 	tc::mma_bf16_16816(d, al, bh, d);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 2)
-gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_stride,
-             const float* __restrict__ g, const float* __restrict__ beta,
-             const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
-             float* __restrict__ gcum, float* __restrict__ w, float* __restrict__ u,
-             float* __restrict__ kt, int HQK, int HV) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	float* KF = smem;                // [64][128] fp32 k as copied
-	float* LS = smem;                // [64][kLA] fp32 L (over KF, once converted), rows at lrow
-	float* AI = KF + kC * kD;        // [64][kLA] fp32 (I + L)^-1, blocks on and below the diagonal, rows at lrow
-	bf16* KH = reinterpret_cast<bf16*>(AI + kC * kLA);
-	bf16* KL = KH + kC * kD;
-	bf16* VS = KL + kC * kD;
-	float* gam = reinterpret_cast<float*>(VS + kC * kD);
-	float* bet = gam + kC;
-	float* coef = bet + kC;
-	// (chunk, head) from the linear block index with the head fastest: the HV / HQK value heads that
-	// read the same k rows run back to back, so k comes from L2 for all but the first.
-	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
-	const int c = lin / HV, h = lin % HV, tid = threadIdx.x;
-	const int lane = tid % 32, warp = tid / 32, gq = lane / 4, tq = lane % 4;
-	const int t0 = chunk_tok0[c], n = chunk_len[c];
-	const int qh = h / (HV / HQK);
+// The prep's smem regions (see the header's data flow).
+struct PrepSmem {
+	float *KF, *LS, *AI;
+	bf16 *KH, *KL, *VS;
+	float *gam, *bet, *coef;
+};
 
-	// ---- P0: copies, gamma, beta ----
+__device__ __forceinline__ PrepSmem prep_smem(float* smem) {
+	PrepSmem S;
+	S.KF = smem;                // [64][128] fp32 k as copied
+	S.LS = smem;                // [64][kLA] fp32 L (over KF, once converted), rows at lrow
+	S.AI = S.KF + kC * kD;      // [64][kLA] fp32 (I + L)^-1, blocks on and below the diagonal, rows at lrow
+	S.KH = reinterpret_cast<bf16*>(S.AI + kC * kLA);
+	S.KL = S.KH + kC * kD;
+	S.VS = S.KL + kC * kD;
+	S.gam = reinterpret_cast<float*>(S.VS + kC * kD);
+	S.bet = S.gam + kC;
+	S.coef = S.bet + kC;
+	return S;
+}
+
+// P0, k: the cp.async copies of the chunk's fp32 k rows into KF (no commit).
+__device__ __forceinline__ void prep_copy_k(const PrepSmem& S, const float* kn, int t0, int n, int qh, int HQK, int tid) {
 #pragma unroll
 	for (int x = 0; x < 8; ++x) {  // k: 2048 units of 4 floats, 8 a thread
 		const int f = tid + kThreads * x, i = f / 32, d4 = 4 * (f % 32);
-		if (i < n) tc::cp_async16(KF + i * kD + d4, kn + ((long long)(t0 + i) * HQK + qh) * kD + d4);
+		if (i < n) tc::cp_async16(S.KF + i * kD + d4, kn + ((long long)(t0 + i) * HQK + qh) * kD + d4);
 	}
-	tc::cp_async_commit();
+}
+
+// P0, value head h: its bf16 v rows into VS (one commit group), beta, and gamma (warp 0 loads the 64 g at
+// once, lane 0 sums them in token order: gdn_prep_fwd's bits).
+__device__ __forceinline__ void prep_stage_head(const PrepSmem& S, const bf16* v, int v_stride, const float* g,
+                                                const float* beta, int t0, int n, int h, int HV, int tid) {
+	const int lane = tid % 32, warp = tid / 32;
 	const bool vfast = (reinterpret_cast<unsigned long long>(v) % 16 == 0) && (v_stride % 8 == 0);
 #pragma unroll
 	for (int x = 0; x < 4; ++x) {  // v: 1024 units of 8 bf16, 4 a thread
 		const int f = tid + kThreads * x, i = f / 16, d8 = 8 * (f % 16);
-		bf16* dst = VS + swz(i, d8);
+		bf16* dst = S.VS + swz(i, d8);
 		const bf16* src = v + (long long)(t0 + i) * v_stride + h * kD + d8;
 		if (i >= n) {
 			*reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -200,88 +204,110 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 		}
 	}
 	tc::cp_async_commit();
-	if (tid >= kC && tid < 2 * kC) bet[tid - kC] = tid - kC < n ? beta[(long long)(t0 + tid - kC) * HV + h] : 0.f;
-	if (warp == 0) {  // g: all 64 loads at once, then lane 0 sums in token order (gdn_prep_fwd's bits)
+	if (tid >= kC && tid < 2 * kC) S.bet[tid - kC] = tid - kC < n ? beta[(long long)(t0 + tid - kC) * HV + h] : 0.f;
+	if (warp == 0) {
 #pragma unroll
 		for (int x = 0; x < 2; ++x) {
 			const int i = lane + 32 * x;
-			gam[i] = i < n ? g[(long long)(t0 + i) * HV + h] : 0.f;
+			S.gam[i] = i < n ? g[(long long)(t0 + i) * HV + h] : 0.f;
 		}
 		__syncwarp();
 		if (lane == 0) {
 			float s = 0.f;
 #pragma unroll
 			for (int i = 0; i < kC; ++i) {
-				s += gam[i];  // + 0 past n leaves s as it is
-				gam[i] = s;
+				s += S.gam[i];  // + 0 past n leaves s as it is
+				S.gam[i] = s;
 			}
 		}
 	}
-	__syncthreads();  // barrier 1: gam, bet
+}
 
-	// ---- P1: convert k, Kt, gcum, coef ----
-	tc::cp_async_wait<1>();  // this thread's k units (group 1) have landed
-	{
-		const float glast = gam[n - 1];
+// prep_kt4: Kt of value head h at token row i, keys d4 .. d4 + 3: e^(gamma_last - gamma_i) k (one rounded
+// product each: the expression the v5 walks rebuild Kt with).
+__device__ __forceinline__ void prep_kt4(const PrepSmem& S, float* kt, float glast, float4 k4, int t0, int i, int d4,
+                                         int h, int HV) {
+	const float e = expf(glast - S.gam[i]);
+	*reinterpret_cast<float4*>(kt + ((long long)(t0 + i) * HV + h) * kD + d4) =
+	    make_float4(k4.x * e, k4.y * e, k4.z * e, k4.w * e);
+}
+
+// P1: KF's fp32 k to bf16 hi / lo in KH, KL (swizzled, zeros from row n on) and, where kt is given, Kt of
+// value head h = e^(gamma_last - gamma) k from the same fp32 values.
+__device__ __forceinline__ void prep_convert_k(const PrepSmem& S, float* kt, int t0, int n, int h, int HV, int tid) {
+	const float glast = S.gam[n - 1];
 #pragma unroll
-		for (int x = 0; x < 8; ++x) {
-			const int f = tid + kThreads * x, i = f / 32, d4 = 4 * (f % 32);
-			float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f);
-			if (i < n) {
-				k4 = *reinterpret_cast<const float4*>(KF + i * kD + d4);
-				if (kt != nullptr) {  // null: a forward whose walks rebuild Kt from kn and gcum
-					const float e = expf(glast - gam[i]);
-					*reinterpret_cast<float4*>(kt + ((long long)(t0 + i) * HV + h) * kD + d4) =
-					    make_float4(k4.x * e, k4.y * e, k4.z * e, k4.w * e);
-				}
-			}
-			U32x2 hi, lo;
-			tc::split_bf16x2(k4.x, k4.y, hi.x, lo.x);
-			tc::split_bf16x2(k4.z, k4.w, hi.y, lo.y);
-			*reinterpret_cast<U32x2*>(KH + swz(i, d4)) = hi;
-			*reinterpret_cast<U32x2*>(KL + swz(i, d4)) = lo;
+	for (int x = 0; x < 8; ++x) {
+		const int f = tid + kThreads * x, i = f / 32, d4 = 4 * (f % 32);
+		float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f);
+		if (i < n) {
+			k4 = *reinterpret_cast<const float4*>(S.KF + i * kD + d4);
+			if (kt != nullptr) prep_kt4(S, kt, glast, k4, t0, i, d4, h, HV);  // null: the walks rebuild Kt
+		}
+		U32x2 hi, lo;
+		tc::split_bf16x2(k4.x, k4.y, hi.x, lo.x);
+		tc::split_bf16x2(k4.z, k4.w, hi.y, lo.y);
+		*reinterpret_cast<U32x2*>(S.KH + swz(i, d4)) = hi;
+		*reinterpret_cast<U32x2*>(S.KL + swz(i, d4)) = lo;
+	}
+}
+
+// P1, coef = beta e^gamma and the gcum rows of value head h.
+__device__ __forceinline__ void prep_coef_gcum(const PrepSmem& S, float* gcum, int t0, int n, int h, int HV, int tid) {
+	if (tid < kC) S.coef[tid] = tid < n ? S.bet[tid] * expf(S.gam[tid]) : 0.f;
+	if (tid < n) gcum[(long long)(t0 + tid) * HV + h] = S.gam[tid];
+}
+
+// prep_block: block b's row bi and column bj <= bi (the 10 blocks on and below the diagonal, row-major).
+__device__ __forceinline__ void prep_block(int b, int& bi, int& bj) {
+	bi = b < 1 ? 0 : b < 3 ? 1 : b < 6 ? 2 : 3;
+	bj = b - bi * (bi + 1) / 2;
+}
+
+// P2, block b: bi, bj (prep_block) and the raw K K^T (three products, k ascending).
+__device__ __forceinline__ void prep_kk_block(const PrepSmem& S, int b, int lane, int& bi, int& bj, float acc[2][4]) {
+	prep_block(b, bi, bj);
+#pragma unroll
+	for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+		for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+#pragma unroll
+	for (int kk = 0; kk < kD / 16; ++kk) {
+		unsigned ah[4], al[4], bh[4], bl[4];
+		const int ra = 16 * bi + lane % 8 + 8 * ((lane / 8) % 2), ca = 16 * kk + 8 * (lane / 16);
+		tc::ldmatrix_x4(ah, S.KH + swz(ra, ca));
+		tc::ldmatrix_x4(al, S.KL + swz(ra, ca));
+		const int rb = 16 * bj + lane % 8 + 8 * (lane / 16), cb = 16 * kk + 8 * ((lane / 8) % 2);
+		tc::ldmatrix_x4(bh, S.KH + swz(rb, cb));
+		tc::ldmatrix_x4(bl, S.KL + swz(rb, cb));
+#pragma unroll
+		for (int nt = 0; nt < 2; ++nt) mma3(acc[nt], ah, al, bh + 2 * nt, bl + 2 * nt);
+	}
+}
+
+// P2, block (bi, bj) of L from its raw K K^T: masked (j < i < n) and scaled by beta_i e^(gamma_i - gamma_j)
+// with the value head's beta and gamma, into LS.
+__device__ __forceinline__ void prep_l_store(const PrepSmem& S, int bi, int bj, const float acc[2][4], int lane, int n) {
+	const int gq = lane / 4, tq = lane % 4;
+#pragma unroll
+	for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+		for (int hr = 0; hr < 2; ++hr) {  // elements r = 2 hr, 2 hr + 1: columns j, j + 1, one 8-byte store
+			const int i = 16 * bi + gq + 8 * hr, j = 16 * bj + 8 * nt + 2 * tq, j1 = j + 1;
+			const float l0 = (j < i && i < n) ? S.bet[i] * acc[nt][2 * hr] * expf(S.gam[i] - S.gam[j]) : 0.f;
+			const float l1 = (j1 < i && i < n) ? S.bet[i] * acc[nt][2 * hr + 1] * expf(S.gam[i] - S.gam[j1]) : 0.f;
+			*reinterpret_cast<float2*>(S.LS + lrow(i) + j) = make_float2(l0, l1);
 		}
 	}
-	if (tid < kC) coef[tid] = tid < n ? bet[tid] * expf(gam[tid]) : 0.f;
-	if (tid < n) gcum[(long long)(t0 + tid) * HV + h] = gam[tid];
-	__syncthreads();  // barrier 2: KH, KL, coef; KF is dead
+}
 
-	// ---- P2: L = K K^T, blocks on and below the diagonal ----
-	for (int b = warp; b < 10; b += 8) {
-		const int bi = b < 1 ? 0 : b < 3 ? 1 : b < 6 ? 2 : 3;  // block row
-		const int bj = b - bi * (bi + 1) / 2;                    // block column <= bi
-		float acc[2][4] = {};
-#pragma unroll
-		for (int kk = 0; kk < kD / 16; ++kk) {
-			unsigned ah[4], al[4], bh[4], bl[4];
-			const int ra = 16 * bi + lane % 8 + 8 * ((lane / 8) % 2), ca = 16 * kk + 8 * (lane / 16);
-			tc::ldmatrix_x4(ah, KH + swz(ra, ca));
-			tc::ldmatrix_x4(al, KL + swz(ra, ca));
-			const int rb = 16 * bj + lane % 8 + 8 * (lane / 16), cb = 16 * kk + 8 * ((lane / 8) % 2);
-			tc::ldmatrix_x4(bh, KH + swz(rb, cb));
-			tc::ldmatrix_x4(bl, KL + swz(rb, cb));
-#pragma unroll
-			for (int nt = 0; nt < 2; ++nt) mma3(acc[nt], ah, al, bh + 2 * nt, bl + 2 * nt);
-		}
-#pragma unroll
-		for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-			for (int hr = 0; hr < 2; ++hr) {  // elements r = 2 hr, 2 hr + 1: columns j, j + 1, one 8-byte store
-				const int i = 16 * bi + gq + 8 * hr, j = 16 * bj + 8 * nt + 2 * tq, j1 = j + 1;
-				const float l0 = (j < i && i < n) ? bet[i] * acc[nt][2 * hr] * expf(gam[i] - gam[j]) : 0.f;
-				const float l1 = (j1 < i && i < n) ? bet[i] * acc[nt][2 * hr + 1] * expf(gam[i] - gam[j1]) : 0.f;
-				*reinterpret_cast<float2*>(LS + lrow(i) + j) = make_float2(l0, l1);
-			}
-		}
-	}
-	__syncthreads();  // barrier 3: LS
-
-	// ---- P3: the diagonal blocks (I + L_bb)^-1, column c a lane ----
+// P3: the diagonal blocks (I + L_bb)^-1, column c a lane.
+__device__ __forceinline__ void prep_p3(const PrepSmem& S, int warp, int lane) {
 	if (warp < 4 && lane < 16) {
 		const int o = 16 * warp;
 		// the block's rows: lrow(o + i) = 2 warp 8 kLA + lrow(i), lrow(i) a constant once i is unrolled
-		const float* Lo = LS + 2 * warp * (8 * kLA) + o;
-		float* Ao = AI + 2 * warp * (8 * kLA) + o;
+		const float* Lo = S.LS + 2 * warp * (8 * kLA) + o;
+		float* Ao = S.AI + 2 * warp * (8 * kLA) + o;
 		float xcol[16];
 #pragma unroll
 		for (int i = 0; i < 16; ++i) {
@@ -293,23 +319,23 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 			Ao[lrow(i) + lane] = xcol[i];
 		}
 	}
-	__syncthreads();  // barrier 4: the diagonal blocks of AI
+}
 
-	// ---- P4: A_ij = -D_i sum_{k=j}^{i-1} L_ik A_kj, block column j by warp j, rows i ascending ----
-	// Block (i, j) needs only L, D_i (barriers 3, 4) and the blocks A_kj of its own column, and each
-	// lane reads back exactly the elements it wrote itself (the C layout of A_kj^T is the A layout of
-	// its next read), so the rows need no barrier at all, not even a __syncwarp.
+// P4: A_ij = -D_i sum_{k=j}^{i-1} L_ik A_kj, block column j by warp j, rows i ascending. Block (i, j) needs
+// only L, D_i and the blocks A_kj of its own column, and each lane reads back exactly the elements it wrote
+// itself (the C layout of A_kj^T is the A layout of its next read), so the rows need no barrier at all.
+__device__ __forceinline__ void prep_p4(const PrepSmem& S, int warp, int gq, int tq) {
 	if (warp < 3) {
 		const int bj = warp;
 		for (int bi = bj + 1; bi < 4; ++bi) {
 			float xt[2][4] = {};  // X^T: m = column in block j, n = row in block i
 			for (int bk = bj; bk < bi; ++bk) {
 				unsigned ah[4], al[4];
-				frag_at(AI, 16 * bk, 16 * bj, gq, tq, ah, al);  // (m, k) = A_kj[k][m]
+				frag_at(S.AI, 16 * bk, 16 * bj, gq, tq, ah, al);  // (m, k) = A_kj[k][m]
 #pragma unroll
 				for (int nt = 0; nt < 2; ++nt) {
 					unsigned bh[2], bl[2];  // (k, n) = L_ik[n][k]
-					frag_bn(LS, 16 * bi + 8 * nt, 16 * bk, 1.f, gq, tq, bh, bl);
+					frag_bn(S.LS, 16 * bi + 8 * nt, 16 * bk, 1.f, gq, tq, bh, bl);
 					mma3(xt[nt], ah, al, bh, bl);
 				}
 			}
@@ -320,7 +346,7 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 #pragma unroll
 			for (int nt = 0; nt < 2; ++nt) {
 				unsigned bh[2], bl[2];  // (k, n) = -D_i[n][k]
-				frag_bn(AI, 16 * bi + 8 * nt, 16 * bi, -1.f, gq, tq, bh, bl);
+				frag_bn(S.AI, 16 * bi + 8 * nt, 16 * bi, -1.f, gq, tq, bh, bl);
 				mma3(res[nt], ah, al, bh, bl);
 			}
 #pragma unroll
@@ -328,15 +354,17 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 #pragma unroll
 				for (int r = 0; r < 4; ++r) {
 					const int m = gq + 8 * (r >> 1), nn = 8 * nt + 2 * tq + (r & 1);
-					AI[lrow(16 * bi + nn) + 16 * bj + m] = res[nt][r];
+					S.AI[lrow(16 * bi + nn) + 16 * bj + m] = res[nt][r];
 				}
 			}
 		}
 	}
-	tc::cp_async_wait<0>();  // this thread's v units (group 2)
-	__syncthreads();         // barrier 5: AI complete, VS
+}
 
-	// ---- P5: W = A diag(coef) K, U = A diag(beta) V ----
+// P5: W = A diag(coef) K, U = A diag(beta) V of value head h, stored (rows < n).
+__device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, int t0, int n, int h, int HV, int warp,
+                                        int lane) {
+	const int gq = lane / 4, tq = lane % 4;
 	const int n0 = 32 * (warp % 4);
 #pragma unroll
 	for (int pass = 0; pass < 2; ++pass) {
@@ -347,18 +375,18 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 #pragma unroll
 			for (int r = 0; r < 4; ++r) {
 				const int m = 16 * mi + gq + 8 * (r & 1), k = 16 * kk + 2 * tq + 8 * (r >> 1);
-				const float2 a = *reinterpret_cast<const float2*>(AI + lrow(m) + k);
+				const float2 a = *reinterpret_cast<const float2*>(S.AI + lrow(m) + k);
 				const float a0 = a.x, a1 = a.y;
-				tc::split_bf16x2(a0 * coef[k], a1 * coef[k + 1], wh[r], wl[r]);
-				tc::split_bf16x2(a0 * bet[k], a1 * bet[k + 1], uh[r], ul[r]);
+				tc::split_bf16x2(a0 * S.coef[k], a1 * S.coef[k + 1], wh[r], wl[r]);
+				tc::split_bf16x2(a0 * S.bet[k], a1 * S.bet[k + 1], uh[r], ul[r]);
 			}
 #pragma unroll
 			for (int np = 0; np < 2; ++np) {
 				const int rr = 16 * kk + lane % 8 + 8 * ((lane / 8) % 2), cc = n0 + 16 * np + 8 * (lane / 16);
 				unsigned kh[4], kl[4], vv[4];
-				tc::ldmatrix_x4_trans(kh, KH + swz(rr, cc));
-				tc::ldmatrix_x4_trans(kl, KL + swz(rr, cc));
-				tc::ldmatrix_x4_trans(vv, VS + swz(rr, cc));
+				tc::ldmatrix_x4_trans(kh, S.KH + swz(rr, cc));
+				tc::ldmatrix_x4_trans(kl, S.KL + swz(rr, cc));
+				tc::ldmatrix_x4_trans(vv, S.VS + swz(rr, cc));
 #pragma unroll
 				for (int h2 = 0; h2 < 2; ++h2) {
 					const int nt = 2 * np + h2;
@@ -380,6 +408,144 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 				}
 			}
 		}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_stride,
+             const float* __restrict__ g, const float* __restrict__ beta,
+             const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+             float* __restrict__ gcum, float* __restrict__ w, float* __restrict__ u,
+             float* __restrict__ kt, int HQK, int HV) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	const PrepSmem S = prep_smem(smem);
+	// (chunk, head) from the linear block index with the head fastest: the HV / HQK value heads that
+	// read the same k rows run back to back, so k comes from L2 for all but the first.
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+	const int c = lin / HV, h = lin % HV, tid = threadIdx.x;
+	const int lane = tid % 32, warp = tid / 32, gq = lane / 4, tq = lane % 4;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int qh = h / (HV / HQK);
+
+	// ---- P0: copies, gamma, beta ----
+	prep_copy_k(S, kn, t0, n, qh, HQK, tid);
+	tc::cp_async_commit();
+	prep_stage_head(S, v, v_stride, g, beta, t0, n, h, HV, tid);
+	__syncthreads();  // barrier 1: gam, bet
+
+	// ---- P1: convert k, Kt, gcum, coef ----
+	tc::cp_async_wait<1>();  // this thread's k units (group 1) have landed
+	prep_convert_k(S, kt, t0, n, h, HV, tid);
+	prep_coef_gcum(S, gcum, t0, n, h, HV, tid);
+	__syncthreads();  // barrier 2: KH, KL, coef; KF is dead
+
+	// ---- P2: L = K K^T, blocks on and below the diagonal ----
+	for (int b = warp; b < 10; b += 8) {
+		int bi, bj;
+		float acc[2][4];
+		prep_kk_block(S, b, lane, bi, bj, acc);
+		prep_l_store(S, bi, bj, acc, lane, n);
+	}
+	__syncthreads();  // barrier 3: LS
+
+	prep_p3(S, warp, lane);  // ---- P3: the diagonal blocks (I + L_bb)^-1 ----
+	__syncthreads();          // barrier 4: the diagonal blocks of AI
+	prep_p4(S, warp, gq, tq);  // ---- P4: the blocks below the diagonal ----
+	tc::cp_async_wait<0>();    // this thread's v units (group 2)
+	__syncthreads();           // barrier 5: AI complete, VS
+	prep_p5(S, w, u, t0, n, h, HV, warp, lane);  // ---- P5: W, U ----
+}
+
+// ==== gdn_prep_mma_g: gdn_prep_mma a QK head at a time ==================================================
+//   gdn_prep_mma_g   grid (NC, HQK), 256 threads, kPrepMMAGSmem = 110336 bytes (two CTAs an SM)
+// gdn_prep_mma's arguments and outputs, bit for bit, with one CTA a (chunk, QK head) running the G = HV / HQK
+// value heads that read the same k rows, in ascending order (lin = blockIdx.y gridDim.x + blockIdx.x,
+// c = lin / HQK, qh = lin % HQK). Why: k's copy and its hi / lo split (P1) and the raw K K^T (P2's 480 of
+// 1376 mma.sync) do not depend on the value head. Here they happen once; the raw K K^T blocks are kept in
+// RAW (each lane its own 8 values a block, lane-fastest) and each head scales and masks them with its own
+// beta and gamma (prep_l_store), then runs P3-P5 as gdn_prep_mma (the same helpers: the same bits). Kt
+// (where kt is given) of a later head is formed from kn read again from global memory (KF holds L by then):
+// the same fp32 values, the same expression. Per head: one __syncthreads more (the previous head's LS, AI,
+// VS, gamma, beta and coef free) before its v copy.
+// Predicted (not measured): per later head 896 mma.sync instead of 1376 and no k staging: 1.28 ms at 32K ->
+// ~1.0-1.1 ms; the v copy of each head is exposed inside the CTA (the SM's second CTA hides it, as today).
+constexpr int kPrepMMAGSmem = kPrepMMASmem + 4 * 10 * 32 * 8;  // + RAW: 10 blocks x 32 lanes x 8 values
+static_assert(kPrepMMAGSmem == 110336, "kPrepMMAGSmem: kcp's prepMMAGSmem mirrors this");
+static_assert(2 * (kPrepMMAGSmem + 1024) <= 233472, "two CTAs an SM");
+
+// prep_head_g: one value head h of gdn_prep_mma_g, from its v copy to its W and U (every thread of the CTA
+// calls it: it holds the barriers). first: the CTA's first head, which converts k (copied by the caller,
+// commit group 1) and computes the raw K K^T into RAW; later heads read RAW. Not inlined: inlined into the
+// head loop, ptxas (11.8) kept every phase's addresses live across it and spilled ~240 bytes.
+__device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf16* v, int v_stride, const float* g,
+                                         const float* beta, float* gcum, float* w, float* u, float* kt, int t0, int n,
+                                         int qh, int HQK, int h, int HV, bool first) {
+	const PrepSmem S = prep_smem(smem);
+	float* RAW = S.coef + kC;  // [10 blocks][8 values][32 lanes]
+	const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, gq = lane / 4, tq = lane % 4;
+	prep_stage_head(S, v, v_stride, g, beta, t0, n, h, HV, tid);  // v: a commit group of its own
+	__syncthreads();  // barrier 1: gam, bet
+	if (first) {
+		tc::cp_async_wait<1>();  // this thread's k units have landed
+		prep_convert_k(S, kt, t0, n, h, HV, tid);
+	} else if (kt != nullptr) {
+		const float glast = S.gam[n - 1];
+#pragma unroll
+		for (int x = 0; x < 8; ++x) {
+			const int f = tid + kThreads * x, i = f / 32, d4 = 4 * (f % 32);
+			if (i < n) {
+				const float4 k4 = *reinterpret_cast<const float4*>(kn + ((long long)(t0 + i) * HQK + qh) * kD + d4);
+				prep_kt4(S, kt, glast, k4, t0, i, d4, h, HV);
+			}
+		}
+	}
+	prep_coef_gcum(S, gcum, t0, n, h, HV, tid);
+	__syncthreads();  // barrier 2: KH, KL (first head), coef; KF / LS free
+	for (int b = warp; b < 10; b += 8) {
+		int bi, bj;
+		float acc[2][4];
+		float* raw = RAW + b * 8 * 32 + lane;  // value (nt, e) at raw[32 (4 nt + e)]
+		if (first) {
+			prep_kk_block(S, b, lane, bi, bj, acc);
+#pragma unroll
+			for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+				for (int e = 0; e < 4; ++e) raw[32 * (4 * nt + e)] = acc[nt][e];
+		} else {
+			prep_block(b, bi, bj);
+#pragma unroll
+			for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+				for (int e = 0; e < 4; ++e) acc[nt][e] = raw[32 * (4 * nt + e)];
+		}
+		prep_l_store(S, bi, bj, acc, lane, n);
+	}
+	__syncthreads();  // barrier 3: LS
+	prep_p3(S, warp, lane);
+	__syncthreads();  // barrier 4
+	prep_p4(S, warp, gq, tq);
+	tc::cp_async_wait<0>();  // this thread's v units
+	__syncthreads();         // barrier 5: AI complete, VS
+	prep_p5(S, w, u, t0, n, h, HV, warp, lane);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_prep_mma_g(const float* __restrict__ kn, const bf16* __restrict__ v, int v_stride,
+               const float* __restrict__ g, const float* __restrict__ beta,
+               const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+               float* __restrict__ gcum, float* __restrict__ w, float* __restrict__ u,
+               float* __restrict__ kt, int HQK, int HV) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+	const int c = lin / HQK, qh = lin % HQK;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int G = HV / HQK, h0 = qh * G;
+	prep_copy_k(prep_smem(smem), kn, t0, n, qh, HQK, threadIdx.x);
+	tc::cp_async_commit();  // group 1: k
+#pragma unroll 1
+	for (int h = h0; h < h0 + G; ++h) {
+		if (h > h0) __syncthreads();  // every warp done with the previous head's LS, AI, VS, gamma, beta, coef
+		prep_head_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, t0, n, qh, HQK, h, HV, h == h0);
 	}
 }
 

@@ -86,6 +86,12 @@ constexpr int kRowBatch = GDNKCP_WG_ROW_BATCH;
 #define GDNKCP_WG_DECAY_EARLY 0
 #endif
 constexpr bool kDecayEarly = GDNKCP_WG_DECAY_EARLY != 0;
+// GDNKCP_WALK_MARK(slot, ci): a timeline hook at the phase boundaries of walk() (slots in walk's body);
+// ptx/devtest/walk_check.cu built with -DGDNKCP_WALK_TIMELINE defines it to record clock64() without a
+// branch. Empty in every blob.
+#ifndef GDNKCP_WALK_MARK
+#define GDNKCP_WALK_MARK(slot, ci)
+#endif
 
 __host__ __device__ constexpr int wg_walk_smem(int vh) { return kOffUR + kC * vh * 4 + 1008; }
 
@@ -419,33 +425,42 @@ struct WGWalker {
 			// separates (2) from its wait.
 			const int cn = c + 1 < last ? c + 1 : last, cn2 = c + 2 < last ? c + 2 : last;
 			__syncthreads();
+			GDNKCP_WALK_MARK(0, ci);  // every warp: past the chunk's barrier
 			if (holds()) {
 				const long long blk = (long long)c * HV + h;
 				unsigned ah[8][4], al[8][4];
 				vprime_issue(x, ah, al);
+				GDNKCP_WALK_MARK(1, ci);  // state: S split, (1) issued
 				// The chunk's stores are issued while its products run: H (read from s, which (1) does
 				// not write) under (1), V' (read from d, which (2) does not write) under (2).
 				if (h_out != nullptr) store_state(h_out + blk * kD * kD, c0);
 				if (h16 != nullptr) store_state16(h16 + blk * kD * kD, c0);
 				if (kDecayEarly) decay_state();
+				GDNKCP_WALK_MARK(2, ci);  // state: H stores issued
 				vprime_wait();
+				GDNKCP_WALK_MARK(3, ci);  // state: (1) done, U^T added
 				unsigned bh[4][4], bl[4][4];
 				update_issue(x, bh, bl);
+				GDNKCP_WALK_MARK(4, ci);  // state: V' split, S decayed, (2) issued
 				if (vnew != nullptr) store_vprime(vnew, chunk_tok0[c], n, h, HV, c0);
 				if (vnew16 != nullptr) store_vprime16(vnew16 + blk * kD * kC, n, c0);
+				GDNKCP_WALK_MARK(5, ci);  // state: V' stores issued
 				// (2) is waited for here, before the conversion: with the wait after it (the conversion
 				// under (2)), ptxas 13.0 serialized every wgmma of the kernel (C7515) and the walk was
 				// 13% slower; a wait outside the state branch was needed then too (C7517).
 				wg::wait<0>();
 				wg::fence_operand(s);
+				GDNKCP_WALK_MARK(6, ci);  // state: (2) done
 			}
 			convert(1 - x, chunk_len[cn]);  // copies issued an iteration ago
+			GDNKCP_WALK_MARK(7, ci);  // every warp: the conversion done (state warps: their copies waited)
 			if (holds()) load_u(chunk_len[cn], u != nullptr);
 			// R and UR are free again as soon as their warp has read them (each warp copies only what
 			// its own lanes read): chunk cn2's copies start now and have a whole chunk to land.
 			__syncwarp();
 			issue(w, u, kn, chunk_tok0[cn2], chunk_len[cn2], h, HV, c0, HQK, qh);
 			prefetch_gates(gcum, chunk_tok0[cn2], chunk_len[cn2], h, HV);
+			GDNKCP_WALK_MARK(8, ci);  // every warp: the next copies and gates issued
 		}
 		tc::cp_async_wait<0>();  // the copies issued past the end land before the CTA exits
 	}

@@ -2,7 +2,7 @@
 // plus the staged walks of ptx/src/gdn_walk_mma.cu (the v4 gdn_state_walk_mma and
 // gdn_summary_walk_mma reading kt; the v5 gdn_state_walk_mma16 with bf16 outputs and
 // gdn_summary_walk_mma16, both rebuilding Kt from kn and gcum) and the staged bf16-input output
-// gdn_output_mma16 of ptx/src/gdn_output_mma.cu, for TestMMA16OnCPU (mma16_test.go), with two
+// gdn_output_mma16 (and its grouped form gdn_output_mma16g) of ptx/src/gdn_output_mma.cu, for TestMMA16OnCPU (mma16_test.go), with two
 // test-only entries:
 //   gdn_state_walk_mma16_drop   gdn_state_walk_mma16 with the outputs named by the bits of `drop`
 //                               passed as null (1 h_out, 2 vnew, 4 h16, 8 vnew16): the runner has
@@ -59,6 +59,7 @@ emu::Registrar mma16_kernels(
         EMU_KERNEL(gdnkcp::walkmma, gdn_summary_walk_mma),
         EMU_KERNEL(gdnkcp::walkmma, gdn_summary_walk_mma16),
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16),
+        EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16g),
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16_probe),
     },
     {

@@ -31,8 +31,10 @@ emu::Registrar prep_mma_kernels(
     {
         EMU_KERNEL(gdnkcp::prepmma, gdn_prep_mma),
         EMU_KERNEL(gdnkcp::prepmma, gdn_prep_mma_nokt),
+        EMU_KERNEL(gdnkcp::prepmma, gdn_prep_mma_g),
     },
     {
         {"kPrepMMASmem", gdnkcp::prepmma::kPrepMMASmem},
+        {"kPrepMMAGSmem", gdnkcp::prepmma::kPrepMMAGSmem},
     });
 }  // namespace
