@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 W=/tmp/planes-variants
 mkdir -p "$W"
-VARIANTS=${VARIANTS:-"default= h0=-DGDNKCP_WP_STAGE_H=0 v0=-DGDNKCP_WP_STAGE_V=0 u0=-DGDNKCP_WP_U_LATE=0 unroll1=-DGDNKCP_WP_OUT_UNROLL=1 v0unroll1=-DGDNKCP_WP_STAGE_V=0,-DGDNKCP_WP_OUT_UNROLL=1 none=-DGDNKCP_WP_STAGE_H=0,-DGDNKCP_WP_STAGE_V=0"}
+VARIANTS=${VARIANTS:-"default= xor0=-DGDNKCP_WP_XOR_ADDR=0 h0=-DGDNKCP_WP_STAGE_H=0 v0=-DGDNKCP_WP_STAGE_V=0 u0=-DGDNKCP_WP_U_LATE=0 unroll1=-DGDNKCP_WP_OUT_UNROLL=1 none=-DGDNKCP_WP_STAGE_H=0,-DGDNKCP_WP_STAGE_V=0"}
 echo '#include "gdn_walk_planes.cu"' > "$W/tu.cu"
 for v in $VARIANTS; do
 	name=${v%%=*}
