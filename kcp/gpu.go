@@ -82,7 +82,8 @@ func walkTCSmem(vh int) int { return 768*(vh+8) + 256*(vh+4) + 4*ChunkSize*padD*
 const (
 	entryPrepMMA = "gdn_prep_mma"
 	// entryPrepMMAG is gdn_prep_mma a CTA a (chunk, QK head): the same
-	// arguments and bits, grid (NC, HQK); the v5 set's prep.
+	// arguments and bits, grid (NC, HQK); the v5 set's prep where Kt is not
+	// written (kernelSet.prepFor).
 	entryPrepMMAG   = "gdn_prep_mma_g"
 	entrySummaryMMA = "gdn_summary_walk_mma"
 	entryStateMMA   = "gdn_state_walk_mma"
