@@ -105,6 +105,11 @@ const (
 	// entryOutputMMA16G is gdn_output_mma16 a CTA a (chunk, QK head): the same
 	// arguments and bits, grid (NC, HQK); the v5 set's output.
 	entryOutputMMA16G = "gdn_output_mma16g"
+	// The v5 walks on the prep's walk planes (gdn_walk_planes.cu): the
+	// summary and state walks' arguments with the planes in place of w, kn
+	// and HQK, the same outputs and bits (sm_90a) as the mma16 walks.
+	entrySummaryPlanes = "gdn_summary_walk_planes"
+	entryStatePlanes   = "gdn_state_walk_planes"
 	// The v5 chunk gradients (MMAGroupedGrads): one CTA per chunk and QK
 	// head, the value heads summed inside it and the l2norm backward fused.
 	entryGradsMMA5 = "gdn_chunk_grads_mma5"
@@ -143,6 +148,27 @@ func walkMMASmem(vh int) int {
 		return 196608 + 256*(vh+4) + 16384
 	}
 	return 196608 + 256*(vh+4)
+}
+
+// walkWPlaneBytes and walkKPlaneBytes are walk_planes.cuh's kWBytes and
+// kKBytes: the walk planes of -W a chunk and value head, of K^T a chunk and
+// QK head (bf16 hi / lo).
+const (
+	walkWPlaneBytes = 32768
+	walkKPlaneBytes = 32768
+)
+
+// walkPlanesSmem is walk_planes_smem(vh) of gdn_walk_planes.cu: two stages
+// (a chunk's planes, fp32 U rows and 64 decay factors, rounded up to 1024
+// bytes), at vh 64 two buffers of the bf16 H^T and V'^T tiles, and 1008
+// bytes of alignment: 216048 bytes at vh 64, 199664 at vh 128.
+func walkPlanesSmem(vh int) int {
+	stage := (walkWPlaneBytes + walkKPlaneBytes + 4*ChunkSize*vh + 4*ChunkSize + 1023) / 1024 * 1024
+	out := 0
+	if vh == 64 {
+		out = 2 * (2*vh*gpuD + 2*vh*ChunkSize)
+	}
+	return 2*stage + out + 1008
 }
 
 // bwdWalkMMASmem is bwalk_mma_smem(vh) of gdn_bwalk_mma.cu: 231424 bytes at
@@ -223,6 +249,11 @@ type kernelSet struct {
 	// dvlocalQK: dV'_local runs a CTA a (chunk, QK head), grid (NC, HQK)
 	// (gdn_dvlocal_mma_g), not a CTA a (chunk, value head).
 	dvlocalQK bool
+	// planes: the prep (gdn_prep_mma or gdn_prep_mma_g) writes the walk
+	// planes and summary and state are the plane walks, which read them in
+	// place of w and kn; fp32 w is then written only where a backward
+	// reads it.
+	planes bool
 }
 
 // kernelSet returns the kernels the options select: the fp32 CUDA-core
@@ -257,6 +288,8 @@ func (o GPUOptions) kernelSet() kernelSet {
 		ks.output, ks.outputSmem, ks.out16, ks.outputQK = entryOutputMMA16G, outputMMA16Smem, true, true
 		if ks.prep == entryPrepMMA {
 			ks.prep, ks.prepSmem, ks.prepQK = entryPrepMMAG, prepMMAGSmem, true
+			// Only the mma preps write the walk planes.
+			ks.summary, ks.state, ks.walkSmem, ks.planes = entrySummaryPlanes, entryStatePlanes, walkPlanesSmem, true
 		}
 	}
 	if o.MMAGroupedGrads {

@@ -35,6 +35,34 @@ func argsPrep(kn, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum, w,
 		I32(int32(HQK)).I32(int32(HV))
 }
 
+// argsPrepMMA: gdn_prep_mma and gdn_prep_mma_g: argsPrep's with the walk
+// planes wp (-W) and wk (K^T) after kt (0: not written; w and kt may be 0
+// too).
+func argsPrepMMA(kn, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum, w, u, kt, wp, wk uintptr, HQK, HV int) *loader.Args {
+	return loader.NewArgs().DevicePtr(kn).DevicePtr(v).I32(int32(vStride)).DevicePtr(g).DevicePtr(beta).
+		DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(gcum).DevicePtr(w).DevicePtr(u).DevicePtr(kt).
+		DevicePtr(wp).DevicePtr(wk).I32(int32(HQK)).I32(int32(HV))
+}
+
+// argsSummaryPlanes: gdn_summary_walk_planes(wp, wk, u, gcum, chunk_tok0,
+// chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV, vh).
+func argsSummaryPlanes(wp, wk, u, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, list, outP, outQ uintptr, HQK, HV, vh int) *loader.Args {
+	return loader.NewArgs().DevicePtr(wp).DevicePtr(wk).DevicePtr(u).DevicePtr(gcum).DevicePtr(chunkTok0).
+		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(list).DevicePtr(outP).DevicePtr(outQ).
+		I32(int32(HQK)).I32(int32(HV)).I32(int32(vh))
+}
+
+// argsStatePlanes: gdn_state_walk_planes(wp, wk, u, gcum, chunk_tok0,
+// chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew, final_state, h16,
+// vnew16, HQK, HV, vh): argsState16's outputs (any of h_out, vnew, h16,
+// vnew16 may be 0).
+func argsStatePlanes(wp, wk, u, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start, hOut, vnew, final, h16, vnew16 uintptr,
+	HQK, HV, vh int) *loader.Args {
+	return loader.NewArgs().DevicePtr(wp).DevicePtr(wk).DevicePtr(u).DevicePtr(gcum).DevicePtr(chunkTok0).
+		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(start).DevicePtr(hOut).DevicePtr(vnew).
+		DevicePtr(final).DevicePtr(h16).DevicePtr(vnew16).I32(int32(HQK)).I32(int32(HV)).I32(int32(vh))
+}
+
 // argsSummary: gdn_summary_walk(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
 // out_p, out_q, HV, vh).
 func argsSummary(w, u, kt, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, list, outP, outQ uintptr, HV, vh int) *loader.Args {
@@ -102,8 +130,8 @@ func gpuArgSamples() map[string]*loader.Args {
 		entryStateTC:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputTC:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 
-		entryPrepMMA:    argsPrep(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryPrepMMAG:   argsPrep(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryPrepMMA:    argsPrepMMA(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryPrepMMAG:   argsPrepMMA(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entrySummaryMMA: argsSummary(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryStateMMA:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
@@ -112,5 +140,8 @@ func gpuArgSamples() map[string]*loader.Args {
 		entryStateMMA16:   argsState16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA16:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
 		entryOutputMMA16G: argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // gdn_output_mma16's
+
+		entrySummaryPlanes: argsSummaryPlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryStatePlanes:   argsStatePlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 	}
 }

@@ -48,9 +48,9 @@ func TestChooseKernels(t *testing.T) {
 		{"H200, compute_80 forced", portable, h200Optin, "v5", "the fastest set"},
 		{"optin unknown", hopper, 0, "v5", "the fastest set"},
 		{"A100: the mma walks do not fit", portable, a100Optin, "fp32", "needs 231424 bytes of shared memory"},
-		{"blob without the v5 walks", withoutEntries(hopper, entryStateMMA16), h200Optin, "mma", "v5: blob sm_90a lacks gdn_state_walk_mma16"},
-		{"blob without any tensor-core kernel", withoutEntries(hopper, entryStateMMA16, entryStateMMA, entryStateTC), h200Optin, "fp32", "tc: blob sm_90a lacks gdn_state_walk_tc"},
-		{"blob without the fp32 walk either", withoutEntries(hopper, entryStateMMA16, entryStateMMA, entryStateTC, entryState), h200Optin, "fp32", "no kernel set fits"},
+		{"blob without the v5 walks", withoutEntries(hopper, entryStatePlanes), h200Optin, "mma", "v5: blob sm_90a lacks gdn_state_walk_planes"},
+		{"blob without any tensor-core kernel", withoutEntries(hopper, entryStatePlanes, entryStateMMA, entryStateTC), h200Optin, "fp32", "tc: blob sm_90a lacks gdn_state_walk_tc"},
+		{"blob without the fp32 walk either", withoutEntries(hopper, entryStatePlanes, entryStateMMA, entryStateTC, entryState), h200Optin, "fp32", "no kernel set fits"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

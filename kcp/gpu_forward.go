@@ -105,6 +105,7 @@ type gpuRank struct {
 	segStart, segLen, tokSeg, x, convW, halo, y                       *loader.Buffer
 	q, k, v, g, beta                                                  *loader.Buffer
 	qn, kn, qRstd, kRstd, gcum, w, u, kt                              *loader.Buffer
+	wp, wk                                                            *loader.Buffer // walk planes (kernelSet.planes)
 	sumP, sumQ, allP, allQ, start, final, h, vnew, o                  *loader.Buffer
 	h16, vnew16                                                       *loader.Buffer // bf16 H^T, V'^T (MMAForward5)
 }
@@ -753,10 +754,25 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 		n   int
 	}{
 		{&rk.qn, "qn", Tr * nq}, {&rk.kn, "kn", Tr * nq}, {&rk.qRstd, "q_rstd", Tr * HQK}, {&rk.kRstd, "k_rstd", Tr * HQK},
-		{&rk.gcum, "gcum", Tr * HV}, {&rk.w, "w", Tr * nv}, {&rk.u, "u", Tr * nv},
+		{&rk.gcum, "gcum", Tr * HV}, {&rk.u, "u", Tr * nv},
 		{&rk.start, "start states", NS * summarySlot(HV)}, {&rk.final, "final states", NS * summarySlot(HV)},
 	} {
 		if *t.dst, err = f32(t.nm, t.n); err != nil {
+			return wrap(err)
+		}
+	}
+	// W: fp32 for the walks and the backward; with the plane walks the prep
+	// writes the walk planes and fp32 W only where a backward reads it.
+	if !ks.planes || rr.keepStates {
+		if rk.w, err = f32("w", Tr*nv); err != nil {
+			return wrap(err)
+		}
+	}
+	if ks.planes {
+		if rk.wp, err = m.alloc("walk planes -W", NC*HV*walkWPlaneBytes); err != nil {
+			return wrap(err)
+		}
+		if rk.wk, err = m.alloc("walk planes K", NC*HQK*walkKPlaneBytes); err != nil {
 			return wrap(err)
 		}
 	}
@@ -833,9 +849,13 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	if prepQK {
 		prepBlocks = HQK
 	}
-	if err := rr.launch(prep, [3]uint32{uint32(NC), uint32(prepBlocks), 1}, prepSmem,
-		argsPrep(rk.kn.Ptr(), vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
-			rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), HQK, HV)); err != nil {
+	args := argsPrep(rk.kn.Ptr(), vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+		rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), HQK, HV)
+	if prep == entryPrepMMA || prep == entryPrepMMAG {
+		args = argsPrepMMA(rk.kn.Ptr(), vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+			rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.wp.Ptr(), rk.wk.Ptr(), HQK, HV)
+	}
+	if err := rr.launch(prep, [3]uint32{uint32(NC), uint32(prepBlocks), 1}, prepSmem, args); err != nil {
 		return err
 	}
 	return rr.mark() // prep
@@ -863,7 +883,11 @@ func (rr *rankRun) summaryWalk() (err error) {
 		}
 		args := argsSummary(rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), HV, vh)
-		if ks.out16 {
+		switch {
+		case ks.planes:
+			args = argsSummaryPlanes(rk.wp.Ptr(), rk.wk.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh)
+		case ks.out16:
 			args = argsSummary16(rk.w.Ptr(), rk.u.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh)
 		}
@@ -1038,6 +1062,11 @@ func (rr *rankRun) finish() error {
 			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), rk.vnew.Ptr(), rk.final.Ptr(),
 			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh)
 		outH, outV = rk.h16.Ptr(), rk.vnew16.Ptr()
+	}
+	if ks.planes {
+		stateArgs = argsStatePlanes(rk.wp.Ptr(), rk.wk.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), rk.vnew.Ptr(), rk.final.Ptr(),
+			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh)
 	}
 	if err := rr.launch(ks.state, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.walkSmem(vh), stateArgs); err != nil {
 		return err

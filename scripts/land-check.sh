@@ -18,7 +18,8 @@
 #      sm_90a width rule, sched.CostRule, still picks the faster width with the new kernels).
 # B's blobs come back as $OUT/blobs-b.tar.gz: install them (scripts/blobs-local.sh install) only where every
 # check passed and no stage got slower. Env: DOCS2 (default 40000,45000,35908; empty skips step 3), B_TESTS,
-# WALK=0 skips step 1, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them).
+# WALK=0 skips step 1, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them), ALT_SRC: the sources
+# of B (default ptx/src).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
@@ -29,7 +30,7 @@ if [ "${WALK:-1}" = 1 ]; then
 	bash scripts/walk-check.sh 2>&1 | grep -E '^\[|^== build|C75|Used|error' | tee "$out/walk-check.txt"
 fi
 echo "== ab-bench"
-A_KCP=$( [ -x .gpu/kcp-a ] && echo .gpu/kcp-a || echo .gpu/kcp ) A_BLOBS=ptx/blobs ALT_SRC=ptx/src MODES=core,core+bwd \
+A_KCP=$( [ -x .gpu/kcp-a ] && echo .gpu/kcp-a || echo .gpu/kcp ) A_BLOBS=ptx/blobs ALT_SRC=${ALT_SRC:-ptx/src} MODES=core,core+bwd \
 	B_TESTS=${B_TESTS:-'TestGPUTensorCoreForward/v5|TestGPUTensorCoreBackward|TestGPUTensorCorePortable|TestGPURepeatable|TestGPUCheckpointRecompute'} \
 	bash scripts/ab-bench.sh 2>&1 | tail -30 | tee "$out/ab-bench.txt"
 docs2=${DOCS2-40000,45000,35908}

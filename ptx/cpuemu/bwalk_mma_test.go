@@ -125,10 +125,7 @@ func testBackwardWalks(t *testing.T, name string, wgmma bool) {
 func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {
 	c, l := d.c, d.l
 	T, HQK, HV := l.T, c.hqk, c.hv
-	addTables(j, l)
-	j.bf16("qkv", d.qkv)
-	j.f32("g", d.g)
-	j.f32("beta", d.beta)
+	addInputs(j, d)
 	j.bf16("dout", d.dout)
 	j.f32("dend", dend)
 	off := make([]int32, len(offList))

@@ -228,6 +228,34 @@ func addTables(j *job, l *layout) {
 	j.i32("rcomp_idx", l.rcompIdx)
 }
 
+// addInputs adds the tables and the forward's inputs (qkv, g, beta) of d.
+func addInputs(j *job, d *gdnData) {
+	addTables(j, d.l)
+	j.bf16("qkv", d.qkv)
+	j.f32("g", d.g)
+	j.f32("beta", d.beta)
+}
+
+// addSumList adds d's summary list as "sum_list" and returns it.
+func addSumList(j *job, d *gdnData) []int32 {
+	sum := make([]int32, len(d.c.sumList))
+	for i, s := range d.c.sumList {
+		sum[i] = int32(s)
+	}
+	j.i32("sum_list", sum)
+	return sum
+}
+
+// prepOuts are the fp32 l2norm and prep outputs the walks read
+// (launchL2NormPrep writes them).
+func prepOuts(d *gdnData) []bufSpec {
+	T, HQK, HV := d.l.T, d.c.hqk, d.c.hv
+	return []bufSpec{
+		{"qn", T * HQK * dHead}, {"kn", T * HQK * dHead}, {"q_rstd", T * HQK}, {"k_rstd", T * HQK},
+		{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}, {"kt", T * HV * dHead},
+	}
+}
+
 // addForward adds the forward of gdn_fwd.cu (header comment's order and
 // grids): l2norm, prep, summary walk (vh 64 and 128), compose, state walk
 // (vh 64 and 128), output; every output poisoned before its launch. The
@@ -235,20 +263,9 @@ func addTables(j *job, l *layout) {
 func addForward(j *job, d *gdnData) {
 	c, l := d.c, d.l
 	T, HQK, HV := l.T, c.hqk, c.hv
-	addTables(j, l)
-	j.bf16("qkv", d.qkv)
-	j.f32("g", d.g)
-	j.f32("beta", d.beta)
-	sum := make([]int32, len(c.sumList))
-	for i, s := range c.sumList {
-		sum[i] = int32(s)
-	}
-	j.i32("sum_list", sum)
-	outs := []bufSpec{
-		{"qn", T * HQK * dHead}, {"kn", T * HQK * dHead}, {"q_rstd", T * HQK}, {"k_rstd", T * HQK},
-		{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}, {"kt", T * HV * dHead},
-		{"start", l.NS * HV * dHead * dHead},
-	}
+	addInputs(j, d)
+	sum := addSumList(j, d)
+	outs := append(prepOuts(d), bufSpec{"start", l.NS * HV * dHead * dHead})
 	for _, vh := range []int{64, 128} {
 		sfx := vhName(vh)
 		outs = append(outs, bufSpec{"out_p" + sfx, max(len(sum), 1) * HV * dHead * dHead},

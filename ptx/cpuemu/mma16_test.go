@@ -136,20 +136,10 @@ func TestMMA16OnCPU(t *testing.T) {
 func addWalks16(j *job, d *gdnData, start []float32, walks []mma16Walk, sums mma16Sums) {
 	c, l := d.c, d.l
 	T, HQK, HV := l.T, c.hqk, c.hv
-	addTables(j, l)
-	j.bf16("qkv", d.qkv)
-	j.f32("g", d.g)
-	j.f32("beta", d.beta)
+	addInputs(j, d)
 	j.f32("start", start)
-	sum := make([]int32, len(c.sumList))
-	for i, s := range c.sumList {
-		sum[i] = int32(s)
-	}
-	j.i32("sum_list", sum)
-	outs := []bufSpec{
-		{"qn", T * HQK * dHead}, {"kn", T * HQK * dHead}, {"q_rstd", T * HQK}, {"k_rstd", T * HQK},
-		{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}, {"kt", T * HV * dHead},
-	}
+	sum := addSumList(j, d)
+	outs := prepOuts(d)
 	for _, p := range append([]string{"ref_"}, walkNames(walks)...) {
 		outs = append(outs, bufSpec{p + "h", l.NC * HV * dHead * dHead}, bufSpec{p + "vnew", T * HV * dHead},
 			bufSpec{p + "final", l.NS * HV * dHead * dHead})

@@ -68,7 +68,11 @@ var prepMMACases = []prepMMACase{
 // neither read (NaN inputs) nor written (poison intact), gcum and Kt bitwise
 // equal to gdn_prep_fwd's, and gcum, W, U, Kt within prepMMATol of gdnref;
 // with kt null (nokt cases), gcum, W and U bitwise those of the run with kt
-// (gap rows included).
+// (gap rows included). The walk planes (walk_planes.cuh: -W a value head,
+// K^T a QK head) of gdn_prep_mma and gdn_prep_mma_g are bitwise
+// test_walk_planes' from gdn_prep_mma's own W and the kn it read; with kt and
+// w null (nokt cases) gdn_prep_mma_g writes the same planes, gcum and U, and
+// leaves w untouched.
 func TestMMAPrepOnCPU(t *testing.T) {
 	built(t, "runner_prep_mma")
 	for i := range prepMMACases {
@@ -164,14 +168,27 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 		return []string{buf("kn"), bufAt("v", 2*c.vOff), i32a(vStride), buf("g"), buf("beta"), buf("chunk_tok0"),
 			buf("chunk_len"), buf("gcum" + sfx), buf("w" + sfx), buf("u" + sfx), buf("kt" + sfx), i32a(HQK), i32a(HV)}
 	}
-	j.launch("prep_mma", "gdn_prep_mma", grid3(NC, HV, 1), 256, "kPrepMMASmem", args("")...)
+	// The mma entries take the walk planes wp (-W) and wk (K^T) after kt (null: none written).
+	mmaArgs := func(a []string, sfx string) []string {
+		return append(append(append([]string{}, a[:11]...), buf("wp"+sfx), buf("wk"+sfx)), a[11:]...)
+	}
+	for _, sfx := range []string{"", "_g", "_gnokt", "_ref"} {
+		j.out("wp"+sfx, NC*HV*32768)
+		j.poison("wp"+sfx, poisonBF16x2)
+		j.out("wk"+sfx, NC*HQK*32768)
+		j.poison("wk"+sfx, poisonBF16x2)
+	}
+	j.launch("prep_mma", "gdn_prep_mma", grid3(NC, HV, 1), 256, "kPrepMMASmem", mmaArgs(args(""), "")...)
 	j.launch("prep_fp32", "gdn_prep_fwd", grid3(NC, HV, 1), 256, "kPrepSmem", args("_fp32")...)
+	// The planes from gdn_prep_mma's own W and the kn it read.
+	j.launch("planes_ref", "test_walk_planes", grid3(NC, HV, 1), 256, "0", buf("w"), buf("kn"),
+		buf("chunk_tok0"), buf("chunk_len"), buf("wp_ref"), buf("wk_ref"), i32a(HQK), i32a(HV))
 	// The grouped form (a CTA a chunk and QK head: k, its split and K K^T once) must write gdn_prep_mma's bits.
 	for _, o := range outs {
 		j.out(o.name+"_g", 4*o.elems)
 		j.poison(o.name+"_g", poisonF32)
 	}
-	j.launch("prep_mma_g", "gdn_prep_mma_g", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", args("_g")...)
+	j.launch("prep_mma_g", "gdn_prep_mma_g", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", mmaArgs(args("_g"), "_g")...)
 	if c.nokt {
 		for _, o := range outs[:3] {
 			j.out(o.name+"_nokt", 4*o.elems)
@@ -185,17 +202,31 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 			j.out(o.name+"_gnokt", 4*o.elems)
 			j.poison(o.name+"_gnokt", poisonF32)
 		}
+		// kt null and w null (the v5 forward alone: the walks read the planes), planes written.
 		a := args("_gnokt")
-		a[10] = nullBuf()
-		j.launch("prep_mma_g_nokt", "gdn_prep_mma_g", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", a...)
+		a[8], a[10] = nullBuf(), nullBuf()
+		j.launch("prep_mma_g_nokt", "gdn_prep_mma_g", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", mmaArgs(a, "_gnokt")...)
 	}
 	r := j.run(bin)
 	t.Logf("runner:\n%s", r.log)
+	// The walk planes: -W's and K^T's splits, from either entry, with or without kt and w.
+	for _, n := range []string{"wp", "wk"} {
+		require.Equal(t, r.raw[n+"_ref"], r.raw[n], "gdn_prep_mma's %s planes are not test_walk_planes'", n)
+		require.Equal(t, r.raw[n], r.raw[n+"_g"], "gdn_prep_mma_g's %s planes differ from gdn_prep_mma's", n)
+		if c.nokt {
+			require.Equal(t, r.raw[n], r.raw[n+"_gnokt"], "gdn_prep_mma_g's %s planes with kt and w null differ", n)
+		} else {
+			requireAllPoison(t, r.raw[n+"_gnokt"], n+"_gnokt (not launched)")
+		}
+	}
+	if c.nokt {
+		requireAllPoison(t, r.raw["w_gnokt"], "w_gnokt (w null)")
+	}
 	for _, o := range outs {
 		require.Equal(t, r.raw[o.name], r.raw[o.name+"_g"], "%s: gdn_prep_mma_g differs from gdn_prep_mma", o.name)
 	}
 	if c.nokt {
-		for _, o := range outs[:3] {
+		for _, o := range []bufSpec{outs[0], outs[2]} {
 			require.Equal(t, r.raw[o.name+"_nokt"], r.raw[o.name+"_gnokt"], "%s: gdn_prep_mma_g with kt null differs",
 				o.name)
 		}

@@ -75,21 +75,11 @@ func randomStates(n int, seed uint64) []float32 {
 // before its launch; the state walks start from start ([NS, HV, 128, 128]).
 func addWalksMMA(j *job, d *gdnData, start []float32) {
 	c, l := d.c, d.l
-	T, HQK, HV := l.T, c.hqk, c.hv
-	addTables(j, l)
-	j.bf16("qkv", d.qkv)
-	j.f32("g", d.g)
-	j.f32("beta", d.beta)
+	T, HV := l.T, c.hv
+	addInputs(j, d)
 	j.f32("start", start)
-	sum := make([]int32, len(c.sumList))
-	for i, s := range c.sumList {
-		sum[i] = int32(s)
-	}
-	j.i32("sum_list", sum)
-	outs := []bufSpec{
-		{"qn", T * HQK * dHead}, {"kn", T * HQK * dHead}, {"q_rstd", T * HQK}, {"k_rstd", T * HQK},
-		{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}, {"kt", T * HV * dHead},
-	}
+	sum := addSumList(j, d)
+	outs := prepOuts(d)
 	for _, vh := range []int{64, 128} {
 		sfx := vhName(vh)
 		outs = append(outs, bufSpec{"out_p" + sfx, len(sum) * HV * dHead * dHead},

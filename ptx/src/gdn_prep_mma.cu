@@ -4,7 +4,10 @@
 //   gdn_prep_mma   grid (NC, HV), 256 threads, dynamic shared memory kPrepMMASmem = 100096
 // Per (chunk, value head): gamma = in-chunk cumsum of g; L_ij = beta_i (k_i . k_j) e^(gamma_i - gamma_j)
 // for j < i; A = (I + L)^-1; W = A diag(beta e^gamma) K; U = A diag(beta) V; Kt = diag(e^(gamma_last -
-// gamma)) K; gcum, w, u, kt fp32. Rows past a short chunk's end are neither read nor written. kt may be
+// gamma)) K; gcum, w, u, kt fp32, and where wp / wk are given the walk planes of -W (a value head: P5 stages
+// them in KF, then every thread stores its share) and of K^T (a QK head, by its first value head's CTA, from
+// KF in P1) (walk_planes.cuh; w may then be null). Rows past a short chunk's end are
+// neither read nor written (the planes' are written as zero). kt may be
 // null: then Kt is not computed nor stored, and gcum, w and u are the same bits (the v5 forward, whose
 // walks gdn_summary_walk_mma16 / gdn_state_walk_mma16 rebuild Kt from kn and gcum with this expression). The block
 // index is read linearly with the head fastest (c = lin / HV, h = lin % HV, lin = blockIdx.y * NC +
@@ -86,6 +89,7 @@
 
 #include "gdn_fwd.cu"
 #include "mma.cuh"
+#include "walk_planes.cuh"
 
 namespace gdnkcp {
 namespace prepmma {
@@ -232,6 +236,30 @@ __device__ __forceinline__ void prep_kt4(const PrepSmem& S, float* kt, float gla
 	    make_float4(k4.x * e, k4.y * e, k4.z * e, k4.w * e);
 }
 
+// prep_w_planes_out: after a barrier that follows P5, every thread copies 8 of the 2048 16-byte units of
+// -W's planes from KF to wpc (a warp's 32 units contiguous: whole sectors).
+__device__ __forceinline__ void prep_w_planes_out(const PrepSmem& S, unsigned char* wpc, int tid) {
+	const float4* src = reinterpret_cast<const float4*>(S.KF);
+	float4* dst = reinterpret_cast<float4*>(wpc);
+#pragma unroll
+	for (int x = 0; x < 8; ++x) dst[tid + kThreads * x] = src[tid + kThreads * x];
+}
+
+// prep_k_planes: the K^T planes of the chunk's QK head (walk_planes.cuh) into wkc from KF's fp32 k (every
+// copy of it landed and visible: after a barrier), by all 256 threads: unit (key kk = item % 128, tokens
+// 8b .. 8b + 7, b = item / 128) of items tid + 256 x, a warp's 32 keys of one block reading one row of KF
+// at a time (conflict-free); zero from token n on.
+__device__ __forceinline__ void prep_k_planes(const PrepSmem& S, unsigned char* wkc, int n, int tid) {
+#pragma unroll
+	for (int x = 0; x < 4; ++x) {
+		const int item = tid + kThreads * x, kk = item % kD, b = item / kD;
+		float v[8];
+#pragma unroll
+		for (int j = 0; j < 8; ++j) v[j] = 8 * b + j < n ? S.KF[(8 * b + j) * kD + kk] : 0.f;
+		walkplanes::store_t8(wkc, kk, b, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+	}
+}
+
 // P1: KF's fp32 k to bf16 hi / lo in KH, KL (swizzled, zeros from row n on) and, where kt is given, Kt of
 // value head h = e^(gamma_last - gamma) k from the same fp32 values.
 __device__ __forceinline__ void prep_convert_k(const PrepSmem& S, float* kt, int t0, int n, int h, int HV, int tid) {
@@ -361,9 +389,13 @@ __device__ __forceinline__ void prep_p4(const PrepSmem& S, int warp, int gq, int
 	}
 }
 
-// P5: W = A diag(coef) K, U = A diag(beta) V of value head h, stored (rows < n).
-__device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, int t0, int n, int h, int HV, int warp,
-                                        int lane) {
+// P5: W = A diag(coef) K, U = A diag(beta) V of value head h, stored (rows < n; w may be null), and, where
+// wpc (this chunk and head's 64 KB of walk planes) is given, -W as its bf16 hi / lo planes (walk_planes.cuh:
+// every row, zero from row n on) into KF's 32 KB (LS is dead since barrier 5), for prep_w_planes_out.
+// (Stored from the accumulators straight to global memory, each warp store wrote eight 16-byte pieces of
+// eight rows: the prep took 1.11 -> 1.67 ms at 32K with the planes, measured 2026-12-02.)
+__device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, unsigned char* wpc, int t0, int n, int h,
+                                        int HV, int warp, int lane) {
 	const int gq = lane / 4, tq = lane % 4;
 	const int n0 = 32 * (warp % 4);
 #pragma unroll
@@ -403,9 +435,12 @@ __device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, i
 				const int i = 16 * mi + gq + 8 * hr, d = n0 + 8 * nt + 2 * tq;
 				if (i < n) {
 					const long long o = ((long long)(t0 + i) * HV + h) * kD + d;
-					*reinterpret_cast<float2*>(w + o) = make_float2(aw[nt][2 * hr], aw[nt][2 * hr + 1]);
+					if (w != nullptr) *reinterpret_cast<float2*>(w + o) = make_float2(aw[nt][2 * hr], aw[nt][2 * hr + 1]);
 					*reinterpret_cast<float2*>(u + o) = make_float2(au[nt][2 * hr], au[nt][2 * hr + 1]);
 				}
+				if (wpc != nullptr)
+					walkplanes::store_neg_w2(reinterpret_cast<unsigned char*>(S.KF), i, d, i < n ? aw[nt][2 * hr] : 0.f,
+					                         i < n ? aw[nt][2 * hr + 1] : 0.f);
 			}
 		}
 	}
@@ -416,7 +451,7 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
              const float* __restrict__ g, const float* __restrict__ beta,
              const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
              float* __restrict__ gcum, float* __restrict__ w, float* __restrict__ u,
-             float* __restrict__ kt, int HQK, int HV) {
+             float* __restrict__ kt, bf16* __restrict__ wp, bf16* __restrict__ wk, int HQK, int HV) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	const PrepSmem S = prep_smem(smem);
 	// (chunk, head) from the linear block index with the head fastest: the HV / HQK value heads that
@@ -437,6 +472,10 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 	tc::cp_async_wait<1>();  // this thread's k units (group 1) have landed
 	prep_convert_k(S, kt, t0, n, h, HV, tid);
 	prep_coef_gcum(S, gcum, t0, n, h, HV, tid);
+	if (wk != nullptr && h % (HV / HQK) == 0) {  // the QK head's K^T planes, by its first value head's CTA
+		__syncthreads();  // every k copy landed
+		prep_k_planes(S, reinterpret_cast<unsigned char*>(wk) + ((long long)c * HQK + qh) * walkplanes::kKBytes, n, tid);
+	}
 	__syncthreads();  // barrier 2: KH, KL, coef; KF is dead
 
 	// ---- P2: L = K K^T, blocks on and below the diagonal ----
@@ -448,12 +487,17 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 	}
 	__syncthreads();  // barrier 3: LS
 
+	unsigned char* wpc = wp != nullptr ? reinterpret_cast<unsigned char*>(wp) + ((long long)c * HV + h) * walkplanes::kWBytes : nullptr;
 	prep_p3(S, warp, lane);  // ---- P3: the diagonal blocks (I + L_bb)^-1 ----
 	__syncthreads();          // barrier 4: the diagonal blocks of AI
 	prep_p4(S, warp, gq, tq);  // ---- P4: the blocks below the diagonal ----
 	tc::cp_async_wait<0>();    // this thread's v units (group 2)
 	__syncthreads();           // barrier 5: AI complete, VS
-	prep_p5(S, w, u, t0, n, h, HV, warp, lane);  // ---- P5: W, U ----
+	prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);  // ---- P5: W, U (and -W's planes into KF) ----
+	if (wpc != nullptr) {
+		__syncthreads();  // barrier 6: -W's planes in KF
+		prep_w_planes_out(S, wpc, tid);
+	}
 }
 
 // ==== gdn_prep_mma_g: gdn_prep_mma a QK head at a time ==================================================
@@ -478,8 +522,9 @@ static_assert(2 * (kPrepMMAGSmem + 1024) <= 233472, "two CTAs an SM");
 // commit group 1) and computes the raw K K^T into RAW; later heads read RAW. Not inlined: inlined into the
 // head loop, ptxas (11.8) kept every phase's addresses live across it and spilled ~240 bytes.
 __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf16* v, int v_stride, const float* g,
-                                         const float* beta, float* gcum, float* w, float* u, float* kt, int t0, int n,
-                                         int qh, int HQK, int h, int HV, bool first) {
+                                         const float* beta, float* gcum, float* w, float* u, float* kt,
+                                         unsigned char* wpc, unsigned char* wkc, int t0, int n, int qh, int HQK, int h,
+                                         int HV, bool first) {
 	const PrepSmem S = prep_smem(smem);
 	float* RAW = S.coef + kC;  // [10 blocks][8 values][32 lanes]
 	const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, gq = lane / 4, tq = lane % 4;
@@ -500,6 +545,10 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 		}
 	}
 	prep_coef_gcum(S, gcum, t0, n, h, HV, tid);
+	if (first && wkc != nullptr) {  // the QK head's K^T planes, once
+		__syncthreads();  // every k copy landed
+		prep_k_planes(S, wkc, n, tid);
+	}
 	__syncthreads();  // barrier 2: KH, KL (first head), coef; KF / LS free
 	for (int b = warp; b < 10; b += 8) {
 		int bi, bj;
@@ -526,7 +575,11 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 	prep_p4(S, warp, gq, tq);
 	tc::cp_async_wait<0>();  // this thread's v units
 	__syncthreads();         // barrier 5: AI complete, VS
-	prep_p5(S, w, u, t0, n, h, HV, warp, lane);
+	prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);
+	if (wpc != nullptr) {
+		__syncthreads();  // barrier 6: -W's planes in KF (the next head's LS waits for its barriers 1-2)
+		prep_w_planes_out(S, wpc, tid);
+	}
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
@@ -534,7 +587,7 @@ gdn_prep_mma_g(const float* __restrict__ kn, const bf16* __restrict__ v, int v_s
                const float* __restrict__ g, const float* __restrict__ beta,
                const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
                float* __restrict__ gcum, float* __restrict__ w, float* __restrict__ u,
-               float* __restrict__ kt, int HQK, int HV) {
+               float* __restrict__ kt, bf16* __restrict__ wp, bf16* __restrict__ wk, int HQK, int HV) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
 	const int c = lin / HQK, qh = lin % HQK;
@@ -545,7 +598,11 @@ gdn_prep_mma_g(const float* __restrict__ kn, const bf16* __restrict__ v, int v_s
 #pragma unroll 1
 	for (int h = h0; h < h0 + G; ++h) {
 		if (h > h0) __syncthreads();  // every warp done with the previous head's LS, AI, VS, gamma, beta, coef
-		prep_head_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, t0, n, qh, HQK, h, HV, h == h0);
+		unsigned char* wpc =
+		    wp != nullptr ? reinterpret_cast<unsigned char*>(wp) + ((long long)c * HV + h) * walkplanes::kWBytes : nullptr;
+		unsigned char* wkc =
+		    wk != nullptr ? reinterpret_cast<unsigned char*>(wk) + ((long long)c * HQK + qh) * walkplanes::kKBytes : nullptr;
+		prep_head_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, wpc, wkc, t0, n, qh, HQK, h, HV, h == h0);
 	}
 }
 

@@ -68,7 +68,9 @@
 #include "mma.cuh"
 #include "wgmma.cuh"
 
-#if defined(GDNKCP_HAS_WGMMA)
+// Compiled for every target: the plane walks (gdn_walk_planes.cu) build on WGWalker with wgmma.cuh's
+// portable products where the target has no wgmma; the entries of this file's walks take this body only
+// where GDNKCP_HAS_WGMMA (gdn_walk_mma.cu).
 namespace gdnkcp {
 namespace walkwg {
 
@@ -328,9 +330,9 @@ struct WGWalker {
 	}
 
 	// load_u (state warps, after convert's wait): U^T of chunk n into uv (zero past n, and zero without
-	// U: the summary walk's P columns) from this warp's own columns of UR, and gamma_last.
-	__device__ __forceinline__ void load_u(int n, bool hasU) {
-		gl = gln;
+	// U: the summary walk's P columns) from this warp's own columns of UR, and (setGl) gamma_last.
+	__device__ __forceinline__ void load_u(int n, bool hasU, bool setGl = true) {
+		if (setGl) gl = gln;
 		__syncwarp();  // the warp's U copies, each visible to its own lane after the wait, to the warp
 #pragma unroll
 		for (int nt = 0; nt < 8; ++nt) {
@@ -356,8 +358,12 @@ struct WGWalker {
 	// vprime_issue issues (1) on stage x: d = S^T (-W)^T (from zero; vprime_wait adds U^T). ah, al
 	// must live until the wait.
 	__device__ __forceinline__ void vprime_issue(int x, unsigned (&ah)[8][4], unsigned (&al)[8][4]) {
+		vprime_issue_at(X + x * 32768, ah, al);
+	}
+
+	// vprime_issue_at: vprime_issue on the -W hi / lo planes at xw (1024-aligned, lo 16384 bytes on).
+	__device__ __forceinline__ void vprime_issue_at(const unsigned char* xw, unsigned (&ah)[8][4], unsigned (&al)[8][4]) {
 		split_frags<8>(s, ah, al);
-		const unsigned char* xw = X + x * 32768;
 		wg::fence();
 #pragma unroll
 		for (int k = 0; k < 8; ++k) {
@@ -388,9 +394,13 @@ struct WGWalker {
 
 	// update_issue issues (2) on stage x: S^T = e^gl S^T + V'^T Kt. ah, al must live until the wait.
 	__device__ __forceinline__ void update_issue(int x, unsigned (&ah)[4][4], unsigned (&al)[4][4]) {
+		update_issue_at(X + kOffXK + x * 32768, ah, al);
+	}
+
+	// update_issue_at: update_issue on the Kt^T hi / lo planes at xk (1024-aligned, lo 16384 bytes on).
+	__device__ __forceinline__ void update_issue_at(const unsigned char* xk, unsigned (&ah)[4][4], unsigned (&al)[4][4]) {
 		split_frags<4>(d, ah, al);
 		if (!kDecayEarly) decay_state();
-		const unsigned char* xk = X + kOffXK + x * 32768;
 		wg::fence();
 #pragma unroll
 		for (int k = 0; k < 4; ++k) {
@@ -500,4 +510,3 @@ __device__ __forceinline__ void summary_walk(float* smem, const float* w, const 
 
 }  // namespace walkwg
 }  // namespace gdnkcp
-#endif  // GDNKCP_HAS_WGMMA

@@ -11,6 +11,7 @@
 #include "gdn_chunk_tc.cu"
 #include "gdn_walk_wgmma.cu"
 #include "gdn_walk_mma.cu"
+#include "gdn_walk_planes.cu"
 #include "gdn_bwalk_wgmma.cu"
 #include "gdn_bwalk_mma.cu"
 #include "gdn_prep_mma.cu"

@@ -109,4 +109,65 @@ __device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const unsigned
 
 }  // namespace wg
 }  // namespace gdnkcp
+#else  // !GDNKCP_HAS_WGMMA
+
+#include "mma.cuh"
+
+// ---- The portable warpgroup products (every target without wgmma, and the CPU emulator's default) ------
+// The same calls and operand layouts on mma.sync m16n8k16, so that a walk written against wg:: (the plane
+// walks, gdn_walk_planes.cu) runs on every target from one source. A "descriptor" here is the generic
+// address of the K-major, 128-byte-swizzled operand (desc_sw128); each warp computes its own 16 rows of D
+// at once (the products are synchronous, so fence, commit, wait and the fences do nothing): per n8 tile j,
+// B's fragment by ldmatrix (not transposed) of the tile's 8 rows (N) at the k step's two 16-byte units,
+// unit u of row r found at u ^ (r % 8) of the row (the swizzle is a function of the shared-memory
+// address: the operand's rows are 128 bytes apart from a 1024-aligned atom, as wgmma requires). D's layout
+// is wgmma's, which is mma.sync's C layout per n8 tile: d[4j .. 4j + 3].
+namespace gdnkcp {
+namespace wg {
+
+__device__ __forceinline__ unsigned long long desc_sw128(const void* p) {
+	return static_cast<unsigned long long>(reinterpret_cast<size_t>(p));
+}
+__device__ __forceinline__ void fence() {}
+__device__ __forceinline__ void commit() {}
+template <int N>
+__device__ __forceinline__ void wait() {}
+__device__ __forceinline__ void fence_proxy_async() {}
+template <int N>
+__device__ __forceinline__ void fence_operand(float (&)[N]) {}
+
+// mma_rs_sync: d (16 x N of this warp, fp32) += A (this warp's 16 x 16 bf16 fragment) x B (16 x N, K-major
+// at desc); scale_d 0 starts from zero. Two n8 tiles an ldmatrix.x4: matrices (rows 16 jj .. + 7, k 0-7),
+// (the same rows, k 8-15), (rows 16 jj + 8 .., k 0-7), (k 8-15).
+template <int N>
+__device__ __forceinline__ void mma_rs_sync(float* d, const unsigned (&a)[4], unsigned long long desc, int scale_d) {
+	const unsigned char* b = reinterpret_cast<const unsigned char*>(static_cast<size_t>(desc));
+	const unsigned sh = static_cast<unsigned>(__cvta_generic_to_shared(b));
+	const int lane = threadIdx.x % 32;
+	const int rr = lane % 8 + 8 * (lane / 16), ku = ((sh & 127u) >> 4) + (lane / 8) % 2;
+	const unsigned char* row0 = b - (sh & 127u);  // the operand's first row
+	if (scale_d == 0) {
+#pragma unroll
+		for (int i = 0; i < N / 2; ++i) d[i] = 0.f;
+	}
+#pragma unroll
+	for (int jj = 0; jj < N / 16; ++jj) {
+		const int r = 16 * jj + rr;
+		const unsigned phase = ((sh >> 7) + static_cast<unsigned>(r)) & 7u;
+		unsigned bf[4];
+		tc::ldmatrix_x4(bf, row0 + r * 128 + ((static_cast<unsigned>(ku) ^ phase) << 4));
+		tc::mma_bf16_16816(d + 8 * jj, a, bf, d + 8 * jj);
+		tc::mma_bf16_16816(d + 8 * jj + 4, a, bf + 2, d + 8 * jj + 4);
+	}
+}
+
+__device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const unsigned (&a)[4], unsigned long long desc, int scale_d = 1) {
+	mma_rs_sync<64>(d, a, desc, scale_d);
+}
+__device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const unsigned (&a)[4], unsigned long long desc, int scale_d = 1) {
+	mma_rs_sync<128>(d, a, desc, scale_d);
+}
+
+}  // namespace wg
+}  // namespace gdnkcp
 #endif  // GDNKCP_HAS_WGMMA

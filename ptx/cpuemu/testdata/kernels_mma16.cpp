@@ -1,7 +1,8 @@
 // kernels_mma16.cpp: kernels_fwd.cpp (the fp32 l2norm and prep make the walks' inputs; gdn_poison_u32)
 // plus the staged walks of ptx/src/gdn_walk_mma.cu (the v4 gdn_state_walk_mma and
 // gdn_summary_walk_mma reading kt; the v5 gdn_state_walk_mma16 with bf16 outputs and
-// gdn_summary_walk_mma16, both rebuilding Kt from kn and gcum) and the staged bf16-input output
+// gdn_summary_walk_mma16, both rebuilding Kt from kn and gcum; the plane walks of gdn_walk_planes.cu
+// with walk_planes_ref.h's test_walk_planes making their planes) and the staged bf16-input output
 // gdn_output_mma16 (and its grouped form gdn_output_mma16g) of ptx/src/gdn_output_mma.cu, for TestMMA16OnCPU (mma16_test.go), with two
 // test-only entries:
 //   gdn_state_walk_mma16_drop   gdn_state_walk_mma16 with the outputs named by the bits of `drop`
@@ -14,6 +15,8 @@
 
 #include "gdn_output_mma.cu"
 #include "gdn_walk_mma.cu"
+#include "gdn_walk_planes.cu"
+#include "walk_planes_ref.h"
 
 // No second EMU_DYNAMIC_SMEM: the entries declare `extern __shared__ float smem[]` in extern "C"
 // functions, which gives it C language linkage: it is kernels_fwd.cpp's gdnkcp::fwd::smem.
@@ -61,10 +64,15 @@ emu::Registrar mma16_kernels(
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16),
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16g),
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16_probe),
+        EMU_KERNEL(gdnkcp::walkp, gdn_state_walk_planes),
+        EMU_KERNEL(gdnkcp::walkp, gdn_summary_walk_planes),
+        EMU_KERNEL(gdnkcp::planesref, test_walk_planes),
     },
     {
         {"walk_mma_smem(64)", gdnkcp::walkmma::walk_mma_smem(64)},
         {"walk_mma_smem(128)", gdnkcp::walkmma::walk_mma_smem(128)},
         {"kOutputMMA16Smem", gdnkcp::outmma::kOutputMMA16Smem},
+        {"walk_planes_smem(64)", gdnkcp::walkp::walk_planes_smem(64)},
+        {"walk_planes_smem(128)", gdnkcp::walkp::walk_planes_smem(128)},
     });
 }  // namespace

@@ -1,0 +1,405 @@
+// gdn_walk_planes.cu: the v5 summary and state walks on the prep's walk planes (walk_planes.cuh), for every
+// target from one source:
+//   gdn_state_walk_planes     grid (128/vh, NS, HV), block 256, dynamic shared memory walk_planes_smem(vh)
+//   gdn_summary_walk_planes   grid (2 x 128/vh, |list|, HV), the same block and shared memory
+// gdn_state_walk_mma16's and gdn_summary_walk_mma16's outputs and layouts, with the planes wp (64 KB a chunk
+// and value head: -W and Kt^T as bf16 hi / lo) in place of fp32 w, kn and HQK. On sm_90a the products are
+// wgmma (wgmma.cuh); elsewhere (the other cubins, the compute_80 PTX, the CPU emulator's default build) they
+// are wgmma.cuh's portable products on mma.sync, the same calls and layouts.
+//
+// ---- What changes against gdn_walk_wgmma.cu's WGWalker (whose state, products and stores it reuses) ------
+// WGWalker's converters turn a chunk's fp32 W and kn rows into these planes in shared memory, 6,700 of a
+// chunk's 7,900 cycles on the H200 (the timeline in docs/mma-kernels.md). Here the prep has written them
+// (in parallel over chunks and heads) and the walk only copies: stage x (x = chunk % 2) holds the chunk's 64 KB
+// of planes as they lie in global memory (the same 1024-aligned swizzle, so the descriptors read them
+// directly) and its fp32 U^T rows ([64][vh], WGWalker::ur's swizzle), 80 KB (vh 64) or 96 KB (vh 128):
+//   stage x  0      -W hi, lo (two 64-key blocks each)
+//            32768  Kt^T hi, lo
+//            65536  U rows
+// then, at vh 64 only, two output buffers (24 KB each: the chunk's bf16 H^T and V'^T tiles, PlaneWalker::
+// stage_out): walk_planes_smem(64) = 214000, walk_planes_smem(128) = 197616 bytes.
+// A chunk: every thread waits for its own copies of the chunk's stage and fences them for the async proxy;
+// __syncthreads (the stage complete; every wgmma of the previous chunk waited, so the other stage is free);
+// the copies of the next chunk into the other stage (a whole chunk to land); the state warps run WGWalker's
+// (1) and H stores, read U^T, wait for (1), then (2) and the V' stores. At vh 64
+// the bf16 H^T and V'^T go into an output buffer (conflict-free 4-byte shared stores) and the copying
+// warpgroup stores the previous chunk's buffer to global memory as whole 512-byte runs while the state
+// warps compute (the last chunk's after the loop); fp32 h_out / vnew (a backward's) stay direct. The planes
+// are copied by the warps that hold no state (vh 64: warpgroup 1, 32 16-byte copies a thread a chunk) or by
+// all (vh 128: 16); each state warp copies its own U^T columns. Without per-chunk conversion the chunk is the
+// state chain (WGWalker's products, splits and stores) and the copies' bandwidth: per chunk step of 48 heads
+// ~3 MB of planes, 1.5 MB of U and 2.25 MB of bf16 H^T, V'^T stores, ~1.7 us of HBM at 4 TB/s.
+// Bits: the planes are the converters' values (walk_planes.cuh), and the products, their order and U^T's
+// addition are WGWalker's, so on sm_90a the outputs are gdn_state_walk_mma16's bit for bit (the emulator
+// checks it: TestPlaneWalksOnCPU); vh 64 and vh 128 agree bitwise (a column's instructions and operands do
+// not depend on vh), as do reruns.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "gdn_walk_wgmma.cu"
+#include "walk_planes.cuh"
+
+namespace gdnkcp {
+namespace walkp {
+
+using tc::bf16;
+using walkwg::kC;
+using walkwg::kD;
+using walkplanes::kKBytes;
+using walkplanes::kWBytes;
+constexpr int kOffKt = kWBytes;             // K^T's planes after -W's in a stage
+constexpr int kOffU = kWBytes + kKBytes;    // then U^T's fp32 rows
+__host__ __device__ constexpr int off_e(int vh) { return kOffU + kC * vh * 4; }  // then the 64 factors e_i
+// Compile-time knobs (defaults: what was measured on the H200, 2026-12-02): GDNKCP_WP_STAGE_H / _V: at vh
+// 64 the bf16 H^T / V'^T go through the output buffers (1) or straight to global memory from the state
+// warps (0); GDNKCP_WP_U_LATE: U^T read after (1)'s issue and the H stores (1) or after the barrier (0);
+// GDNKCP_WP_OUT_UNROLL below.
+// scripts/planes-variants.sh prints ptxas's registers and spills of each combination.
+#ifndef GDNKCP_WP_STAGE_H
+#define GDNKCP_WP_STAGE_H 1
+#endif
+#ifndef GDNKCP_WP_STAGE_V
+#define GDNKCP_WP_STAGE_V 1
+#endif
+#ifndef GDNKCP_WP_U_LATE
+#define GDNKCP_WP_U_LATE 1
+#endif
+// GDNKCP_WP_OUT_UNROLL: how far the copying warps' output-store loops unroll (8: fully, every load ahead of
+// the stores; 1: a load and its store at a time, fewer registers).
+#ifndef GDNKCP_WP_OUT_UNROLL
+#define GDNKCP_WP_OUT_UNROLL 8
+#endif
+constexpr int kOutUnroll = GDNKCP_WP_OUT_UNROLL;
+// GDNKCP_WP_XOR_ADDR: the output buffers' swizzled store addresses as an XOR of the row's (stage_out).
+#ifndef GDNKCP_WP_XOR_ADDR
+#define GDNKCP_WP_XOR_ADDR 1
+#endif
+constexpr bool kXorAddr = GDNKCP_WP_XOR_ADDR != 0;
+
+// A stage: the planes (64 KB), U^T (64 x vh fp32), e (256 bytes), rounded up to 1024 bytes.
+__host__ __device__ constexpr int stage_bytes(int vh) { return (off_e(vh) + 4 * kC + 1023) / 1024 * 1024; }
+// At vh 64 the bf16 H^T and V'^T of a chunk go through shared memory (out_bytes: 16 KB + 8 KB, two
+// buffers after the stages) and the copying warpgroup stores them; at vh 128 every warp holds state and the
+// state warps store them directly.
+__host__ __device__ constexpr int out_bytes(int vh) { return vh == 64 ? vh * kD * 2 + vh * kC * 2 : 0; }
+// walk_planes_smem: two stages, two output buffers at vh 64 and up to 1008 bytes of alignment (the stages
+// are 1024-aligned).
+__host__ __device__ constexpr int walk_planes_smem(int vh) { return 2 * stage_bytes(vh) + 2 * out_bytes(vh) + 1008; }
+static_assert(walk_planes_smem(128) <= 232448, "two stages fit an SM's 227 KB");
+
+template <int VH>
+struct PlaneWalker : walkwg::WGWalker<VH> {
+	using Base = walkwg::WGWalker<VH>;
+	using Base::col;
+	using Base::converts;
+	using Base::d;
+	using Base::gl;
+	using Base::gln;
+	using Base::grp;
+	using Base::holds;
+	using Base::lane;
+	using Base::s;
+	using Base::ur;
+	using Base::UR;
+	using Base::warp;
+	using Base::wq;
+	using Base::X;
+	static constexpr int kCopiers = Base::kGroups == 2 ? 256 : 128;  // threads that copy the planes
+
+	__device__ __forceinline__ explicit PlaneWalker(float* smem) : Base(smem) {}
+
+	__device__ __forceinline__ unsigned char* stage(int x) const { return X + x * stage_bytes(VH); }
+
+	// ---- vh 64: the chunk's bf16 H^T and V'^T through shared memory ----
+	// Output buffer x: H^T rows (columns c0 + r, 128 keys, 256 bytes) then V'^T rows (64 tokens, 128 bytes),
+	// 16-byte unit u of row r at u ^ (r % 8): a state warp's 4-byte stores (rows g, units nt) fall on 32
+	// different banks. The copying warps store them a chunk later as whole 512-byte runs of a warp (the
+	// direct 4-byte global stores, eight rows a warp store, took ~2,900 of a chunk's cycles on the state
+	// warps' chain: the timeline in docs/mma-kernels.md).
+	static constexpr bool kStagedH = VH == 64 && GDNKCP_WP_STAGE_H != 0, kStagedV = VH == 64 && GDNKCP_WP_STAGE_V != 0;
+	static constexpr bool kStaged = kStagedH || kStagedV;
+	__device__ __forceinline__ unsigned char* outbuf(int x) const { return X + 2 * stage_bytes(VH) + x * out_bytes(VH); }
+
+	// stage_out writes this state warp's H^T (from s) and V'^T (from d, zero past n) into output buffer x,
+	// the values and packing of store_state16 / store_vprime16.
+	__device__ __forceinline__ void stage_out(int x, int n, bool hasH, bool hasV) const {
+		unsigned char* hb = outbuf(x);
+		unsigned char* vb = hb + VH * kD * 2;
+#pragma unroll
+		for (int hf = 0; hf < 2; ++hf) {
+			const int r = col(0) + 8 * hf;
+			// With GDNKCP_WP_XOR_ADDR the unit's swizzle is an XOR of the row's offset from X (the buffers
+			// lie at multiples of 1024 from X, so bits 4-7 of the offset are the unit's), and the offset
+			// depends on x: the 16 swizzled offsets are no loop invariants for ptxas to keep in registers
+			// across the chunk loop (nvcc 11.8, sm_80: 249 -> 232 registers).
+			const int hrow = static_cast<int>(hb - X) + r * 256 + 4 * this->t + ((r & 7) << 4);
+			const int vrow = static_cast<int>(vb - X) + r * 128 + 4 * this->t + ((r & 7) << 4);
+			if (hasH) {
+#pragma unroll
+				for (int nt = 0; nt < 16; ++nt) {
+					unsigned* p = kXorAddr ? reinterpret_cast<unsigned*>(X + (hrow ^ (nt << 4)))
+					                       : reinterpret_cast<unsigned*>(hb + r * 256 + ((nt ^ (r & 7)) << 4) + 4 * this->t);
+					*p = tc::pack_bf16x2(s[4 * nt + 2 * hf], s[4 * nt + 2 * hf + 1]);
+				}
+			}
+			if (hasV) {
+#pragma unroll
+				for (int nt = 0; nt < 8; ++nt) {
+					const int i = 8 * nt + 2 * this->t;
+					const float a = i < n ? d[4 * nt + 2 * hf] : 0.f, b = i + 1 < n ? d[4 * nt + 2 * hf + 1] : 0.f;
+					unsigned* p = kXorAddr ? reinterpret_cast<unsigned*>(X + (vrow ^ (nt << 4)))
+					                       : reinterpret_cast<unsigned*>(vb + r * 128 + ((nt ^ (r & 7)) << 4) + 4 * this->t);
+					*p = tc::pack_bf16x2(a, b);
+				}
+			}
+		}
+	}
+
+	// store_out (the copying warps, ct = 0..127): output buffer x to chunk blk's H^T and V'^T in global
+	// memory (columns c0 ..), 16 bytes a thread and unit, a warp's 32 units contiguous.
+	__device__ __forceinline__ void store_out(int x, long long blk, int c0, int ct, bf16* h16, bf16* vnew16) const {
+		const unsigned char* hb = outbuf(x);
+		const unsigned char* vb = hb + VH * kD * 2;
+		if (h16 != nullptr) {
+			unsigned char* g = reinterpret_cast<unsigned char*>(h16 + blk * kD * kD + (long long)c0 * kD);
+			// Unit ct % 16 of rows ct / 16 + 8 j: the swizzle (row % 8) is the same for every j.
+			const int r0 = ct / 16, u0 = ct % 16;
+			const unsigned char* src = hb + r0 * 256 + ((u0 ^ (r0 & 7)) << 4);
+#pragma unroll(kOutUnroll)
+			for (int j = 0; j < VH * 16 / 128; ++j)
+				*reinterpret_cast<float4*>(g + 16 * ct + 2048 * j) = *reinterpret_cast<const float4*>(src + 2048 * j);
+		}
+		if (vnew16 != nullptr) {
+			unsigned char* g = reinterpret_cast<unsigned char*>(vnew16 + blk * kD * kC + (long long)c0 * kC);
+			// Unit ct % 8 of rows ct / 8 + 16 j: the swizzle (row % 8) is the same for every j.
+			const int r0 = ct / 8, u0 = ct % 8;
+			const unsigned char* src = vb + r0 * 128 + ((u0 ^ (r0 & 7)) << 4);
+#pragma unroll(kOutUnroll)
+			for (int j = 0; j < VH * 8 / 128; ++j)
+				*reinterpret_cast<float4*>(g + 16 * ct + 2048 * j) = *reinterpret_cast<const float4*>(src + 2048 * j);
+		}
+	}
+
+	float ge_i, ge_l;  // a copier ct < 64: gcum of token ct (or n - 1) and of token n - 1 of the chunk issued
+	int ge_n;
+
+	// issue starts the copies of chunk c (t0, n) into stage x: a copier's share of the 64 KB of planes (-W's
+	// of value head h, then K^T's of QK head qh; 16-byte units ct, ct + kCopiers, ...: a warp's 32 units
+	// contiguous), a state warp's 16 U columns of the rows < n; one commit group. A state warp also loads
+	// gamma_last of the chunk into gln, a copier ct < 64 the gates of e_ct (finish_e).
+	__device__ __forceinline__ void issue(const unsigned char* wp, const unsigned char* wk, const float* u, const float* gcum,
+	                                      int c, int t0, int n, int h, int HV, int qh, int HQK, int c0, int x) {
+		unsigned char* st = stage(x);
+		if (converts()) {
+			const int ct = copier();
+			const unsigned char* sw = wp + ((long long)c * HV + h) * kWBytes + 16 * ct;
+			const unsigned char* sk = wk + ((long long)c * HQK + qh) * kKBytes + 16 * ct - kWBytes;
+			unsigned char* dst = st + 16 * ct;
+			constexpr int kJ = (kWBytes + kKBytes) / 16 / kCopiers;
+#pragma unroll
+			for (int j = 0; j < kJ; ++j)
+				tc::cp_async16(dst + 16 * kCopiers * j, (j < kJ / 2 ? sw : sk) + 16 * kCopiers * j);
+			if (ct < kC) {
+				ge_n = n;
+				ge_i = gcum[(long long)(t0 + (ct < n ? ct : n - 1)) * HV + h];
+				ge_l = gcum[(long long)(t0 + n - 1) * HV + h];
+			}
+		}
+		if (holds()) {
+			if (u != nullptr) {
+				// Lane copies column unit cc of tokens lane / 4 + 8 y (WGWalker::issue's U copies).
+				const int i0 = lane / 4, cc = 64 * grp + 16 * wq + 4 * (lane % 4);
+				const long long us = 8LL * HV * kD;
+				const float* up = u + ((long long)(t0 + i0) * HV + h) * kD + c0 + cc;
+				float* dst = reinterpret_cast<float*>(st + kOffU) + ur(i0, cc);
+#pragma unroll
+				for (int y = 0; y < 8; ++y) {
+					if (i0 + 8 * y < n) tc::cp_async16(dst + 8 * y * VH, up);
+					up += us;
+				}
+			}
+			gln = gcum[(long long)(t0 + n - 1) * HV + h];
+		}
+		tc::cp_async_commit();
+	}
+
+	__device__ __forceinline__ int copier() const {
+		return Base::kGroups == 2 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) - 128;
+	}
+
+	// finish_e writes e_i = e^(gamma_last - gamma_i) of the chunk last issued (zero from token n on) into
+	// stage x, one token a copier ct < 64 (WGWalker::convert's expression): read after the next barrier.
+	__device__ __forceinline__ void finish_e(int x) const {
+		const int ct = copier();
+		if (converts() && ct < kC) reinterpret_cast<float*>(stage(x) + off_e(VH))[ct] = ct < ge_n ? expf(ge_l - ge_i) : 0.f;
+	}
+
+	// update_issue_scaled issues (2) on K^T's planes at kb: S^T = e^gl S^T + (V'^T diag(e)) K, e from E (the
+	// stage's 64 factors): V'^T's token columns scaled (one rounded product each) before their split; d
+	// itself keeps V'^T for the V' stores. ah, al must live until the wait.
+	__device__ __forceinline__ void update_issue_scaled(const unsigned char* kb, const float* E, unsigned (&ah)[4][4],
+	                                                    unsigned (&al)[4][4]) {
+		const int t = this->t;
+#pragma unroll
+		for (int k = 0; k < 4; ++k) {
+			// d[8k + 2q], d[8k + 2q + 1]: tokens 16k + 8 (q / 2) + 2t, + 1
+			const float2 e0 = *reinterpret_cast<const float2*>(E + 16 * k + 2 * t);
+			const float2 e1 = *reinterpret_cast<const float2*>(E + 16 * k + 8 + 2 * t);
+			tc::split_bf16x2(d[8 * k] * e0.x, d[8 * k + 1] * e0.y, ah[k][0], al[k][0]);
+			tc::split_bf16x2(d[8 * k + 2] * e0.x, d[8 * k + 3] * e0.y, ah[k][1], al[k][1]);
+			tc::split_bf16x2(d[8 * k + 4] * e1.x, d[8 * k + 5] * e1.y, ah[k][2], al[k][2]);
+			tc::split_bf16x2(d[8 * k + 6] * e1.x, d[8 * k + 7] * e1.y, ah[k][3], al[k][3]);
+		}
+		if (!walkwg::kDecayEarly) this->decay_state();
+		wg::fence();
+#pragma unroll
+		for (int k = 0; k < 4; ++k) {
+			const unsigned long long bh = wg::desc_sw128(kb + 32 * k), bl = wg::desc_sw128(kb + walkplanes::kOffLo + 32 * k);
+			wg::mma_m64n128k16_rs(s, ah[k], bh);
+			wg::mma_m64n128k16_rs(s, ah[k], bl);
+			wg::mma_m64n128k16_rs(s, al[k], bh);
+		}
+		wg::commit();
+	}
+
+	__device__ __forceinline__ void walk(const unsigned char* wp, const unsigned char* wk, const float* u, const float* gcum,
+	                                     const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h, int HV,
+	                                     int HQK, int c0, float* h_out, float* vnew, bf16* h16, bf16* vnew16) {
+		if (nch <= 0) return;
+		const int last = ch0 + nch - 1, qh = h / (HV / HQK);
+		issue(wp, wk, u, gcum, ch0, chunk_tok0[ch0], chunk_len[ch0], h, HV, qh, HQK, c0, 0);
+		finish_e(0);
+		for (int ci = 0; ci < nch; ++ci) {
+			const int c = ch0 + ci, x = ci & 1, n = chunk_len[c];
+			// The next chunk (or the last again: copied into the stage no one reads, so that no branch
+			// on nch sits between a wgmma and its wait).
+			const int cn = c + 1 < last ? c + 1 : last;
+			tc::cp_async_wait<0>();
+			wg::fence_proxy_async();
+			__syncthreads();
+			GDNKCP_WALK_MARK(0, ci);  // every warp: past the chunk's barrier
+			if (holds()) gl = gln;  // chunk c's gamma_last (issue loads the next chunk's into gln)
+			issue(wp, wk, u, gcum, cn, chunk_tok0[cn], chunk_len[cn], h, HV, qh, HQK, c0, 1 - x);
+			if (kStaged && !holds() && ci > 0)  // the previous chunk's H^T and V'^T, staged by the state warps
+				store_out(1 - x, (long long)(c - 1) * HV + h, c0, static_cast<int>(threadIdx.x) - 128, kStagedH ? h16 : nullptr,
+				          kStagedV ? vnew16 : nullptr);
+			if (!GDNKCP_WP_U_LATE && holds()) {
+				UR = reinterpret_cast<float*>(stage(x) + kOffU);
+				Base::load_u(n, u != nullptr, false);
+			}
+			GDNKCP_WALK_MARK(7, ci);  // every warp: U read, the next copies issued
+			if (holds()) {
+				const long long blk = (long long)c * HV + h;
+				unsigned ah[8][4], al[8][4];
+				this->vprime_issue_at(stage(x), ah, al);
+				GDNKCP_WALK_MARK(1, ci);  // state: S split, (1) issued
+				if (h_out != nullptr) this->store_state(h_out + blk * kD * kD, c0);
+				if (kStagedH)
+					stage_out(x, n, h16 != nullptr, false);
+				else if (h16 != nullptr)
+					this->store_state16(h16 + blk * kD * kD, c0);
+				if (walkwg::kDecayEarly) this->decay_state();
+				GDNKCP_WALK_MARK(2, ci);  // state: H stores issued
+				// U^T of the chunk, read only now: its 32 registers are not live beside S, (1)'s operands
+				// and the H stores (read before (1)'s issue, ptxas 13.0 spilled 12 bytes at vh 64 with the
+				// output buffers); the loads land under (1)'s wait.
+				if (GDNKCP_WP_U_LATE) {
+					UR = reinterpret_cast<float*>(stage(x) + kOffU);
+					Base::load_u(n, u != nullptr, false);
+				}
+				this->vprime_wait();
+				GDNKCP_WALK_MARK(3, ci);  // state: (1) done, U^T added
+				unsigned bh[4][4], bl[4][4];
+				update_issue_scaled(stage(x) + kOffKt, reinterpret_cast<const float*>(stage(x) + off_e(VH)), bh, bl);
+				GDNKCP_WALK_MARK(4, ci);  // state: V' split, S decayed, (2) issued
+				if (vnew != nullptr) this->store_vprime(vnew, chunk_tok0[c], n, h, HV, c0);
+				if (kStagedV)
+					stage_out(x, n, false, vnew16 != nullptr);
+				else if (vnew16 != nullptr)
+					this->store_vprime16(vnew16 + blk * kD * kC, n, c0);
+				GDNKCP_WALK_MARK(5, ci);  // state: V' stores issued
+				wg::wait<0>();
+				wg::fence_operand(s);
+				GDNKCP_WALK_MARK(6, ci);  // state: (2) done
+			}
+			finish_e(1 - x);  // the next chunk's factors (their gates loaded by issue)
+		}
+		tc::cp_async_wait<0>();  // the copies issued past the end land before the CTA exits
+		if (kStaged) {
+			__syncthreads();  // the last chunk's H^T and V'^T staged
+			if (!holds())
+				store_out((nch - 1) & 1, (long long)last * HV + h, c0, static_cast<int>(threadIdx.x) - 128,
+				          kStagedH ? h16 : nullptr, kStagedV ? vnew16 : nullptr);
+		}
+	}
+};
+
+template <int VH>
+__device__ __forceinline__ void state_walk(float* smem, const unsigned char* wp, const unsigned char* wkp, const float* u,
+                                           const float* gcum, const int* chunk_tok0, const int* chunk_len,
+                                           const int* seg_chunk0, const int* seg_nchunk, const float* start, float* h_out,
+                                           float* vnew, float* final_state, bf16* h16, bf16* vnew16, int HQK, int HV) {
+	PlaneWalker<VH> wk(smem);
+	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
+	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, c0);
+	wk.walk(wp, wkp, u, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, HQK, c0, h_out, vnew, h16,
+	        vnew16);
+	wk.store_state(final_state + ((long long)seg * HV + h) * kD * kD, c0);
+}
+
+// summary_walk: blocks x < 128 / vh walk the Q columns (U read, from a zero state), the others the P
+// columns (no U, from the identity's columns); nothing is stored per chunk.
+template <int VH>
+__device__ __forceinline__ void summary_walk(float* smem, const unsigned char* wp, const unsigned char* wkp,
+                                             const float* u, const float* gcum, const int* chunk_tok0,
+                                             const int* chunk_len, const int* seg_chunk0, const int* seg_nchunk,
+                                             const int* list, float* out_p, float* out_q, int HQK, int HV) {
+	PlaneWalker<VH> wk(smem);
+	const int tiles = kD / VH;
+	const bool isP = (int)blockIdx.x >= tiles;
+	const int c0 = (isP ? (int)blockIdx.x - tiles : (int)blockIdx.x) * VH;
+	const int li = blockIdx.y, h = blockIdx.z, seg = list[li];
+	wk.init_state(nullptr, c0, isP);
+	wk.walk(wp, wkp, isP ? nullptr : u, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, HQK, c0,
+	        nullptr, nullptr, nullptr, nullptr);
+	wk.store_state((isP ? out_p : out_q) + ((long long)li * HV + h) * kD * kD, c0);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+gdn_state_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ wk,
+                      const float* __restrict__ u, const float* __restrict__ gcum, const int* __restrict__ chunk_tok0,
+                      const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
+                      const int* __restrict__ seg_nchunk, const float* __restrict__ start, float* __restrict__ h_out,
+                      float* __restrict__ vnew, float* __restrict__ final_state, __nv_bfloat16* __restrict__ h16,
+                      __nv_bfloat16* __restrict__ vnew16, int HQK, int HV, int vh) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
+	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
+	if (vh == 64)
+		state_walk<64>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew, final_state,
+		               h16, vnew16, HQK, HV);
+	else
+		state_walk<128>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+		                final_state, h16, vnew16, HQK, HV);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+gdn_summary_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ wk,
+                        const float* __restrict__ u, const float* __restrict__ gcum,
+                        const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+                        const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk,
+                        const int* __restrict__ list, float* __restrict__ out_p, float* __restrict__ out_q, int HQK,
+                        int HV, int vh) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
+	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
+	if (vh == 64)
+		summary_walk<64>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV);
+	else
+		summary_walk<128>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV);
+}
+
+}  // namespace walkp
+}  // namespace gdnkcp

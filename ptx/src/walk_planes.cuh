@@ -1,0 +1,69 @@
+// walk_planes.cuh: the walk planes, the bf16 hi / lo operands of the v5 forward walks' two products as the
+// prep writes them once (gdn_prep_mma, gdn_prep_mma_g with wp and wk given) and the plane walks
+// (gdn_walk_planes.cu) copy them into shared memory as they lie, with no conversion on the walk's chain.
+//
+// ---- Layout -----------------------------------------------------------------------------------------
+// -W, 32 KB a chunk c and value head h, at wp + (c HV + h) 32768:
+//   [0, 16384)       hi: keys 0-63 in block 0 (8192 bytes), keys 64-127 in block 1; row i (token) of a
+//                    block is 128 bytes, its 16-byte unit u (keys 8u .. 8u + 7 of the block) at unit
+//                    u ^ (i % 8) of the row: the K-major 128-byte swizzle wgmma's descriptors read
+//   [16384, 32768)   lo, the same
+// K^T, 32 KB a chunk c and QK head qh, at wk + (c HQK + qh) 32768:
+//   [0, 16384)       hi: row kk (key) 128 bytes, its unit b (tokens 8b .. 8b + 7) at unit b ^ (kk % 8)
+//   [16384, 32768)   lo, the same
+// Rows of -W from token n (the chunk's length) on and K^T's columns from token n on are zero, so a walk
+// copies all 64 KB whatever n is. hi = rn(x), lo = rn(x - hi) (tc::split_bf16x2) of -W (the negation exact,
+// -0 past n as the converters' -1 x 0) and of the normalised k. The decay of (2)'s Kt_i = k_i
+// e^(gamma_last - gamma_i) is not in the planes: the plane walks scale V'^T's token columns by e_i before
+// they split it (V'^T Kt = (V'^T diag(e)) K), so K^T serves the HV / HQK value heads of its QK head and the
+// prep forms it once a QK head, without an exp. (WGWalker's converters form Kt_i in one rounded product and
+// split it; here V'_i e_i is the one rounded product: other bits, the same precision.)
+//
+// ---- Why ----------------------------------------------------------------------------------------------
+// The state walk's timeline (docs/mma-kernels.md, "Landed (2026-12-02)"): the converting warpgroup took
+// ~6,700 of a chunk's ~7,900 cycles turning 64 fp32 rows of W and of kn into these planes, the longest
+// path of the chunk, every chunk, for every column block; the state warps' own chain was ~5,000. The prep
+// runs in parallel over chunks and heads, and writes W anyway (fp32 W is then needed only by a backward).
+// A first version kept Kt^T's planes a value head (64 KB a chunk and head, the decay in the planes): its
+// prep took 1.11 -> 1.68 ms at 32K (ptx/staging/README.md).
+#pragma once
+
+#include "mma.cuh"
+
+namespace gdnkcp {
+namespace walkplanes {
+
+constexpr int kWBytes = 32768;  // -W's planes: a chunk and value head
+constexpr int kKBytes = 32768;  // K^T's planes: a chunk and QK head
+constexpr int kOffLo = 16384;   // lo plane after its hi plane
+
+struct alignas(16) U32x4 {
+	unsigned x, y, z, w;
+};
+
+// store_neg_w2 stores -W at (token i, keys d, d + 1) (d even) as its hi / lo pairs into the planes at wpc.
+__device__ __forceinline__ void store_neg_w2(unsigned char* wpc, int i, int d, float w0, float w1) {
+	unsigned hi, lo;
+	tc::split_bf16x2(-w0, -w1, hi, lo);
+	const int dc = d & 63;
+	const int off = (d >> 6) * 8192 + i * 128 + (((dc >> 3) ^ (i & 7)) << 4) + 2 * (dc & 7);
+	*reinterpret_cast<unsigned*>(wpc + off) = hi;
+	*reinterpret_cast<unsigned*>(wpc + kOffLo + off) = lo;
+}
+
+// store_t8 stores K^T's unit (key kk, tokens 8b .. 8b + 7), values x0 .. x7 in token order, as hi / lo
+// into the planes at kc.
+__device__ __forceinline__ void store_t8(unsigned char* kc, int kk, int b, float x0, float x1, float x2, float x3,
+                                         float x4, float x5, float x6, float x7) {
+	U32x4 hi, lo;
+	tc::split_bf16x2(x0, x1, hi.x, lo.x);
+	tc::split_bf16x2(x2, x3, hi.y, lo.y);
+	tc::split_bf16x2(x4, x5, hi.z, lo.z);
+	tc::split_bf16x2(x6, x7, hi.w, lo.w);
+	const int off = kk * 128 + ((b ^ (kk & 7)) << 4);
+	*reinterpret_cast<U32x4*>(kc + off) = hi;
+	*reinterpret_cast<U32x4*>(kc + kOffLo + off) = lo;
+}
+
+}  // namespace walkplanes
+}  // namespace gdnkcp
