@@ -217,10 +217,11 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 		narrow, why = twoWaveRule()
 	case cost != nil:
 		head += ", " + prof.Variant
-		a, b := d.CostMakespan2*cost.Narrow, d.CostMakespan1*cost.Wide
+		cc := cost.For(kind)
+		a, b := d.CostMakespan2*cc.Narrow, d.CostMakespan1*cc.Wide
 		narrow = a <= b
 		why = fmt.Sprintf("measured cost rule: M64 = %d x %d = %d %s M128 = %d x %d = %d (launch-order makespans over %d slots)",
-			d.CostMakespan2, cost.Narrow, a, leq(narrow), d.CostMakespan1, cost.Wide, b, d.CostSlots)
+			d.CostMakespan2, cc.Narrow, a, leq(narrow), d.CostMakespan1, cc.Wide, b, d.CostSlots)
 	case kind.Forward():
 		switch {
 		case d.OneWave:

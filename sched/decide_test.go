@@ -72,27 +72,29 @@ func TestLongChainThreshold(t *testing.T) {
 
 // The sm_90a cost rule on the packs it was measured on (one rank, HV 48, 132
 // SMs; docs/perf-notes.md, "Width rule on sm_90a"): the width that measured
-// faster for the state walk (core) and the tape walk, and the two ties (3 x
-// 342, 4 x 256 chunks: 3 x M128 = 2 x M64) that measured faster at vh = 64.
+// faster for the state walk (core; the plane walks, re-measured 2026-12-02 on
+// every pack but 4 x 256 and 16 x 64: vh = 64 everywhere, a vh = 128 chunk
+// 2.3-2.5 times a vh = 64 one) and for the tape walk (2026-12-01; the two ties
+// 3 x 342 and 4 x 256 chunks, 3 x M128 = 2 x M64, measured faster at vh = 64).
 func TestSM90aCostRule(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		chains []int
-		vh     int
-		m1, m2 int
+		name        string
+		chains      []int
+		state, tape int
+		m1, m2      int
 	}{
-		{"1 x 1024", []int{1024}, 64, 1024, 1024},
-		{"2 x 512", rep(512, 2), 128, 512, 1024},
-		{"3 x 342 (tie)", rep(342, 3), 64, 684, 1026},
-		{"4 x 256 (tie)", rep(256, 4), 64, 512, 768},
-		{"3 documents, 120,908 tokens", []int{625, 704, 562}, 64, 1266, 1891},
-		{"8 x 128", rep(128, 8), 128, 384, 768},
-		{"16 x 64", rep(64, 16), 128, 384, 768},
+		{"1 x 1024", []int{1024}, 64, 64, 1024, 1024},
+		{"2 x 512", rep(512, 2), 64, 128, 512, 1024},
+		{"3 x 342 (tape: tie)", rep(342, 3), 64, 64, 684, 1026},
+		{"4 x 256 (tape: tie)", rep(256, 4), 64, 64, 512, 768},
+		{"3 documents, 120,908 tokens", []int{625, 704, 562}, 64, 64, 1266, 1891},
+		{"8 x 128", rep(128, 8), 64, 128, 384, 768},
+		{"16 x 64", rep(64, 16), 64, 128, 384, 768},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, k := range []WalkKind{State, Tape} {
+			for k, vh := range map[WalkKind]int{State: tc.state, Tape: tc.tape} {
 				d := decide(t, k, tc.chains, 48, sm90, RuleB)
-				assert.Equal(t, tc.vh, d.VH, d.Reason)
+				assert.Equal(t, vh, d.VH, d.Reason)
 				assert.Equal(t, []int{132, tc.m1, tc.m2}, []int{d.CostSlots, d.CostMakespan1, d.CostMakespan2}, d.Reason)
 				assert.Contains(t, d.Reason, "sm_90a: vh = ")
 				assert.Contains(t, d.Reason, "measured cost rule")
@@ -107,12 +109,15 @@ func TestSM90aCostRule(t *testing.T) {
 				assert.Equal(t, []int{1124, 1812}, []int{LPT(j1, 132), LPT(j2, 132)})
 				assert.Greater(t, 2*LPT(j2, 132), 3*LPT(j1, 132))
 			}
-			// The summary and offset walks run twice the CTAs (P and Q columns).
-			d := decide(t, Summary, tc.chains, 24, sm90, RuleB)
-			assert.Equal(t, tc.vh, d.VH, d.Reason)
-			assert.Equal(t, []int{tc.m1, tc.m2}, []int{d.CostMakespan1, d.CostMakespan2}, d.Reason)
+			// The summary and offset walks run twice the CTAs (P and Q columns),
+			// at the costs of the state and the tape walk.
+			for k, vh := range map[WalkKind]int{Summary: tc.state, Offset: tc.tape} {
+				d := decide(t, k, tc.chains, 24, sm90, RuleB)
+				assert.Equal(t, vh, d.VH, d.Reason)
+				assert.Equal(t, []int{tc.m1, tc.m2}, []int{d.CostMakespan1, d.CostMakespan2}, d.Reason)
+			}
 			// Rule A does not read the cost rule.
-			d = decide(t, State, tc.chains, 48, sm90, RuleA)
+			d := decide(t, State, tc.chains, 48, sm90, RuleA)
 			assert.Contains(t, d.Reason, "one-wave rule")
 			assert.Equal(t, d.OneWave, d.VH == 64, d.Reason)
 		})
@@ -258,7 +263,8 @@ func TestDecideMatchesSpec(t *testing.T) {
 		for _, k := range WalkKinds() {
 			var a, b bool // vh = 64 under A and B
 			if p.Variant == VariantSM90a {
-				// The measured cost rule: one CTA an SM, vh = 128 at 3/2 the chunk cost.
+				// The measured cost rule: one CTA an SM, vh = 128 at 9/4 the chunk
+				// cost in the forward walks, 3/2 in the backward ones.
 				a = one
 				if !k.Forward() {
 					a = two
@@ -267,7 +273,11 @@ func TestDecideMatchesSpec(t *testing.T) {
 				if k == Summary || k == Offset {
 					tiles = 2
 				}
-				b = 2*naiveList(chains, hv, 2*tiles, p.SMs) <= 3*naiveList(chains, hv, tiles, p.SMs)
+				narrow, wide := 2, 3
+				if k.Forward() {
+					narrow, wide = 4, 9
+				}
+				b = narrow*naiveList(chains, hv, 2*tiles, p.SMs) <= wide*naiveList(chains, hv, tiles, p.SMs)
 			} else if k == Summary || k == State {
 				a, b = one, one || fit
 			} else {

@@ -64,11 +64,12 @@ var variants = map[string]VariantRules{
 	},
 	VariantSM90a: {
 		DefaultSMs: 132,
-		Cost:       &CostRule{CTAsPerSM: 1, Narrow: 2, Wide: 3},
+		Cost:       &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, Backward: ChunkCost{Narrow: 2, Wide: 3}},
 		Measured:   true,
 		Note: "Hopper (H100/H200, 132 SMs): measured on an H200 with the v5 kernels (docs/perf-notes.md, " +
-			"\"Width rule on sm_90a\"): one walk CTA an SM, a vh = 128 CTA's chunk costs 3/2 of a vh = 64 CTA's; " +
-			"vh = 64 iff 2*M64 <= 3*M128 for every walk, M the makespan of the CTAs in launch order over SM slots",
+			"\"Width rule on sm_90a\"): one walk CTA an SM; a vh = 128 CTA's chunk costs 9/4 of a vh = 64 CTA's in " +
+			"the forward's plane walks (summary, state) and 3/2 in the backward walks (offset, tape); " +
+			"vh = 64 iff Narrow*M64 <= Wide*M128, M the makespan of the CTAs in launch order over SM slots",
 	},
 	VariantGeneric: {
 		Note: "any other GPU: not measured; uses rule B as written for sm_103a until measured; give the SM count",
@@ -78,11 +79,12 @@ var variants = map[string]VariantRules{
 // CostRule is a width rule measured on one variant (sm_90a), in place of rule
 // B's wave and chain-fit clauses, which assume two walk CTAs an SM. There the
 // walk kernels hold CTAsPerSM CTAs an SM (their shared memory), and a vh = 128
-// CTA takes Wide/Narrow times as long a chunk as a vh = 64 CTA. A walk's time
-// is then the makespan of its CTAs as the GPU hands them out, in launch order
-// (the column tile fastest, then the segment in walk-list order, then the
-// value head), each to the first of CTAsPerSM*SM slots to come free (ListMakespan),
-// times its CTAs' chunk cost:
+// CTA takes Wide/Narrow times as long a chunk as a vh = 64 CTA, a ratio of
+// each walk kind's kernels (For). A walk's time is then the makespan of its
+// CTAs as the GPU hands them out, in launch order (the column tile fastest,
+// then the segment in walk-list order, then the value head), each to the
+// first of CTAsPerSM*SM slots to come free (ListMakespan), times its CTAs'
+// chunk cost:
 //
 //	vh = 64  iff  M64 * Narrow <= M128 * Wide
 //
@@ -93,9 +95,24 @@ var variants = map[string]VariantRules{
 // 3 documents of 562, 625 and 704 chunks it predicts vh = 128, and vh = 64 is
 // 9% faster.)
 type CostRule struct {
-	CTAsPerSM int // walk CTAs resident on one SM
-	Narrow    int // relative chunk cost of a vh = 64 CTA
-	Wide      int // relative chunk cost of a vh = 128 CTA
+	CTAsPerSM int       // walk CTAs resident on one SM
+	Forward   ChunkCost // the summary and state walks
+	Backward  ChunkCost // the offset and tape walks
+}
+
+// ChunkCost is the relative cost of a chunk step of a vh = 64 CTA (Narrow) and
+// of a vh = 128 CTA (Wide) of one walk kind's kernels.
+type ChunkCost struct {
+	Narrow int // relative chunk cost of a vh = 64 CTA
+	Wide   int // relative chunk cost of a vh = 128 CTA
+}
+
+// For returns the chunk costs of kind's walks.
+func (c CostRule) For(kind WalkKind) ChunkCost {
+	if kind.Forward() {
+		return c.Forward
+	}
+	return c.Backward
 }
 
 // Variants returns the known width-rule variants, sorted.
