@@ -134,10 +134,7 @@ func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {
 	}
 	require.NotEmpty(j.t, off)
 	j.i32("off_list", off)
-	outs := []bufSpec{
-		{"qn", T * HQK * dHead}, {"kn", T * HQK * dHead}, {"q_rstd", T * HQK}, {"k_rstd", T * HQK},
-		{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}, {"kt", T * HV * dHead}, {"dvl", T * HV * dHead},
-	}
+	outs := append(prepOuts(d), bufSpec{"dvl", T * HV * dHead})
 	for _, vh := range []int{64, 128} {
 		sfx := vhName(vh)
 		outs = append(outs, bufSpec{"out_pt" + sfx, len(off) * HV * dHead * dHead},
