@@ -113,6 +113,11 @@ const (
 	// The v5 chunk gradients (MMAGroupedGrads): one CTA per chunk and QK
 	// head, the value heads summed inside it and the l2norm backward fused.
 	entryGradsMMA5 = "gdn_chunk_grads_mma5"
+	// entryGradsMMA6 is gdn_chunk_grads_mma5 reading V' and dV' as the
+	// token slots the plane state walk and the mma tape walk write
+	// (kernelSet.tokenSlots): the same arguments, grid, shared memory and
+	// bits.
+	entryGradsMMA6 = "gdn_chunk_grads_mma6"
 
 	// prepMMASmem is kPrepMMASmem (gdn_prep_mma.cu): k fp32, L / the
 	// inverse fp32 [64][68], three bf16 hi/lo stages and the per-row
@@ -254,6 +259,13 @@ type kernelSet struct {
 	// place of w and kn; fp32 w is then written only where a backward
 	// reads it.
 	planes bool
+	// tokenSlots: V' (the state walk's vnew) and dV' (the tape walk's
+	// dvnew) are kept as token slots (V'^T in fp32, a 32 KB block a (chunk,
+	// value head), its 32-byte slots permuted: docs/gpu-backward.md), not
+	// as fp32 rows, and grads is gdn_chunk_grads_mma6, which copies them
+	// whole (the v5 set: plane walks, the mma tape walk and the grouped
+	// chunk gradients).
+	tokenSlots bool
 }
 
 // kernelSet returns the kernels the options select: the fp32 CUDA-core
@@ -295,6 +307,9 @@ func (o GPUOptions) kernelSet() kernelSet {
 	if o.MMAGroupedGrads {
 		ks.grads, ks.gradsSmem, ks.grads5 = entryGradsMMA5, chunkGradMMA5Smem, true
 		ks.dvlocal, ks.dvlocalSmem, ks.dvlocalQK = entryDVLocalMMAG, dvlocalMMAGSmem, true
+		if ks.planes && ks.tape == entryTapeMMA {
+			ks.grads, ks.tokenSlots = entryGradsMMA6, true
+		}
 	}
 	return ks
 }

@@ -54,13 +54,13 @@ func argsSummaryPlanes(wp, wk, u, gcum, chunkTok0, chunkLen, segChunk0, segNChun
 
 // argsStatePlanes: gdn_state_walk_planes(wp, wk, u, gcum, chunk_tok0,
 // chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew, final_state, h16,
-// vnew16, HQK, HV, vh): argsState16's outputs (any of h_out, vnew, h16,
-// vnew16 may be 0).
+// vnew16, HQK, HV, vh, vnewp): argsState16's outputs and V' as token slots
+// at vnewp (any of h_out, vnew, h16, vnew16, vnewp may be 0).
 func argsStatePlanes(wp, wk, u, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start, hOut, vnew, final, h16, vnew16 uintptr,
-	HQK, HV, vh int) *loader.Args {
+	HQK, HV, vh int, vnewp uintptr) *loader.Args {
 	return loader.NewArgs().DevicePtr(wp).DevicePtr(wk).DevicePtr(u).DevicePtr(gcum).DevicePtr(chunkTok0).
 		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(start).DevicePtr(hOut).DevicePtr(vnew).
-		DevicePtr(final).DevicePtr(h16).DevicePtr(vnew16).I32(int32(HQK)).I32(int32(HV)).I32(int32(vh))
+		DevicePtr(final).DevicePtr(h16).DevicePtr(vnew16).I32(int32(HQK)).I32(int32(HV)).I32(int32(vh)).DevicePtr(vnewp)
 }
 
 // argsSummary: gdn_summary_walk(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
@@ -142,6 +142,6 @@ func gpuArgSamples() map[string]*loader.Args {
 		entryOutputMMA16G: argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // gdn_output_mma16's
 
 		entrySummaryPlanes: argsSummaryPlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryStatePlanes:   argsStatePlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryStatePlanes:   argsStatePlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 	}
 }

@@ -371,13 +371,19 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 	if err := m.dropStager(); err != nil { // dO's copies are queued: the pinned chunks go back
 		return wrap(err)
 	}
+	// With token slots dV' is a 32 KB block a (chunk, value head): the same
+	// bytes as fp32 rows of full chunks.
+	dvnewLen := Tr * nv
+	if b.rk.dev.ks.tokenSlots {
+		dvnewLen = NC * ChunkSize * nv
+	}
 	f32 := []struct {
 		dst **loader.Buffer
 		nm  string
 		n   int
 	}{
 		{&b.dvl, "dvl", Tr * nv}, {&b.dend, "terminal adjoints", NS * summarySlot(HV)},
-		{&b.dchunk, "chunk adjoints", NC * summarySlot(HV)}, {&b.dvnew, "dvnew", Tr * nv},
+		{&b.dchunk, "chunk adjoints", NC * summarySlot(HV)}, {&b.dvnew, "dvnew", dvnewLen},
 		{&b.dstart, "start adjoints", NS * summarySlot(HV)}, {&b.dg, "dg", Tr * HV}, {&b.dbeta, "dbeta", Tr * HV},
 	}
 	if !b.rk.dev.ks.grads5 { // the per-value-head dq, dk that gdn_qk_bwd sums
@@ -509,8 +515,15 @@ func (b *bwdRun) tapeAndGrads() error {
 		return err
 	}
 	ks := rk.dev.ks
-	if err := b.launch(ks.tape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.bwdWalkSmem(vh),
-		argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())); err != nil {
+	tapeArgs := argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())
+	if ks.tape == entryTapeMMA {
+		dvnew, dvnewp := b.dvnew.Ptr(), uintptr(0)
+		if ks.tokenSlots { // b.dvnew holds token slots (gdn_chunk_grads_mma6's dV')
+			dvnew, dvnewp = 0, b.dvnew.Ptr()
+		}
+		tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), dvnew, b.dstart.Ptr(), dvnewp)
+	}
+	if err := b.launch(ks.tape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.bwdWalkSmem(vh), tapeArgs); err != nil {
 		return err
 	}
 	if err := b.mark(); err != nil { // tape walk

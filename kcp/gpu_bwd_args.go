@@ -47,6 +47,12 @@ func argsTape(a bwdWalkArgs, dend, dChunk, dvnew, dstart uintptr) *loader.Args {
 	return a.tail(a.head().DevicePtr(dend).DevicePtr(dChunk).DevicePtr(dvnew).DevicePtr(dstart))
 }
 
+// argsTapeMMA: gdn_tape_walk_mma(argsTape's arguments, dvnewp): dV' also (or
+// only, with dvnew 0) as token slots at dvnewp (0: none).
+func argsTapeMMA(a bwdWalkArgs, dend, dChunk, dvnew, dstart, dvnewp uintptr) *loader.Args {
+	return argsTape(a, dend, dChunk, dvnew, dstart).DevicePtr(dvnewp)
+}
+
 // chunkGradArgs are the arguments of gdn_chunk_grads.
 type chunkGradArgs struct {
 	qn, kn, v                           uintptr
@@ -143,12 +149,13 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryOffset:      argsOffset(bwdWalkArgs{}, 0, 0, 0),
 		entryTape:        argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
 		entryOffsetMMA:   argsOffset(bwdWalkArgs{}, 0, 0, 0),
-		entryTapeMMA:     argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
+		entryTapeMMA:     argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0),
 		entryChunkGrads:  argsChunkGrads(chunkGradArgs{}),
 		entryDVLocalMMA:  argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDVLocalMMAG: argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryGradsMMA:    argsChunkGrads(chunkGradArgs{}),
 		entryGradsMMA5:   argsChunkGrads5(chunkGrad5Args{}),
+		entryGradsMMA6:   argsChunkGrads5(chunkGrad5Args{}), // vnew, dvnew: token slots
 		entryQKBwd:       argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
 		entryConvBwd:     argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDWReduce:    argsDWReduce(0, 0, 0, 0),

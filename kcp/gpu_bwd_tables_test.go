@@ -287,9 +287,11 @@ func TestStageSpans(t *testing.T) {
 func TestGPUBwdArgsMatchContract(t *testing.T) {
 	samples := gpuBwdArgSamples()
 	fp32, mma := GPUOptions{}.kernelSet(), GPUOptions{MMABackwardWalks: true, MMABackwardChunk: true}.kernelSet()
-	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients and dV'_local
-	require.Len(t, samples, len(fp32.backwardEntries())+6)
-	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet()} {
+	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients (both) and dV'_local
+	require.Len(t, samples, len(fp32.backwardEntries())+7)
+	v5 := GPUOptions{}
+	require.NoError(t, v5.SetKernels("v5"))
+	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet(), v5.kernelSet()} {
 		for _, e := range ks.backwardEntries() {
 			require.Contains(t, samples, e.name)
 		}
@@ -314,6 +316,8 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 			return entryDVLocal
 		case entryGradsMMA:
 			return entryChunkGrads
+		case entryTapeMMA: // its own signature: gdn_tape_walk's and dvnewp
+			return name
 		}
 		return strings.TrimSuffix(name, "_mma")
 	}

@@ -790,7 +790,13 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 		if rk.h, err = f32("chunk states", NC*summarySlot(HV)); err != nil {
 			return wrap(err)
 		}
-		if rk.vnew, err = f32("vnew", Tr*nv); err != nil {
+		// With token slots V' is a 32 KB block a (chunk, value head): the
+		// same bytes as fp32 rows of full chunks.
+		nvnew, what := Tr*nv, "vnew"
+		if ks.tokenSlots {
+			nvnew, what = NC*ChunkSize*nv, "vnew token slots"
+		}
+		if rk.vnew, err = f32(what, nvnew); err != nil {
 			return wrap(err)
 		}
 	}
@@ -1064,9 +1070,13 @@ func (rr *rankRun) finish() error {
 		outH, outV = rk.h16.Ptr(), rk.vnew16.Ptr()
 	}
 	if ks.planes {
+		vnew, vnewp := rk.vnew.Ptr(), uintptr(0)
+		if ks.tokenSlots { // rk.vnew holds token slots (gdn_chunk_grads_mma6's V')
+			vnew, vnewp = 0, rk.vnew.Ptr()
+		}
 		stateArgs = argsStatePlanes(rk.wp.Ptr(), rk.wk.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
-			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), rk.vnew.Ptr(), rk.final.Ptr(),
-			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh)
+			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), vnew, rk.final.Ptr(),
+			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh, vnewp)
 	}
 	if err := rr.launch(ks.state, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.walkSmem(vh), stateArgs); err != nil {
 		return err

@@ -533,7 +533,7 @@ func TestGPUEntries(t *testing.T) {
 		{"mma", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA, entryCompose, entryStateMMA, entryOutputMMA},
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
 		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryPlanes, entryCompose, entryStatePlanes, entryOutputMMA16G, entryPrepMMA},
-			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMAG, entryGradsMMA5}},
+			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMAG, entryGradsMMA6}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
 		require.NoError(t, o.SetKernels(c.name))
@@ -545,6 +545,7 @@ func TestGPUEntries(t *testing.T) {
 		require.Equal(t, c.name == "v5", ks.prepQK, c.name)
 		require.Equal(t, c.name == "v5", ks.planes, c.name)
 		require.Equal(t, c.name == "v5", ks.grads5, c.name)
+		require.Equal(t, c.name == "v5", ks.tokenSlots, c.name)
 		// With Kt written (a backward or recompute reads it) the grouped
 		// prep gives way to gdn_prep_mma; without it the set's prep runs.
 		e, smem, qk := ks.prepFor(false)

@@ -145,6 +145,10 @@ func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {
 		j.out(o.name, 4*o.elems)
 		j.poison(o.name, poisonF32)
 	}
+	for _, vh := range []int{64, 128} {
+		j.out("dvnewp"+vhName(vh), l.NC*HV*tokenSlotBlock)
+		j.poison("dvnewp"+vhName(vh), poisonF32)
+	}
 	scale := f32a(d.scale)
 	launchL2NormPrep(j, d)
 	j.launch("dvlocal", "gdn_dvlocal_bwd", grid3(l.NC, HV, 1), 256, "kDvlSmem",
@@ -160,7 +164,7 @@ func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {
 		j.launch("tape_mma"+sfx, "gdn_tape_walk_mma", grid3(dHead/vh, l.NS, HV), 256, smemOf("bwalk_mma_smem", vh),
 			buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"),
 			buf("seg_chunk0"), buf("seg_nchunk"), buf("dend"), buf("d_chunk"+sfx), buf("dvnew"+sfx), buf("dstart"+sfx),
-			i32a(HQK), i32a(HV), i32a(vh), scale)
+			i32a(HQK), i32a(HV), i32a(vh), scale, buf("dvnewp"+sfx))
 	}
 }
 
@@ -175,6 +179,12 @@ func checkBWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, dend []fl
 			r.f32s(n + vh) // fully written, no NaN or Inf
 		}
 		require.Equal(t, r.raw[n+"64"], r.raw[n+"128"], "%s: the vh 64 and vh 128 walks differ", n)
+	}
+	// dV' as token slots (gdn_chunk_grads_mma6's input): the
+	// walk's own fp32 dV', bit for bit, at both widths.
+	for _, vh := range []string{"64", "128"} {
+		require.Equal(t, tokenSlots(r.f32s("dvnew"+vh), l.chunkTok0, l.chunkLen, HV), r.raw["dvnewp"+vh],
+			"dvnewp%s: not the token slots of the walk's own dV'", vh)
 	}
 	f := &fwdOut{}
 	for _, p := range []struct {

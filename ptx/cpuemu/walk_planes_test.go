@@ -14,6 +14,9 @@ import (
 // planeWalkOuts are a state walk's outputs, in gdn_state_walk_mma16's order.
 var planeWalkOuts = []string{"h", "vnew", "final", "h16", "vnew16"}
 
+// The plane state walks' V' token slots (their vnewp output) are a buffer
+// of its own, beside planeWalkOuts: the reference walk has none.
+
 // addPlaneWalks adds the fp32 l2norm and prep (the walks' fp32 inputs),
 // test_walk_planes (the planes from the prep's W, kn and gcum), the
 // reference gdn_state_walk_mma16 and gdn_summary_walk_mma16 at vh 128
@@ -41,6 +44,10 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 			j.out(p+o.name, o.elems)
 			j.poison(p+o.name, poisonF32)
 		}
+	}
+	for _, p := range []string{"p64_", "p128_"} {
+		j.out(p+"vnewp", l.NC*HV*tokenSlotBlock)
+		j.poison(p+"vnewp", poisonF32)
 	}
 	launchL2NormPrep(j, d)
 	tabs := []string{buf("chunk_tok0"), buf("chunk_len"), buf("seg_chunk0"), buf("seg_nchunk")}
@@ -70,7 +77,7 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 		p := "p" + vhName(vh) + "_"
 		j.launch(p+"state", "gdn_state_walk_planes", grid3(dHead/vh, l.NS, HV), 256, smemOf("walk_planes_smem", vh),
 			cat([]string{buf("wp"), buf("wk"), buf("u"), buf("gcum")}, tabs, []string{buf("start")}, outs(p),
-				[]string{i32a(HQK), i32a(HV), i32a(vh)})...)
+				[]string{i32a(HQK), i32a(HV), i32a(vh), buf(p + "vnewp")})...)
 		j.launch(p+"summary", "gdn_summary_walk_planes", grid3(2*dHead/vh, len(sum), HV), 256,
 			smemOf("walk_planes_smem", vh), cat([]string{buf("wp"), buf("wk"), buf("u"), buf("gcum")}, tabs,
 				[]string{buf("sum_list"), buf(p + "out_p"), buf(p + "out_q"), i32a(HQK), i32a(HV), i32a(vh)})...)
@@ -137,7 +144,10 @@ func TestPlaneWalksOnCPU(t *testing.T) {
 				for _, n := range []string{"h16", "vnew16"} {
 					requireSameBF16(t, want16[n], rw.raw[p+n], p+n)
 				}
-				for _, n := range names {
+				// V' as token slots: the walk's own fp32 V', bit for bit.
+				require.Equal(t, tokenSlots(rw.f32s(p+"vnew"), d.l.chunkTok0, d.l.chunkLen, rn.c.hv), rw.raw[p+"vnewp"],
+					"%svnewp: not the token slots of the walk's own V'", p)
+				for _, n := range append(names, "vnewp") {
 					require.NotEmpty(t, rw.raw[p+n], p+n)
 					require.Equal(t, rw.raw["p64_"+n], rw.raw[p+n], "%s: vh 64 and vh %d differ", n, vh)
 					require.Equal(t, rw.raw[p+n], rp.raw[p+n], "%s: the portable products differ from wgmma's", p+n)

@@ -3,7 +3,9 @@
 // CUDA-event median of 7 after 2 warm-ups. Built by scripts/grads-probe.sh on the GPU machine once per
 // GDNKCP_GRADS_PROBE level of ptx/devtest/grads-probe.patch (0: the kernel as it is in ptx/src), to measure
 // what the chunk gradients' operand loads cost before anything is built for them. Only level 0 computes the
-// gradients; the others time a kernel whose operands are the wrong bytes.
+// gradients; the others time a kernel whose operands are the wrong bytes. Where the sources have
+// gdn_chunk_grads_mma6 (V' and dV' as token slots, since 2026-12-02), level 0 times it too, on random
+// token slots.
 #include "devtest.cuh"
 
 #include "gdn_chunk_grads_mma5.cu"
@@ -66,6 +68,26 @@ int main(int argc, char** argv) {
 		    HV * D, d_dg, d_dbeta, HQK, HV, 1.f / std::sqrt((float)D), 1, reinterpret_cast<__nv_bfloat16*>(d_dq16),
 		    reinterpret_cast<__nv_bfloat16*>(d_dk16), reinterpret_cast<__nv_bfloat16*>(d_dv16));
 	};
+#if GDNKCP_GRADS_PROBE == 0
+	float* d_vp = up(rnd((size_t)NC * HV * D * C, 1.f));
+	float* d_dvp = up(rnd((size_t)NC * HV * D * C, 1.f));
+	CK(cudaFuncSetAttribute(gdn_chunk_grads_mma6, cudaFuncAttributeMaxDynamicSharedMemorySize, kGradMMA5Smem));
+	auto launch6 = [&] {
+		gdn_chunk_grads_mma6<<<dim3(NC, HQK), kThreads, kGradMMA5Smem>>>(
+		    d_qn, d_kn, reinterpret_cast<const __nv_bfloat16*>(d_v), HV * D, d_g, d_beta, d_h,
+		    d_vp, d_d, d_dvp,
+		    reinterpret_cast<const __nv_bfloat16*>(d_dout), d_tok0, d_len, d_qr, d_kr, nullptr, nullptr, HQK * D, nullptr,
+		    HV * D, d_dg, d_dbeta, HQK, HV, 1.f / std::sqrt((float)D), 1, reinterpret_cast<__nv_bfloat16*>(d_dq16),
+		    reinterpret_cast<__nv_bfloat16*>(d_dk16), reinterpret_cast<__nv_bfloat16*>(d_dv16));
+	};
+	{
+		float med6, lo6, hi6;
+		launch6();
+		CK(cudaDeviceSynchronize());
+		time_ms(launch6, 7, med6, lo6, hi6);
+		printf("[%s] chunk grads mma6 (token slots) %d chunks median %.3f ms (min %.3f max %.3f)\n", tag, NC, med6, lo6, hi6);
+	}
+#endif
 	launch();
 	CK(cudaDeviceSynchronize());
 	std::vector<float> dg = down(d_dg, (size_t)T * HV);

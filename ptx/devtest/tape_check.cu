@@ -92,6 +92,7 @@ static Outs reference(const Problem& p) {
 struct Dev {
 	float *w, *kt, *qn, *gcum, *dvl, *dend, *dchunk, *dvnew, *dstart;
 	uint16_t* dout;
+	float* dvnewp;  // dV' as token slots: 32 KB a (chunk, value head)
 	int *tok0, *len, *seg0, *segn;
 	size_t nc, nv, ns;
 };
@@ -104,15 +105,18 @@ static Dev upload(const Problem& p) {
 	d.nc = (size_t)p.c.NC * p.HV * D * D, d.nv = (size_t)p.c.T * p.HV * D, d.ns = (size_t)p.c.NS * p.HV * D * D;
 	CK(cudaMalloc(&d.dchunk, d.nc * 4));
 	CK(cudaMalloc(&d.dvnew, d.nv * 4));
+	CK(cudaMalloc(&d.dvnewp, (size_t)p.c.NC * p.HV * 32768));
 	CK(cudaMalloc(&d.dstart, d.ns * 4));
 	return d;
 }
 
-static void launch(const Problem& p, const Dev& d, int vh) {
+// launch: dV' as fp32 rows (planes false) or only as token slots (kcp's v5 set).
+static void launch(const Problem& p, const Dev& d, int vh, bool planes = false) {
 	dim3 grid(128 / vh, p.c.NS, p.HV);
 	gdnkcp::bwalkmma::gdn_tape_walk_mma<<<grid, 256, gdnkcp::bwalkmma::bwalk_mma_smem(vh)>>>(
 	    d.w, d.kt, d.qn, d.gcum, d.dvl, reinterpret_cast<const __nv_bfloat16*>(d.dout), d.tok0, d.len, d.seg0, d.segn,
-	    d.dend, d.dchunk, d.dvnew, d.dstart, p.HQK, p.HV, vh, p.scale);
+	    d.dend, d.dchunk, planes ? nullptr : d.dvnew, d.dstart, p.HQK, p.HV, vh, p.scale,
+	    planes ? d.dvnewp : nullptr);
 }
 
 #ifdef GDNKCP_WALK_TIMELINE
@@ -179,12 +183,13 @@ int main(int argc, char** argv) {
 		std::vector<int> sg(NCt, 64);
 		Problem p = make({sg}, 48, 16, 9);
 		Dev d = upload(p);
-		for (int vh : {64, 128}) {
-			float med, lo, hi;
-			time_ms([&] { launch(p, d, vh); }, 7, med, lo, hi);
-			printf("[%s] tape time %d chunks HV 48 vh %3d median %.3f ms (min %.3f max %.3f) %.2f us/chunk\n", tag, NCt, vh, med,
-			       lo, hi, 1000.0 * med / NCt);
-		}
+		for (bool planes : {false, true})
+			for (int vh : {64, 128}) {
+				float med, lo, hi;
+				time_ms([&] { launch(p, d, vh, planes); }, 7, med, lo, hi);
+				printf("[%s] tape time %d chunks HV 48 vh %3d dV' %s median %.3f ms (min %.3f max %.3f) %.2f us/chunk\n", tag,
+				       NCt, vh, planes ? "slots" : "fp32 ", med, lo, hi, 1000.0 * med / NCt);
+			}
 #ifdef GDNKCP_WALK_TIMELINE
 		timeline(p, d, tag);
 #endif

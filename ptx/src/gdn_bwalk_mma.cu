@@ -329,7 +329,8 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 	__device__ __forceinline__ void walk(const float* w, const float* kt, const float* qn, const float* gcum,
 	                                     const float* dvl, const bf16* dout, const int* chunk_tok0,
 	                                     const int* chunk_len, int ch0, int nch, int h, int HQK, int HV, int c0,
-	                                     float scale, bool withDO, float* d_chunk, float* dvnew) {
+	                                     float scale, bool withDO, float* d_chunk, float* dvnew,
+	                                     float* dvnewp = nullptr) {
 		if (nch <= 0) return;
 		int c = ch0 + nch - 1;
 		issue(w, kt, qn, dout, chunk_tok0[c], chunk_len[c], h, HQK, HV, c0, withDO);
@@ -345,6 +346,7 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 				if (d_chunk != nullptr) this->store_state(d_chunk + ((long long)c * HV + h) * kD * kD, c0);
 				dvprime(n);
 				if (dvnew != nullptr) this->store_vprime(dvnew, chunk_tok0[c], n, h, HV, c0);
+				if (dvnewp != nullptr) this->store_vprime_slots(dvnewp + ((long long)c * HV + h) * kD * kC, n, c0);
 				dupdate(n, withDO);
 			}
 			if (!next) break;
@@ -404,13 +406,13 @@ template <int VH>
 __device__ __forceinline__ void tape_walk_mma(float* smem, const float* w, const float* kt, const float* qn,
                                               const float* gcum, const float* dvl, const bf16* dout,
                                               const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
-                                              const int* seg_nchunk, const float* dend, float* d_chunk, float* dvnew,
+                                              const int* seg_nchunk, const float* dend, float* d_chunk, float* dvnew, float* dvnewp,
                                               float* dstart, int HQK, int HV, float scale) {
 	BWalker<VH> wk(smem);
 	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
 	wk.init_state(dend + ((long long)seg * HV + h) * kD * kD, false, c0);
 	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0,
-	        scale, true, d_chunk, dvnew);
+	        scale, true, d_chunk, dvnew, dvnewp);
 	wk.store_state(dstart + ((long long)ctaid_y() * HV + ctaid_z()) * kD * kD, c0);
 }
 
@@ -420,7 +422,8 @@ gdn_tape_walk_mma(const float* __restrict__ w, const float* __restrict__ kt, con
                   const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
                   const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
                   const int* __restrict__ seg_nchunk, const float* __restrict__ dend, float* __restrict__ d_chunk,
-                  float* __restrict__ dvnew, float* __restrict__ dstart, int HQK, int HV, int vh, float scale) {
+                  float* __restrict__ dvnew, float* __restrict__ dstart, int HQK, int HV, int vh, float scale,
+                  float* __restrict__ dvnewp) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 #if defined(GDNKCP_HAS_WGMMA)
 	// sm_90a: the wgmma body (gdn_bwalk_wgmma.cu), same arguments, grid, block and shared memory.
@@ -428,17 +431,17 @@ gdn_tape_walk_mma(const float* __restrict__ w, const float* __restrict__ kt, con
 	              "the wgmma tape walk must fit the mma.sync walk's shared memory");
 	if (vh == 64)
 		bwalkwg::tape_walk<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                       d_chunk, dvnew, dstart, HQK, HV, scale);
+		                       d_chunk, dvnew, dvnewp, dstart, HQK, HV, scale);
 	else
 		bwalkwg::tape_walk<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                        d_chunk, dvnew, dstart, HQK, HV, scale);
+		                        d_chunk, dvnew, dvnewp, dstart, HQK, HV, scale);
 #else
 	if (vh == 64)
 		tape_walk_mma<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                  d_chunk, dvnew, dstart, HQK, HV, scale);
+		                  d_chunk, dvnew, dvnewp, dstart, HQK, HV, scale);
 	else
 		tape_walk_mma<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                   d_chunk, dvnew, dstart, HQK, HV, scale);
+		                   d_chunk, dvnew, dvnewp, dstart, HQK, HV, scale);
 #endif
 }
 

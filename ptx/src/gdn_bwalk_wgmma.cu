@@ -257,7 +257,8 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 	__device__ __forceinline__ void walk(const float* w, const float* kt, const float* qn, const float* gcum,
 	                                     const float* dvl, const bf16* dout, const int* chunk_tok0,
 	                                     const int* chunk_len, int ch0, int nch, int h, int HQK, int HV, int c0,
-	                                     float scale, float* d_chunk, float* dvnew) {
+	                                     float scale, float* d_chunk, float* dvnew,
+	                                     float* dvnewp = nullptr) {
 		if (nch <= 0) return;
 		const int last = ch0 + nch - 1;
 		issue(w, kt, qn, dout, chunk_tok0[last], chunk_len[last], h, HQK, HV, c0);
@@ -288,6 +289,7 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 				dupdate_issue(bh, bl);
 				GDNKCP_TAPE_MARK(4, last - c);  // state: dV' split, D decayed, (2) issued
 				if (dvnew != nullptr) this->store_vprime(dvnew, chunk_tok0[c], n, h, HV, c0);  // dV' under (2)
+				if (dvnewp != nullptr) this->store_vprime_slots(dvnewp + blk * kD * kC, n, c0);
 				GDNKCP_TAPE_MARK(5, last - c);  // state: dV' stores issued
 				wg::wait<0>();
 				wg::fence_operand(s);
@@ -314,13 +316,13 @@ template <int VH>
 __device__ __forceinline__ void tape_walk(float* smem, const float* w, const float* kt, const float* qn,
                                           const float* gcum, const float* dvl, const bf16* dout,
                                           const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
-                                          const int* seg_nchunk, const float* dend, float* d_chunk, float* dvnew,
+                                          const int* seg_nchunk, const float* dend, float* d_chunk, float* dvnew, float* dvnewp,
                                           float* dstart, int HQK, int HV, float scale) {
 	WGBWalker<VH, true> wk(smem);
 	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
 	wk.init_state(dend + ((long long)seg * HV + h) * kD * kD, c0);
 	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0,
-	        scale, d_chunk, dvnew);
+	        scale, d_chunk, dvnew, dvnewp);
 	wk.store_state(dstart + ((long long)seg * HV + h) * kD * kD, c0);
 }
 

@@ -3,6 +3,10 @@
 // (docs/gpu-backward.md steps 5+6). Built on gdn_chunk_grads_mma (included: its helpers, sizes and phases;
 // that kernel is unchanged):
 //   gdn_chunk_grads_mma5   grid (NC, HQK), block 256, kGradMMA5Smem = 227136 bytes
+//   gdn_chunk_grads_mma6   the same, with vnew and dvnew as token-slot blocks (tp_pos below: the plane state
+//                          walk's vnewp, the mma tape walk's dvnewp) copied by cp.async and split in place,
+//                          not fp32 rows loaded and split in registers (S1, S3); the same bits
+//                          (TestMMA5ChunkGradsOnCPU)
 // ABI: gdn_chunk_grads_mma5(qn, kn, v bf16, int v_stride, gcum, beta, h, vnew, d_chunk, dvnew, dout bf16,
 //   chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, int dq_stride, dv, int dv_stride, dg, dbeta, int HQK, int HV,
 //   float scale, int l2norm, dq16 bf16, dk16 bf16, dv16 bf16); q_rstd, k_rstd fp32 [Tr, HQK] (read only when
@@ -213,8 +217,75 @@ __device__ __forceinline__ void out_pair(float* o, __nv_bfloat16* o16, long long
 	o[e + 1] = x1;
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
+// ---- Token slots: V' and dV' as the walks write them for gdn_chunk_grads_mma6 ------------------------------
+// In global memory one (chunk, value head) block of 32 KB (block c HV + h): V'^T (or dV'^T) fp32 [128 features]
+// [64 tokens], row f of 256 bytes, the 32-byte slot of tokens 8 u .. 8 u + 7 at slot u ^ ((f % 8) / 2);
+// tokens from the chunk's length on are +0 (WGWalker / Walker::store_vprime_slots). The CTA copies a block
+// into shared memory as it is (copy_block32k) and each thread turns the slots it copied into bf16 hi / lo in
+// place (slots_to_planes: no barrier, a thread reads only its own copies): a slot's 8 fp32 become the hi
+// unit (8 bf16) and the lo unit, which, at 16-byte position p = (2 u + hi/lo) ^ (f % 8) of the row, are the
+// slot's two halves (hi first where f is even). The 8 rows f .. f + 7 (f % 8 = 0) of one unit then sit at 8
+// distinct 16-byte positions: the ldmatrix loads below are conflict-free. The values are split_rows'
+// (tc::split_bf16x2 of the same fp32), so the fragments are plane_a's, h_frag_row<16384>'s and plane_bt's
+// bit for bit.
+__device__ __forceinline__ int tp_pos(int f, int u, int hl) { return f * 256 + (((2 * u + hl) ^ (f & 7)) << 4); }
+
+// tp_a: the A fragments, hi and lo, of (m = token m0 .. m0 + 15, k = feature 16 k8 ..): plane_a's values,
+// by two ldmatrix.x4.trans (matrix mi: features 16 k8 + 8 (mi / 2) .., tokens m0 + 8 (mi % 2) ..).
+__device__ __forceinline__ void tp_a(const unsigned char* x, int m0, int k8, int lane, unsigned ah[4], unsigned al[4]) {
+	const int mi = lane >> 3, f = 16 * k8 + 8 * (mi >> 1) + (lane & 7), u = (m0 >> 3) + (mi & 1);
+	tc::ldmatrix_x4_trans(ah, x + tp_pos(f, u, 0));
+	tc::ldmatrix_x4_trans(al, x + tp_pos(f, u, 1));
+}
+
+// tp_b: the B fragments, hi (b[0], b[1]) and lo (b[2], b[3]), of (k = feature 16 k8 .., n = token n0 ..
+// n0 + 7): h_frag_row<16384>'s values, by one ldmatrix.x4.trans.
+__device__ __forceinline__ void tp_b(const unsigned char* x, int n0, int k8, int lane, unsigned b[4]) {
+	const int mi = lane >> 3, f = 16 * k8 + 8 * (mi & 1) + (lane & 7);
+	tc::ldmatrix_x4_trans(b, x + tp_pos(f, n0 >> 3, mi >> 1));
+}
+
+// tp_bt: the B fragments, hi (b[0], b[1]) and lo (b[2], b[3]), of (k = token 16 k8 .., n = feature n0 ..
+// n0 + 7): plane_bt's values, by one ldmatrix.x4.
+__device__ __forceinline__ void tp_bt(const unsigned char* x, int n0, int k8, int lane, unsigned b[4]) {
+	const int mi = lane >> 3;
+	tc::ldmatrix_x4(b, x + tp_pos(n0 + (lane & 7), 2 * k8 + (mi & 1), mi >> 1));
+}
+
+// copy_block32k: cp.async of one 32 KB token-slot block into shared memory, thread tid taking the slots tid +
+// 256 x (x = 0..3), two 16-byte copies each (not committed).
+__device__ __forceinline__ void copy_block32k(unsigned char* dst, const float* src, int tid) {
+#pragma unroll
+	for (int x = 0; x < 4; ++x) {
+		const int e = tid + kThreads * x;
+		tc::cp_async16(dst + 32 * e, src + 8 * e);
+		tc::cp_async16(dst + 32 * e + 16, src + 8 * e + 4);
+	}
+}
+
+// slots_to_planes: thread tid's four slots of a copied block (after its own cp.async wait) split in place
+// into their hi and lo units (tp_pos' layout).
+__device__ __forceinline__ void slots_to_planes(unsigned char* x, int tid) {
+#pragma unroll 1
+	for (int j = 0; j < 4; ++j) {
+		const int e = tid + kThreads * j, f = e >> 3;
+		unsigned char* p = x + 32 * e;
+		const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 16);
+		uint4 hi, lo;
+		tc::split_bf16x2(a.x, a.y, hi.x, lo.x);
+		tc::split_bf16x2(a.z, a.w, hi.y, lo.y);
+		tc::split_bf16x2(b.x, b.y, hi.z, lo.z);
+		tc::split_bf16x2(b.z, b.w, hi.w, lo.w);
+		*reinterpret_cast<uint4*>(p + 16 * (f & 1)) = hi;
+		*reinterpret_cast<uint4*>(p + 16 * (1 - (f & 1))) = lo;
+	}
+}
+
+// grads5: the body of gdn_chunk_grads_mma5 (TP false: fp32 vnew, dvnew rows, split by split_rows) and of
+// gdn_chunk_grads_mma6 (TP true: vnew, dvnew are token-slot blocks, copied by cp.async and split in place). Everything else,
+// and every product and its order, is the same code: the two give the same bits on the same values.
+template <bool TP>
+__device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
                      int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
                      const float* __restrict__ h_state, const float* __restrict__ vnew,
                      const float* __restrict__ d_chunk, const float* __restrict__ dvnew,
@@ -224,7 +295,6 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
                      float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
                      int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
                      __nv_bfloat16* __restrict__ dv16) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	float* KF = smem;                                       // [64][kP] k, all along
 	float* QF = KF + kTP;                                   // [64][kP] q, all along
 	float* VF = QF + kTP;  // V' (S1-S2), dV' (S3-S4) as split_rows' bf16 hi / lo planes (32 KB); dKK [64][kQ] (S5-S6)
@@ -318,13 +388,19 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			}
 		}
 		tc::cp_async_commit();
-		split_rows(VP, vnew + ((long long)t0 * HV + h) * kD, vrow, n, tid);  // while dO's copies land
+		if (TP) {
+			copy_block32k(VP, vnew + ((long long)c * HV + h) * kD * kC, tid);
+			tc::cp_async_commit();
+		} else {
+			split_rows(VP, vnew + ((long long)t0 * HV + h) * kD, vrow, n, tid);  // while dO's copies land
+		}
 		for (int e = tid; e < kTQ; e += kThreads) AF[e] = 0.f;
 		if (tid < kC) {
 			bet[tid] = tid < n ? beta[(long long)(t0 + tid) * HV + h] : 0.f;
 			gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
 		}
 		tc::cp_async_wait<0>();
+		if (TP) slots_to_planes(VP, tid);
 		__syncthreads();  // barrier 1
 		const float glast = gam[n - 1];
 		if (tid < kC) {
@@ -345,7 +421,10 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 #pragma unroll
 					for (int nt = 0; nt < 4; ++nt) {
 						unsigned b4[4];  // (k, n) = V'[j][d]
-						tc::ldmatrix_x4(b4, h_frag_row<16384>(VP, 32 * ch + 8 * nt, k8, lane));
+						if (TP)
+							tp_b(VP, 32 * ch + 8 * nt, k8, lane, b4);
+						else
+							tc::ldmatrix_x4(b4, h_frag_row<16384>(VP, 32 * ch + 8 * nt, k8, lane));
 						const unsigned vh[2] = {b4[0], b4[1]}, vl[2] = {b4[2], b4[3]};
 						tc::mma_bf16_16816(dp[nt], oa, vh, dp[nt]);
 						tc::mma_bf16_16816(dp[nt], oa, vl, dp[nt]);
@@ -447,7 +526,10 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			float acc[8][4] = {};
 			for (int k8 = 0; k8 < kD / 16; ++k8) {  // (k, n) = D[n][k]: gemm's products and order
 				unsigned ah[4], al[4];
-				plane_a(VP, 16 * rt, k8, lane, ah, al);
+				if (TP)
+					tp_a(VP, 16 * rt, k8, lane, ah, al);
+				else
+					plane_a(VP, 16 * rt, k8, lane, ah, al);
 #pragma unroll
 				for (int nt = 0; nt < 8; ++nt) {
 					unsigned b4[4];
@@ -482,8 +564,17 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 		// warp of a column half reads), each [128 keys][128 columns] with its 16-byte units XOR-swizzled by
 		// key % 8, so that the B fragments are ldmatrix.x4 loads (hi and lo of an n tile in one) instead of
 		// fp32 loads split again by every warp for every product: the same hi / lo values, the same bits.
-		split_rows(VP, dvnew + ((long long)t0 * HV + h) * kD, vrow, n, tid);
+		if (TP) {  // dV' lands while H is split
+			copy_block32k(VP, dvnew + ((long long)c * HV + h) * kD * kC, tid);
+			tc::cp_async_commit();
+		} else {
+			split_rows(VP, dvnew + ((long long)t0 * HV + h) * kD, vrow, n, tid);
+		}
 		split_h<false>(reinterpret_cast<unsigned char*>(BIG), hs, nullptr, tid);
+		if (TP) {
+			tc::cp_async_wait<0>();
+			slots_to_planes(VP, tid);
+		}
 		__syncthreads();  // barrier 7
 		float wa[8][4] = {};
 		{
@@ -491,7 +582,10 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			for (int k8 = 0; k8 < kD / 16; ++k8) {
 				unsigned oa[4], ah[4], al[4];
 				frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
-				plane_a(VP, 16 * rt, k8, lane, ah, al);
+				if (TP)
+					tp_a(VP, 16 * rt, k8, lane, ah, al);
+				else
+					plane_a(VP, 16 * rt, k8, lane, ah, al);
 #pragma unroll
 				for (int nt = 0; nt < 8; ++nt) {
 					unsigned b4[4];  // (k, n) = H[n][k]: hi (k 0-7, 8-15), lo (k 0-7, 8-15)
@@ -552,7 +646,10 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 #pragma unroll
 				for (int nt = 0; nt < 8; ++nt) {
 					unsigned b4[4];  // (k, n) = dV'[j][d]
-					plane_bt(VP, 64 * ch + 8 * nt, k8, lane, b4);
+					if (TP)
+						tp_bt(VP, 64 * ch + 8 * nt, k8, lane, b4);
+					else
+						plane_bt(VP, 64 * ch + 8 * nt, k8, lane, b4);
 					const unsigned bh[2] = {b4[0], b4[1]}, bl[2] = {b4[2], b4[3]};
 					mma_t<true, true>(xu[nt], ah, al, bh, bl);
 				}
@@ -614,7 +711,10 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			if (lower) {
 				for (int k8 = 0; k8 < kD / 16; ++k8) {
 					unsigned dh[4], dl[4], wh[4], wl[4];
-					plane_a(VP, 16 * rt, k8, lane, dh, dl);
+					if (TP)
+						tp_a(VP, 16 * rt, k8, lane, dh, dl);
+					else
+						plane_a(VP, 16 * rt, k8, lane, dh, dl);
 					frag_a<true, kP, false>(WF + 16 * rt * kP + 16 * k8, g, t, wh, wl);
 #pragma unroll
 					for (int nt = 0; nt < 4; ++nt) {
@@ -786,6 +886,39 @@ gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn,
 			out_pair(dk, dk16, e, DK[nt][2], DK[nt][3]);
 		}
 	}
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
+                     int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
+                     const float* __restrict__ h_state, const float* __restrict__ vnew,
+                     const float* __restrict__ d_chunk, const float* __restrict__ dvnew,
+                     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                     const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
+                     const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
+                     float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
+                     int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
+                     __nv_bfloat16* __restrict__ dv16) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	grads5<false>(smem, qn, kn, v, v_stride, gcum, beta, h_state, vnew, d_chunk, dvnew, dout, chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16, dk16, dv16);
+}
+
+// gdn_chunk_grads_mma6: gdn_chunk_grads_mma5 with V' and dV' read as token-slot blocks (vnewp from the state
+// walk's vnewp, dvnewp from the tape walk's dvnewp: [NC x HV] blocks of 32 KB, tp_pos' comment) instead of
+// fp32 rows: the same arguments otherwise, grid, block, shared memory and outputs, and the same bits.
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+gdn_chunk_grads_mma6(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
+                     int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
+                     const float* __restrict__ h_state, const float* __restrict__ vnewp,
+                     const float* __restrict__ d_chunk, const float* __restrict__ dvnewp,
+                     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                     const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
+                     const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
+                     float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
+                     int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
+                     __nv_bfloat16* __restrict__ dv16) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	grads5<true>(smem, qn, kn, v, v_stride, gcum, beta, h_state, vnewp, d_chunk, dvnewp, dout, chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16, dk16, dv16);
 }
 
 }  // namespace gradmma

@@ -548,6 +548,22 @@ struct Walker {
 		}
 	}
 
+	// store_vprime_slots writes V'^T (the tape walk: dV'^T) of the chunk as one token-slot block at dst
+	// (WGWalker::store_vprime_slots' layout and values; row f = c0 + 16 cw + g + 8 hf, f % 8 = g).
+	__device__ __forceinline__ void store_vprime_slots(float* dst, int n, int c0) const {
+		float* base = dst + (c0 + 16 * cw + g) * kC + 2 * t;
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+			if (kSplit == 2 && nt / 4 != kh) continue;  // both warps hold V'^T: each stores half the tokens
+#pragma unroll
+			for (int hf = 0; hf < 2; ++hf) {
+				const int i = 8 * nt + 2 * t;
+				const float a = i < n ? v[nt][2 * hf] : 0.f, b = i + 1 < n ? v[nt][2 * hf + 1] : 0.f;
+				*reinterpret_cast<float2*>(base + 8 * hf * kC + 8 * (nt ^ (g >> 1))) = make_float2(a, b);
+			}
+		}
+	}
+
 	// store_vprime16 writes V'^T as bf16 into dst, one chunk's [128 (column)][64 (token)] block of
 	// vnew16, tokens from n on as 0: packed 4-byte stores of tokens 2t, 2t+1 as in store_state16.
 	__device__ __forceinline__ void store_vprime16(bf16* dst, int n, int c0) const {

@@ -266,7 +266,8 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 
 	__device__ __forceinline__ void walk(const unsigned char* wp, const unsigned char* wk, const float* u, const float* gcum,
 	                                     const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h, int HV,
-	                                     int HQK, int c0, float* h_out, float* vnew, bf16* h16, bf16* vnew16) {
+	                                     int HQK, int c0, float* h_out, float* vnew, bf16* h16, bf16* vnew16,
+	                                     float* vnewp = nullptr) {
 		if (nch <= 0) return;
 		const int last = ch0 + nch - 1, qh = h / (HV / HQK);
 		issue(wp, wk, u, gcum, ch0, chunk_tok0[ch0], chunk_len[ch0], h, HV, qh, HQK, c0, 0);
@@ -315,6 +316,7 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 				update_issue_scaled(stage(x) + kOffKt, reinterpret_cast<const float*>(stage(x) + off_e(VH)), bh, bl);
 				GDNKCP_WALK_MARK(4, ci);  // state: V' split, S decayed, (2) issued
 				if (vnew != nullptr) this->store_vprime(vnew, chunk_tok0[c], n, h, HV, c0);
+				if (vnewp != nullptr) this->store_vprime_slots(vnewp + blk * kD * kC, n, c0);
 				if (kStagedV)
 					stage_out(x, n, false, vnew16 != nullptr);
 				else if (vnew16 != nullptr)
@@ -340,12 +342,13 @@ template <int VH>
 __device__ __forceinline__ void state_walk(float* smem, const unsigned char* wp, const unsigned char* wkp, const float* u,
                                            const float* gcum, const int* chunk_tok0, const int* chunk_len,
                                            const int* seg_chunk0, const int* seg_nchunk, const float* start, float* h_out,
-                                           float* vnew, float* final_state, bf16* h16, bf16* vnew16, int HQK, int HV) {
+                                           float* vnew, float* final_state, bf16* h16, bf16* vnew16, int HQK, int HV,
+                                           float* vnewp) {
 	PlaneWalker<VH> wk(smem);
 	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
 	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, c0);
 	wk.walk(wp, wkp, u, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, HQK, c0, h_out, vnew, h16,
-	        vnew16);
+	        vnew16, vnewp);
 	wk.store_state(final_state + ((long long)seg * HV + h) * kD * kD, c0);
 }
 
@@ -373,16 +376,16 @@ gdn_state_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16*
                       const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
                       const int* __restrict__ seg_nchunk, const float* __restrict__ start, float* __restrict__ h_out,
                       float* __restrict__ vnew, float* __restrict__ final_state, __nv_bfloat16* __restrict__ h16,
-                      __nv_bfloat16* __restrict__ vnew16, int HQK, int HV, int vh) {
+                      __nv_bfloat16* __restrict__ vnew16, int HQK, int HV, int vh, float* __restrict__ vnewp) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
 	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
 	if (vh == 64)
 		state_walk<64>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew, final_state,
-		               h16, vnew16, HQK, HV);
+		               h16, vnew16, HQK, HV, vnewp);
 	else
 		state_walk<128>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
-		                final_state, h16, vnew16, HQK, HV);
+		                final_state, h16, vnew16, HQK, HV, vnewp);
 }
 
 extern "C" __global__ void __launch_bounds__(256)

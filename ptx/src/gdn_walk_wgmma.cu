@@ -186,6 +186,23 @@ struct WGWalker {
 		}
 	}
 
+	// store_vprime_slots writes V'^T (the tape walk: dV'^T) of the chunk as one token-slot block at dst
+	// (gdn_chunk_grads_mma6's input: fp32 [128 features][64 tokens], row f of 256 bytes, the 32-byte slot of
+	// tokens 8 u .. at u ^ ((f % 8) / 2)), tokens from n on as +0: tokens 2t, 2t + 1 of a column in one
+	// 8-byte store (row f = c0 + col(r), f % 8 = g).
+	__device__ __forceinline__ void store_vprime_slots(float* dst, int n, int c0) const {
+		float* base = dst + (c0 + col(0)) * kC + 2 * t;
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+			for (int hf = 0; hf < 2; ++hf) {
+				const int i = 8 * nt + 2 * t;
+				const float a = i < n ? d[4 * nt + 2 * hf] : 0.f, b = i + 1 < n ? d[4 * nt + 2 * hf + 1] : 0.f;
+				*reinterpret_cast<float2*>(base + 8 * hf * kC + 8 * (nt ^ (g >> 1))) = make_float2(a, b);
+			}
+		}
+	}
+
 	__device__ __forceinline__ void store_vprime16(bf16* dst, int n, int c0) const {
 		bf16* base = dst + (c0 + col(0)) * kC + 2 * t;
 #pragma unroll
