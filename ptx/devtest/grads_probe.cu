@@ -1,11 +1,10 @@
 // grads_probe.cu: times gdn_chunk_grads_mma5 outside kcp on the backward's 32K shape (NC chunks of 64 tokens,
 // default 512; HQK 16, HV 48; bf16 dq, dk, dv as the core stage writes them; l2norm on), random inputs, a
 // CUDA-event median of 7 after 2 warm-ups. Built by scripts/grads-probe.sh on the GPU machine once per
-// GDNKCP_GRADS_PROBE level of ptx/devtest/grads-probe.patch (0: the kernel as it is in ptx/src), to measure
-// what the chunk gradients' operand loads cost before anything is built for them. Only level 0 computes the
-// gradients; the others time a kernel whose operands are the wrong bytes. Where the sources have
-// gdn_chunk_grads_mma6 (V' and dV' as token slots, since 2026-12-02), level 0 times it too, on random
-// token slots.
+// GDNKCP_GRADS_PROBE level of ptx/devtest/grads-probe.patch (0: the kernels as they are in ptx/src), to
+// measure what the chunk gradients' operand loads cost before anything is built for them. Only level 0
+// computes the gradients; the others time kernels whose operands are the wrong bytes. It times both
+// gdn_chunk_grads_mma5 and gdn_chunk_grads_mma6 (V' and dV' as token slots, here random ones).
 #include "devtest.cuh"
 
 #include "gdn_chunk_grads_mma5.cu"
@@ -68,7 +67,6 @@ int main(int argc, char** argv) {
 		    HV * D, d_dg, d_dbeta, HQK, HV, 1.f / std::sqrt((float)D), 1, reinterpret_cast<__nv_bfloat16*>(d_dq16),
 		    reinterpret_cast<__nv_bfloat16*>(d_dk16), reinterpret_cast<__nv_bfloat16*>(d_dv16));
 	};
-#if GDNKCP_GRADS_PROBE == 0
 	float* d_vp = up(rnd((size_t)NC * HV * D * C, 1.f));
 	float* d_dvp = up(rnd((size_t)NC * HV * D * C, 1.f));
 	CK(cudaFuncSetAttribute(gdn_chunk_grads_mma6, cudaFuncAttributeMaxDynamicSharedMemorySize, kGradMMA5Smem));
@@ -87,7 +85,6 @@ int main(int argc, char** argv) {
 		time_ms(launch6, 7, med6, lo6, hi6);
 		printf("[%s] chunk grads mma6 (token slots) %d chunks median %.3f ms (min %.3f max %.3f)\n", tag, NC, med6, lo6, hi6);
 	}
-#endif
 	launch();
 	CK(cudaDeviceSynchronize());
 	std::vector<float> dg = down(d_dg, (size_t)T * HV);
