@@ -16,8 +16,10 @@
 # REF (a kcp sweep --json from an earlier step (1) of the same CP and packs: used as the reference instead
 # of running it again), TIMING_WARMUP (default 1), TIMING_LAYOUTS (default C,Z,D), STEPS (the steps to run, default "1 2 3"; the
 # others print "skipped"), RPG (ranks a GPU, default 1: CP = N x RPG; above 1, step (1) runs the reference and
-# the one-process run with --ranks-per-gpu RPG through the in-process loopback, and steps (2)-(3), which need
-# one rank a process, are skipped).
+# the one-process run with --ranks-per-gpu RPG through the in-process loopback, step (2) times the packs in
+# that one process (the ranks of a GPU share it, so the times are not one-rank-a-GPU times), and step (3),
+# which needs one rank a process, is skipped), KERNELS (every sweep's --kernels, default auto: v5 on the H200),
+# KCP (the kcp binary, default .gpu/kcp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/cp-matrix}
@@ -26,7 +28,8 @@ start=$(date +%s)
 deadline=${DEADLINE:-540}
 reserve=${RESERVE:-100}
 export NCCL_NVLS_ENABLE=0
-K=.gpu/kcp
+K=${KCP:-.gpu/kcp}
+kern=(--kernels "${KERNELS:-auto}")
 if [ ! -x "$K" ]; then
 	echo "cp-matrix.sh: $K is missing: build it here (scripts/gpu.sh build) and carry .gpu"
 	exit 2
@@ -41,7 +44,7 @@ devices=$(seq -s, 0 $((N - 1)))
 rpg=${RPG:-1}
 steps=" ${STEPS:-1 2 3} "
 CP=$((N * rpg))
-if [ "$rpg" -gt 1 ]; then steps=${steps//2/}; steps=${steps//3/}; fi
+if [ "$rpg" -gt 1 ]; then steps=${steps//3/}; fi
 want() { [[ "$steps" == *" $1 "* ]] || { echo "step ($1): skipped (STEPS='${STEPS:-1 2 3}', RPG=$rpg)"; return 1; }; }
 echo "cp-matrix.sh: N=$N GPUs (devices $devices), $rpg rank(s) a GPU: CP $CP; deadline ${deadline}s, logs in $out"
 
@@ -76,7 +79,7 @@ elapsed() { echo $(($(date +%s) - $1)); }
 
 echo "== (1) bitwise: P1-P5 at 8192 tokens, CP $CP, layouts C/Z/D x rules A/B x modes B1/B3, one run each"
 if want 1; then
-bw=(--json --packs "${BITWISE_PACKS:-P1@8192,P2@8192,P3@8192,P4@8192,P5@8192}" --reps 1 --warmup 0)
+bw=(--json --packs "${BITWISE_PACKS:-P1@8192,P2@8192,P3@8192,P4@8192,P5@8192}" --reps 1 --warmup 0 "${kern[@]}")
 ref="$out/ref.json"
 b=$(budget 150 "$reserve")
 if [ -n "${REF:-}" ]; then
@@ -129,16 +132,28 @@ else
 fi
 fi
 
-echo "== (2) timings: full-size packs, kcp launch --nproc $N, ${TIMING_REPS:-3} timed runs after ${TIMING_WARMUP:-1} warm-up(s)"
+tw=(--packs "${TIMING_PACKS:-P1,P2,P3,P4,P5}" --layouts "${TIMING_LAYOUTS:-C,Z,D}" --reps "${TIMING_REPS:-3}"
+	--warmup "${TIMING_WARMUP:-1}" "${kern[@]}")
+if [ "$rpg" -gt 1 ]; then
+	echo "== (2) timings: full-size packs, one process, $N GPU(s) x $rpg ranks (loopback), ${TIMING_REPS:-3} timed runs after ${TIMING_WARMUP:-1} warm-up(s)"
+else
+	echo "== (2) timings: full-size packs, kcp launch --nproc $N, ${TIMING_REPS:-3} timed runs after ${TIMING_WARMUP:-1} warm-up(s)"
+fi
 b=$(budget 600 "$reserve")
 if ! want 2; then
 	:
 elif [ "$b" -eq 0 ]; then
 	echo "timings: not run"
+elif [ "$rpg" -gt 1 ]; then
+	s=$(date +%s)
+	timeout -k 10 "$b" "$K" sweep "${tw[@]}" --devices "$devices" --ranks-per-gpu "$rpg" --cp "$CP" --json \
+		>"$out/timings.json" 2>"$out/timings.err"
+	rc=$?
+	"$K" sweep --show "$out/timings.json" 2>/dev/null || tail -5 "$out/timings.err"
+	echo "timings: rc=$rc after $(elapsed "$s") s (bound ${b}s)"
 else
 	s=$(date +%s)
-	timeout -k 10 "$b" "$K" launch --nproc "$N" --timeout "$((b - 15))s" -- sweep --packs "${TIMING_PACKS:-P1,P2,P3,P4,P5}" \
-		--layouts "${TIMING_LAYOUTS:-C,Z,D}" --reps "${TIMING_REPS:-3}" --warmup "${TIMING_WARMUP:-1}" >"$out/timings.txt" 2>"$out/timings.err"
+	timeout -k 10 "$b" "$K" launch --nproc "$N" --timeout "$((b - 15))s" -- sweep "${tw[@]}" >"$out/timings.txt" 2>"$out/timings.err"
 	rc=$?
 	sed -n 's/^\[rank 0\] //p' "$out/timings.txt"
 	echo "timings: rc=$rc after $(elapsed "$s") s (bound ${b}s)"

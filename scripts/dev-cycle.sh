@@ -85,7 +85,7 @@ fi
 if [ "${NCU:-0}" = 1 ]; then
 	ks=${KERNELS##*,}
 	t0=$(date +%s)
-	metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_active.avg.per_cycle_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+	metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_active.avg.per_cycle_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed
 	timeout ${NCU_TIMEOUT:-240} ncu --clock-control none --kernel-name "regex:${NCU_KERNELS:-_mma}" --launch-count ${NCU_COUNT:-8} \
 		--section SpeedOfLight --section WarpStateStats --section LaunchStats --metrics "$metrics" -f -o /tmp/gdnkcp-ncu \
 		.gpu/kcp bench --docs ${NCU_DOCS:-32768} --kernels "$ks" --modes ${NCU_MODES:-core+bwd} --reps 1 --warmup 0 >"$out/ncu.log" 2>&1

@@ -46,6 +46,14 @@ for r in data:
           f"warps/sched {fmt(get(r, 'smsp__warps_active.avg.per_cycle_active'), '.2f')}  "
           f"smem wavefronts {fmt(get(r, 'l1tex__data_pipe_lsu_wavefronts_mem_shared.sum'), '.3g')} "
           f"conflicts {fmt(get(r, 'l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum'), '.3g')}")
+    dr, dw, l2 = get(r, "dram__bytes_read.sum"), get(r, "dram__bytes_write.sum"), get(r, "lts__t_bytes.sum")
+    if dr is not None or l2 is not None:
+        def mb(name, v):
+            u = units[col[name]] if name in col else ""
+            f = {"byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3}.get(u)
+            return "-" if v is None or f is None else f"{v * f:.1f}"
+        print(f"    DRAM read {mb('dram__bytes_read.sum', dr)} MB, written {mb('dram__bytes_write.sum', dw)} MB; "
+              f"L2 {mb('lts__t_bytes.sum', l2)} MB ({fmt(get(r, 'lts__throughput.avg.pct_of_peak_sustained_elapsed'))}% of peak)")
     top = sorted(((get(r, h) or 0.0, h) for h in stalls), reverse=True)[:6]
     print("    stalls/issue: " + ", ".join(
         f"{h[len('smsp__average_warps_issue_stalled_'):-len('_per_issue_active.ratio')]} {v:.2f}" for v, h in top if v > 0))

@@ -74,7 +74,7 @@ on the CUDA cores).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.docs, "docs", "32768", "document lengths, comma-separated (one rank holds them all)")
-	f.StringVar(&o.kernels, "kernels", "fp32,tc", "kernel sets to time, comma-separated: auto (the set kcp run picks on this GPU), fp32 (CUDA cores), tc (tensor-core forward), mma (v4: forward, backward walks, dV'_local and chunk gradients on mma.sync), v5 (mma with bf16 H and V' for the output and the chunk gradients grouped by QK head); mma and v5 need blobs built with them")
+	f.StringVar(&o.kernels, "kernels", kcp.KernelsAuto, "kernel sets to time, comma-separated: auto (the set kcp run picks on this GPU), fp32 (CUDA cores), tc (tensor-core forward), mma (v4: forward, backward walks, dV'_local and chunk gradients on mma.sync), v5 (mma with bf16 H and V' for the output and the chunk gradients grouped by QK head); mma and v5 need blobs built with them")
 	f.StringVar(&o.modes, "modes", benchCore, "what to time, comma-separated: "+benchModesHelp)
 	f.StringVar(&o.blob, "blob", "", "force a blob slot (e.g. compute_80)")
 	f.IntVar(&o.reps, "reps", 20, "timed runs")

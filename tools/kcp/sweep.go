@@ -88,7 +88,7 @@ not with --no-progress or --json.`,
 	f.StringVar(&o.modes, "modes", "b1,b3", "modes, comma-separated: b1 (forward keeping activations, backward), b3 (checkpoint, recompute, backward)")
 	f.StringVar(&o.rules, "rules", "a,b", "width rules, comma-separated: a, b")
 	f.StringVar(&o.stage, "stage", "module", "core (GDN only) or module (conv1d + SiLU, then GDN)")
-	f.StringVar(&o.kernels, "kernels", "tc", "kernels: fp32 (CUDA cores), tc (tensor-core forward, fp32 backward), mma (v4 forward and backward on mma.sync) or v5 (mma with bf16 H and V' for the output and the chunk gradients grouped by QK head); mma and v5 need blobs built with them")
+	f.StringVar(&o.kernels, "kernels", kcp.KernelsAuto, "kernels: auto (the set kcp run picks: the fastest the blob has and the first rank's GPU allows), fp32 (CUDA cores), tc (tensor-core forward, fp32 backward), mma (v4 forward and backward on mma.sync) or v5 (mma with bf16 H and V' for the output and the chunk gradients grouped by QK head); mma and v5 need blobs built with them")
 	f.IntVar(&o.reps, "reps", 3, "timed repetitions of every configuration")
 	f.IntVar(&o.warmup, "warmup", 1, "untimed repetitions before the timed ones")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random inputs")
@@ -167,8 +167,10 @@ func (o *sweepOptions) spec(changed func(string) bool) (*sweepSpec, error) {
 	if o.reps < 1 || o.warmup < 0 {
 		return nil, fmt.Errorf("--reps %d, --warmup %d: need at least one timed repetition and no negative warm-up", o.reps, o.warmup)
 	}
-	if err := new(kcp.GPUOptions).SetKernels(o.kernels); err != nil {
-		return nil, fmt.Errorf("--kernels: %w", err)
+	if o.kernels != kcp.KernelsAuto {
+		if err := new(kcp.GPUOptions).SetKernels(o.kernels); err != nil {
+			return nil, fmt.Errorf("--kernels: %w", err)
+		}
 	}
 	if changed("cp") && (o.cp < 1 || o.cp > kcp.MaxRanks) {
 		return nil, fmt.Errorf("--cp %d: want 1..%d", o.cp, kcp.MaxRanks)
@@ -1092,6 +1094,22 @@ func (o *sweepOptions) run(cmd *cobra.Command) (err error) {
 		return fmt.Errorf("kcp sweep needs a CUDA GPU: %w", derr)
 	}
 	spec.cp = cp
+	if spec.kernels == kcp.KernelsAuto {
+		dev := 0
+		if pl.env != nil {
+			dev = pl.env.LocalRank
+		} else if len(pl.devices) > 0 {
+			dev = pl.devices[0]
+		}
+		set, why, err := kcp.ChooseKernels(dev, o.gpu.blob)
+		if err != nil {
+			return gpuOpenError(err)
+		}
+		if !o.json && (pl.env == nil || pl.env.Rank == 0) {
+			fmt.Fprintln(cmd.ErrOrStderr(), "kernels", why)
+		}
+		spec.kernels = set
+	}
 	kopts := kcp.GPUOptions{Options: kcp.Options{Stage: spec.stage}, Blob: o.gpu.blob, KeepDevice: true}
 	if err := kopts.SetKernels(spec.kernels); err != nil {
 		return fmt.Errorf("--kernels: %w", err)

@@ -46,6 +46,8 @@ func TestSweepFlags(t *testing.T) {
 		{"cp", nil, []string{"--cp", "0"}, "--cp 0: want 1..64"},
 		{"compare missing", nil, []string{"--compare", filepath.Join(t.TempDir(), "none.json")}, "--compare: open"},
 		{"no gpu", nil, []string{"--packs", "P1@8192"}, "kcp sweep needs a CUDA GPU: the driver shows 0 devices"},
+		{"no gpu, kernels auto", nil, []string{"--packs", "P1@8192", "--kernels", "auto"}, "kcp sweep needs a CUDA GPU: the driver shows 0 devices"},
+		{"no gpu, kernels v5", nil, []string{"--packs", "P1@8192", "--kernels", "v5"}, "kcp sweep needs a CUDA GPU: the driver shows 0 devices"},
 		{"launcher devices", env, []string{"--devices", "0"}, "do not apply under a launcher"},
 		{"launcher cp", env, []string{"--cp", "4"}, "--cp 4 but WORLD_SIZE=2"},
 	} {
@@ -75,6 +77,23 @@ func TestSweepSpec(t *testing.T) {
 	require.Equal(t, []sched.Rule{sched.RuleB}, sp.rules)
 	require.Equal(t, kcp.StageCore, sp.stage)
 	require.Equal(t, 2*1*1*2, sp.cells())
+
+	// auto passes the flag checks and stays unresolved until the GPU is known.
+	o.kernels = kcp.KernelsAuto
+	sp, err = o.spec(func(string) bool { return false })
+	require.NoError(t, err)
+	require.Equal(t, kcp.KernelsAuto, sp.kernels)
+}
+
+// kcp sweep's and kcp bench's default kernel set is kcp run's: auto.
+func TestSweepKernelsDefault(t *testing.T) {
+	for _, name := range []string{"sweep", "run", "bench"} {
+		cmd, _, err := newRootCmd().Find([]string{name})
+		require.NoError(t, err, name)
+		f := cmd.Flags().Lookup("kernels")
+		require.NotNil(t, f, name)
+		require.Equal(t, kcp.KernelsAuto, f.DefValue, name)
+	}
 }
 
 // fakeEngine stands in for the GPU: each step returns the times of the
