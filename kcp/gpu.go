@@ -105,6 +105,11 @@ const (
 	// entryOutputMMA16G is gdn_output_mma16 a CTA a (chunk, QK head): the same
 	// arguments and bits, grid (NC, HQK); the v5 set's output.
 	entryOutputMMA16G = "gdn_output_mma16g"
+	// entryPrepMMAGN and entryOutputMMA16GN are gdn_prep_mma_g (kt null)
+	// and gdn_output_mma16g normalising q and k themselves from the bf16
+	// rows (kernelSet.normQK): the forward alone skips the l2norm kernel.
+	entryPrepMMAGN     = "gdn_prep_mma_gn"
+	entryOutputMMA16GN = "gdn_output_mma16gn"
 	// The v5 walks on the prep's walk planes (gdn_walk_planes.cu): the
 	// summary and state walks' arguments with the planes in place of w, kn
 	// and HQK, the same outputs and bits (sm_90a) as the mma16 walks.
@@ -266,6 +271,12 @@ type kernelSet struct {
 	// whole (the v5 set: plane walks, the mma tape walk and the grouped
 	// chunk gradients).
 	tokenSlots bool
+	// normQK: a forward that keeps nothing for a backward (no Kt written)
+	// runs gdn_prep_mma_gn and gdn_output_mma16gn, which normalise q and k
+	// from their bf16 rows with gdn_l2norm_fwd's arithmetic (the same bits),
+	// and not the l2norm kernel: no fp32 qn, kn written or read (the v5
+	// set: grouped prep and output on the walk planes).
+	normQK bool
 }
 
 // kernelSet returns the kernels the options select: the fp32 CUDA-core
@@ -302,6 +313,7 @@ func (o GPUOptions) kernelSet() kernelSet {
 			ks.prep, ks.prepSmem, ks.prepQK = entryPrepMMAG, prepMMAGSmem, true
 			// Only the mma preps write the walk planes.
 			ks.summary, ks.state, ks.walkSmem, ks.planes = entrySummaryPlanes, entryStatePlanes, walkPlanesSmem, true
+			ks.normQK = true
 		}
 	}
 	if o.MMAGroupedGrads {
@@ -344,6 +356,9 @@ func (ks kernelSet) entries() []gpuEntry {
 	}
 	if e, smem, _ := ks.prepFor(true); e != ks.prep {
 		es = append(es, gpuEntry{e, smem})
+	}
+	if ks.normQK {
+		es = append(es, gpuEntry{entryPrepMMAGN, ks.prepSmem}, gpuEntry{entryOutputMMA16GN, ks.outputSmem})
 	}
 	return es
 }

@@ -20,12 +20,8 @@ func argsPoison(p uintptr, n uint64, v uint32) *loader.Args {
 
 // argsL2Norm: gdn_l2norm_fwd(q, k, q_stride, k_stride, qn, kn, q_rstd, k_rstd, T, HQK, l2norm).
 func argsL2Norm(q, k uintptr, qStride, kStride int, qn, kn, qRstd, kRstd uintptr, T, HQK int, l2norm bool) *loader.Args {
-	l2 := int32(0)
-	if l2norm {
-		l2 = 1
-	}
 	return loader.NewArgs().DevicePtr(q).DevicePtr(k).I32(int32(qStride)).I32(int32(kStride)).
-		DevicePtr(qn).DevicePtr(kn).DevicePtr(qRstd).DevicePtr(kRstd).I32(int32(T)).I32(int32(HQK)).I32(l2)
+		DevicePtr(qn).DevicePtr(kn).DevicePtr(qRstd).DevicePtr(kRstd).I32(int32(T)).I32(int32(HQK)).I32(b2i(l2norm))
 }
 
 // argsPrep: gdn_prep_fwd(kn, v, v_stride, g, beta, chunk_tok0, chunk_len, gcum, w, u, kt, HQK, HV).
@@ -42,6 +38,26 @@ func argsPrepMMA(kn, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum,
 	return loader.NewArgs().DevicePtr(kn).DevicePtr(v).I32(int32(vStride)).DevicePtr(g).DevicePtr(beta).
 		DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(gcum).DevicePtr(w).DevicePtr(u).DevicePtr(kt).
 		DevicePtr(wp).DevicePtr(wk).I32(int32(HQK)).I32(int32(HV))
+}
+
+// argsPrepMMAGN: gdn_prep_mma_gn(k, k_stride, l2norm, v, v_stride, g,
+// beta, chunk_tok0, chunk_len, gcum, w, u, wp, wk, HQK, HV): gdn_prep_mma_g
+// with kt null, normalising the bf16 k rows itself.
+func argsPrepMMAGN(k uintptr, kStride int, l2norm bool, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum, w, u,
+	wp, wk uintptr, HQK, HV int) *loader.Args {
+	return loader.NewArgs().DevicePtr(k).I32(int32(kStride)).I32(b2i(l2norm)).DevicePtr(v).I32(int32(vStride)).
+		DevicePtr(g).DevicePtr(beta).DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(gcum).DevicePtr(w).
+		DevicePtr(u).DevicePtr(wp).DevicePtr(wk).I32(int32(HQK)).I32(int32(HV))
+}
+
+// argsOutputGN: gdn_output_mma16gn(q, k, q_stride, k_stride, l2norm, gcum,
+// vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV, scale): gdn_output_mma16g
+// normalising the bf16 q and k rows itself.
+func argsOutputGN(q, k uintptr, qStride, kStride int, l2norm bool, gcum, vnew16, h16, chunkTok0, chunkLen, o uintptr,
+	HQK, HV int, scale float32) *loader.Args {
+	return loader.NewArgs().DevicePtr(q).DevicePtr(k).I32(int32(qStride)).I32(int32(kStride)).I32(b2i(l2norm)).
+		DevicePtr(gcum).DevicePtr(vnew16).DevicePtr(h16).DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(o).
+		I32(int32(HQK)).I32(int32(HV)).F32(scale)
 }
 
 // argsSummaryPlanes: gdn_summary_walk_planes(wp, wk, u, gcum, chunk_tok0,
@@ -136,12 +152,22 @@ func gpuArgSamples() map[string]*loader.Args {
 		entryStateMMA:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 
-		entrySummaryMMA16: argsSummary16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryStateMMA16:   argsState16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOutputMMA16:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
-		entryOutputMMA16G: argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // gdn_output_mma16's
+		entrySummaryMMA16:  argsSummary16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryStateMMA16:    argsState16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputMMA16:   argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
+		entryOutputMMA16G:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // gdn_output_mma16's
+		entryPrepMMAGN:     argsPrepMMAGN(0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputMMA16GN: argsOutputGN(0, 0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 
 		entrySummaryPlanes: argsSummaryPlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryStatePlanes:   argsStatePlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 	}
+}
+
+// b2i is a kernel's int flag.
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -108,6 +108,13 @@ type gpuRank struct {
 	wp, wk                                                            *loader.Buffer // walk planes (kernelSet.planes)
 	sumP, sumQ, allP, allQ, start, final, h, vnew, o                  *loader.Buffer
 	h16, vnew16                                                       *loader.Buffer // bf16 H^T, V'^T (MMAForward5)
+	// normQK: this forward normalises q and k inside the prep and the
+	// output (kernelSet.normQK, nothing kept for a backward): no qn, kn,
+	// q_rstd, k_rstd; the kernels read the bf16 q, k at qRaw, kRaw (row
+	// strides qSt, kSt elements).
+	normQK     bool
+	qRaw, kRaw uintptr
+	qSt, kSt   int
 }
 
 // qkv returns where the chunk kernels read q, k and v and their row strides
@@ -748,15 +755,24 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	if err := m.dropStager(); err != nil { // the inputs' copies are queued: the pinned chunks go back
 		return wrap(err)
 	}
+	// Kt: see below. Without it (nothing kept for a backward) the v5 set's
+	// prep and output normalise q and k themselves (kernelSet.normQK).
+	needKt := !ks.out16 || rr.keepStates || (ks.prep != entryPrepMMA && ks.prep != entryPrepMMAG)
+	rk.normQK = ks.normQK && !needKt
+	rk.qn, rk.kn, rk.qRstd, rk.kRstd = nil, nil, nil, nil
 	for _, t := range []struct {
-		dst **loader.Buffer
-		nm  string
-		n   int
+		dst  **loader.Buffer
+		nm   string
+		n    int
+		norm bool // l2norm output: not made with normQK
 	}{
-		{&rk.qn, "qn", Tr * nq}, {&rk.kn, "kn", Tr * nq}, {&rk.qRstd, "q_rstd", Tr * HQK}, {&rk.kRstd, "k_rstd", Tr * HQK},
-		{&rk.gcum, "gcum", Tr * HV}, {&rk.u, "u", Tr * nv},
-		{&rk.start, "start states", NS * summarySlot(HV)}, {&rk.final, "final states", NS * summarySlot(HV)},
+		{&rk.qn, "qn", Tr * nq, true}, {&rk.kn, "kn", Tr * nq, true}, {&rk.qRstd, "q_rstd", Tr * HQK, true},
+		{&rk.kRstd, "k_rstd", Tr * HQK, true}, {&rk.gcum, "gcum", Tr * HV, false}, {&rk.u, "u", Tr * nv, false},
+		{&rk.start, "start states", NS * summarySlot(HV), false}, {&rk.final, "final states", NS * summarySlot(HV), false},
 	} {
+		if t.norm && rk.normQK {
+			continue
+		}
 		if *t.dst, err = f32(t.nm, t.n); err != nil {
 			return wrap(err)
 		}
@@ -781,7 +797,7 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	// output reads bf16 copies of H and V', so the fp32 ones are made only
 	// where a backward reads them (and Kt also where the prep cannot skip
 	// it: only gdn_prep_mma and gdn_prep_mma_g take a null Kt).
-	if !ks.out16 || rr.keepStates || (ks.prep != entryPrepMMA && ks.prep != entryPrepMMAG) {
+	if needKt {
 		if rk.kt, err = f32("kt", Tr*nv); err != nil {
 			return wrap(err)
 		}
@@ -843,9 +859,12 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	if err := rr.mark(); err != nil { // conv
 		return err
 	}
-	if err := rr.launch(entryL2Norm, [3]uint32{uint32(ceilDiv(Tr*HQK*2, gpuBlock/32)), 1, 1}, 0,
-		argsL2Norm(qp, kp, qst, kst, rk.qn.Ptr(), rk.kn.Ptr(), rk.qRstd.Ptr(), rk.kRstd.Ptr(), Tr, HQK, !g.opts.NoL2Norm)); err != nil {
-		return err
+	rk.qRaw, rk.kRaw, rk.qSt, rk.kSt = qp, kp, qst, kst
+	if !rk.normQK { // with normQK the prep and the output normalise q, k themselves
+		if err := rr.launch(entryL2Norm, [3]uint32{uint32(ceilDiv(Tr*HQK*2, gpuBlock/32)), 1, 1}, 0,
+			argsL2Norm(qp, kp, qst, kst, rk.qn.Ptr(), rk.kn.Ptr(), rk.qRstd.Ptr(), rk.kRstd.Ptr(), Tr, HQK, !g.opts.NoL2Norm)); err != nil {
+			return err
+		}
 	}
 	if err := rr.mark(); err != nil { // l2norm
 		return err
@@ -857,7 +876,12 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	}
 	args := argsPrep(rk.kn.Ptr(), vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 		rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), HQK, HV)
-	if prep == entryPrepMMA || prep == entryPrepMMAG {
+	switch {
+	case rk.normQK:
+		prep = entryPrepMMAGN
+		args = argsPrepMMAGN(kp, kst, !g.opts.NoL2Norm, vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(),
+			rk.chunkLen.Ptr(), rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.wp.Ptr(), rk.wk.Ptr(), HQK, HV)
+	case prep == entryPrepMMA || prep == entryPrepMMAG:
 		args = argsPrepMMA(rk.kn.Ptr(), vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.wp.Ptr(), rk.wk.Ptr(), HQK, HV)
 	}
@@ -1088,9 +1112,13 @@ func (rr *rankRun) finish() error {
 	if ks.outputQK {
 		outBlocks = HQK
 	}
-	if err := rr.launch(ks.output, [3]uint32{uint32(NC), uint32(outBlocks), 1}, ks.outputSmem,
-		argsOutput(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), outV, outH, rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
-			rk.o.Ptr(), HQK, HV, gpuScale(g.opts))); err != nil {
+	output, outArgs := ks.output, argsOutput(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), outV, outH, rk.chunkTok0.Ptr(),
+		rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(g.opts))
+	if rk.normQK {
+		output, outArgs = entryOutputMMA16GN, argsOutputGN(rk.qRaw, rk.kRaw, rk.qSt, rk.kSt, !g.opts.NoL2Norm, rk.gcum.Ptr(),
+			outV, outH, rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(g.opts))
+	}
+	if err := rr.launch(output, [3]uint32{uint32(NC), uint32(outBlocks), 1}, ks.outputSmem, outArgs); err != nil {
 		return err
 	}
 	if err := rr.mark(); err != nil { // output

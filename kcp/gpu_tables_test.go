@@ -532,7 +532,8 @@ func TestGPUEntries(t *testing.T) {
 			[4]string{entryOffset, entryTape, entryDVLocal, entryChunkGrads}},
 		{"mma", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA, entryCompose, entryStateMMA, entryOutputMMA},
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
-		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryPlanes, entryCompose, entryStatePlanes, entryOutputMMA16G, entryPrepMMA},
+		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryPlanes, entryCompose, entryStatePlanes, entryOutputMMA16G, entryPrepMMA,
+			entryPrepMMAGN, entryOutputMMA16GN},
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMAG, entryGradsMMA6}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
@@ -543,6 +544,7 @@ func TestGPUEntries(t *testing.T) {
 		require.Equal(t, c.name == "v5", ks.out16, c.name)
 		require.Equal(t, c.name == "v5", ks.outputQK, c.name)
 		require.Equal(t, c.name == "v5", ks.prepQK, c.name)
+		require.Equal(t, c.name == "v5", ks.normQK, c.name)
 		require.Equal(t, c.name == "v5", ks.planes, c.name)
 		require.Equal(t, c.name == "v5", ks.grads5, c.name)
 		require.Equal(t, c.name == "v5", ks.tokenSlots, c.name)

@@ -87,23 +87,7 @@ func TestMMAPrepOnCPU(t *testing.T) {
 func runPrepMMA(t *testing.T, c *prepMMACase) {
 	bin := built(t, "runner_prep_mma")
 	rng := rand.New(rand.NewPCG(c.seed, 5))
-	// The chunks, each followed by a gap.
-	var tok0, clen []int32
-	T := 0
-	for _, n := range c.lens {
-		for s := 0; s < n; s += chunk {
-			m := min(chunk, n-s)
-			tok0 = append(tok0, int32(T))
-			clen = append(clen, int32(m))
-			T += m + prepMMAGap
-		}
-	}
-	owned := make([]bool, T)
-	for ci := range tok0 {
-		for i := 0; i < int(clen[ci]); i++ {
-			owned[int(tok0[ci])+i] = true
-		}
-	}
+	tok0, clen, T, owned := prepChunks(c.lens)
 	HQK, HV := c.hqk, c.hv
 	nan32 := float32(math.NaN())
 	// kn: l2-normalised random rows in fp32 (as gdn_l2norm_fwd writes them).
@@ -307,4 +291,161 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 		et.note("prep_fp32 "+o, relErr(got[o+"_fp32"], want[o]))
 	}
 	et.log(t)
+}
+
+// prepNormCases: gdn_prep_mma_gn against gdn_l2norm_fwd + gdn_prep_mma_g.
+// Chunks of 1, 63, 64 and 1..64 rows, grouped heads, l2norm on and off, a
+// padded k row stride, cp.async at issue and deferred.
+var prepNormCases = []struct {
+	name     string
+	lens     []int
+	hqk, hv  int
+	l2norm   bool
+	kPad     int // k row stride = HQK*128 + kPad elements
+	deferred bool
+	seed     uint64
+}{
+	{name: "hv1_l2norm", lens: []int{1, 63, 130}, hqk: 1, hv: 1, l2norm: true, kPad: 0, seed: 31},
+	{name: "hv4_deferred", lens: []int{65, 3}, hqk: 2, hv: 4, l2norm: true, kPad: 8, deferred: true, seed: 32},
+	{name: "hv2_no_l2norm", lens: []int{40}, hqk: 1, hv: 2, l2norm: false, kPad: 16, seed: 33},
+}
+
+// TestMMAPrepNormOnCPU: gdn_prep_mma_gn, which normalises the chunk's k rows
+// itself from the bf16 k (fwd::l2norm_lane), writes gdn_prep_mma_g's bits
+// (gcum, w, u, the walk planes) fed the kn that gdn_l2norm_fwd wrote from
+// the same k, with w given and with w null (left untouched), and nothing
+// past a chunk's end (the gap rows' k are NaN, their outputs poisoned).
+func TestMMAPrepNormOnCPU(t *testing.T) {
+	bin := built(t, "runner_prep_mma")
+	for _, c := range prepNormCases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(c.seed, 9))
+			tok0, clen, T, owned := prepChunks(c.lens)
+			HQK, HV := c.hqk, c.hv
+			ks := HQK*dHead + c.kPad
+			k := make([]bf16.BF16, T*ks)
+			for tk := 0; tk < T; tk++ {
+				for x := 0; x < ks; x++ {
+					k[tk*ks+x] = bf16.BF16(poisonBF16) // NaN: gap rows and padding
+					if owned[tk] && x < HQK*dHead {
+						k[tk*ks+x] = bf16.Float32ToBF16(float32(0.7 * rng.NormFloat64()))
+					}
+				}
+			}
+			vs := HV * dHead
+			v := make([]bf16.BF16, T*vs)
+			g, beta := make([]float32, T*HV), make([]float32, T*HV)
+			nan32 := float32(math.NaN())
+			for tk := 0; tk < T; tk++ {
+				for h := 0; h < HV; h++ {
+					g[tk*HV+h], beta[tk*HV+h] = nan32, nan32
+					if owned[tk] {
+						g[tk*HV+h] = float32(-0.01 - 0.29*rng.Float64())
+						beta[tk*HV+h] = float32(0.02 + 0.96*rng.Float64())
+					}
+					for x := 0; x < dHead; x++ {
+						v[tk*vs+h*dHead+x] = bf16.BF16(poisonBF16)
+						if owned[tk] {
+							v[tk*vs+h*dHead+x] = bf16.Float32ToBF16(float32(rng.NormFloat64()))
+						}
+					}
+				}
+			}
+			l2 := 0
+			if c.l2norm {
+				l2 = 1
+			}
+			NC := len(tok0)
+			j := newJob(t)
+			if c.deferred {
+				j.env = []string{cpAsyncDeferred}
+			}
+			j.i32("chunk_tok0", tok0)
+			j.i32("chunk_len", clen)
+			j.bf16("k", k)
+			j.bf16("v", v)
+			j.f32("g", g)
+			j.f32("beta", beta)
+			for _, n := range []string{"qn", "kn"} {
+				j.out(n, 4*T*HQK*dHead)
+				j.poison(n, poisonF32)
+			}
+			j.out("q_rstd", 4*T*HQK)
+			j.out("k_rstd", 4*T*HQK)
+			// gdn_l2norm_fwd's kn (k given as q too: qn is not used).
+			j.launch("l2norm", "gdn_l2norm_fwd", grid1(ceilDiv(T*HQK*2, 8)), 256, "0", buf("k"), buf("k"), i32a(ks),
+				i32a(ks), buf("qn"), buf("kn"), buf("q_rstd"), buf("k_rstd"), i32a(T), i32a(HQK), i32a(l2))
+			for _, sfx := range []string{"_g", "_gn", "_gw", "_gnw"} {
+				for _, o := range []bufSpec{{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}} {
+					j.out(o.name+sfx, 4*o.elems)
+					j.poison(o.name+sfx, poisonF32)
+				}
+				j.out("wp"+sfx, NC*HV*32768)
+				j.poison("wp"+sfx, poisonBF16x2)
+				j.out("wk"+sfx, NC*HQK*32768)
+				j.poison("wk"+sfx, poisonBF16x2)
+			}
+			tail := func(sfx string, w bool) []string {
+				wb := nullBuf()
+				if w {
+					wb = buf("w" + sfx)
+				}
+				return []string{buf("g"), buf("beta"), buf("chunk_tok0"), buf("chunk_len"), buf("gcum" + sfx), wb,
+					buf("u" + sfx)}
+			}
+			for _, r := range []struct {
+				sfx string
+				w   bool
+			}{{"", false}, {"w", true}} {
+				a := append(append([]string{buf("kn"), buf("v"), i32a(vs)}, tail("_g"+r.sfx, r.w)...), nullBuf(),
+					buf("wp_g"+r.sfx), buf("wk_g"+r.sfx), i32a(HQK), i32a(HV))
+				j.launch("prep_mma_g"+r.sfx, "gdn_prep_mma_g", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", a...)
+				b := append(append([]string{buf("k"), i32a(ks), i32a(l2), buf("v"), i32a(vs)}, tail("_gn"+r.sfx, r.w)...),
+					buf("wp_gn"+r.sfx), buf("wk_gn"+r.sfx), i32a(HQK), i32a(HV))
+				j.launch("prep_mma_gn"+r.sfx, "gdn_prep_mma_gn", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", b...)
+			}
+			res := j.run(bin)
+			t.Logf("runner:\n%s", res.log)
+			for _, sfx := range []string{"", "w"} {
+				for _, n := range []string{"gcum", "w", "u", "wp", "wk"} {
+					a, b := res.raw[n+"_g"+sfx], res.raw[n+"_gn"+sfx]
+					if n == "w" && sfx == "" {
+						requireAllPoison(t, b, "w_gn (w null)")
+						continue
+					}
+					require.Equal(t, a, b, "%s: gdn_prep_mma_gn differs from gdn_prep_mma_g on gdn_l2norm_fwd's kn (w %v)",
+						n, sfx != "")
+				}
+			}
+			// The reference run wrote every owned row (so the equality above is not poison against poison)
+			// and nothing past a chunk's end.
+			u := res.raw["u_gw"]
+			per := HV * dHead
+			for tk := 0; tk < T; tk++ {
+				for e := 0; e < per; e++ {
+					word := binary.LittleEndian.Uint32(u[4*(tk*per+e):])
+					if owned[tk] {
+						require.NotEqualf(t, poisonF32, word, "u: token %d element %d never written", tk, e)
+					} else {
+						require.Equalf(t, poisonF32, word, "u: token %d past a chunk's end written", tk)
+					}
+				}
+			}
+		})
+	}
+}
+
+// prepChunks lays out segments of the given lengths as chunks of up to 64
+// tokens (newGappedChunks, prepMMAGap tokens after each): the chunks' first
+// tokens and lengths, the tokens in all, and which tokens are owned.
+func prepChunks(segs []int) (tok0, clen []int32, T int, owned []bool) {
+	var lens []int
+	for _, n := range segs {
+		for s := 0; s < n; s += chunk {
+			lens = append(lens, min(chunk, n-s))
+		}
+	}
+	c := newGappedChunks(lens, prepMMAGap)
+	return c.tok0, c.clen, c.T, c.owned
 }

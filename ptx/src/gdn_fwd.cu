@@ -41,6 +41,23 @@ constexpr float kL2Eps = 1e-6f;
 __device__ __forceinline__ float ld_bf16(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 
 // ---- l2norm of q and k ------------------------------------------------------------------------
+// l2norm_lane: lane's part of one warp's 128-wide row, x[i] = the row's element lane + 32 i as loaded
+// (bf16 to fp32), times the row's rstd = 1 / sqrt(sum x^2 + 1e-6) (each lane's four squares by fmaf in i
+// order, then the xor butterfly 16, 8, 4, 2, 1; 1 with l2norm = 0), which it returns. Every lane of the warp
+// calls it. gdn_l2norm_fwd and the kernels that normalise their own q / k rows (gdn_prep_mma_gn,
+// gdn_output_mma16gn) share it, so their normalised rows are the same bits.
+__device__ __forceinline__ float l2norm_lane(float x[4], int l2norm) {
+	float ss = 0.f;
+#pragma unroll
+	for (int i = 0; i < 4; ++i) ss = fmaf(x[i], x[i], ss);
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+	const float rstd = l2norm ? 1.0f / sqrtf(ss + kL2Eps) : 1.0f;
+#pragma unroll
+	for (int i = 0; i < 4; ++i) x[i] = x[i] * rstd;
+	return rstd;
+}
+
 // One warp per (token, QK head, q|k) row of 128: x / sqrt(sum x^2 + 1e-6), written fp32; rstd
 // (the inverse norm) is kept for the backward. With l2norm = 0 the rows are copied and rstd = 1.
 extern "C" __global__ void __launch_bounds__(kThreads)
@@ -56,18 +73,12 @@ gdn_l2norm_fwd(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restr
 	const int t = (int)(r / HQK), hh = (int)(r % HQK);
 	const __nv_bfloat16* src = (isk ? k + (long long)t * k_stride : q + (long long)t * q_stride) + hh * kD;
 	float x[4];
-	float ss = 0.f;
 #pragma unroll
-	for (int i = 0; i < 4; ++i) {
-		x[i] = ld_bf16(src + lane + 32 * i);
-		ss = fmaf(x[i], x[i], ss);
-	}
-#pragma unroll
-	for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-	const float rstd = l2norm ? 1.0f / sqrtf(ss + kL2Eps) : 1.0f;
+	for (int i = 0; i < 4; ++i) x[i] = ld_bf16(src + lane + 32 * i);
+	const float rstd = l2norm_lane(x, l2norm);
 	float* dst = (isk ? kn : qn) + r * kD;
 #pragma unroll
-	for (int i = 0; i < 4; ++i) dst[lane + 32 * i] = x[i] * rstd;
+	for (int i = 0; i < 4; ++i) dst[lane + 32 * i] = x[i];
 	if (lane == 0) (isk ? k_rstd : q_rstd)[r] = rstd;
 }
 

@@ -635,10 +635,69 @@ gdn_output_mma16(const float* __restrict__ qn, const float* __restrict__ kn, con
 // shared-memory traffic; the copies of H^T and V'^T are exposed per head (one wait each), hidden by the
 // second CTA of the SM as in gdn_output_mma16. 1.12 ms at 32K -> ~0.8-0.9 ms if the kernel stays bound by
 // issue and shared memory.
-template <typename OutT>
+// out16_norm_tile: gdn_output_mma16gn's Q or K rows, normalised here from the bf16 x (the chunk's first row,
+// row stride xs elements; fwd::l2norm_lane, gdn_l2norm_fwd's arithmetic) into the staged fp32 tile where
+// copy_tile would have put the fp32 rows gdn_l2norm_fwd writes (element (r, d) at hslot(r, d / 8, d / 4 % 2)
+// + d % 4), rows from n on zero: the same tile, so convert_tile and everything after it are the bits of
+// gdn_output_mma16g. Warp w takes rows w, w + 8, .., all eight rows' loads first. Plain shared stores: a
+// __syncthreads publishes them.
+#ifndef GDNKCP_OUT_NORM_ROWS
+#define GDNKCP_OUT_NORM_ROWS 8
+#endif
+constexpr int kNormRows = GDNKCP_OUT_NORM_ROWS;  // rows a warp loads at once (8: all; fewer: fewer registers)
+static_assert(8 % kNormRows == 0, "kNormRows divides a warp's 8 rows");
+__device__ __forceinline__ void out16_norm_tile(float* tile, const bf16* x, long long xs, int l2norm, int n) {
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll 1
+	for (int r0 = 0; r0 < 8; r0 += kNormRows) {
+		float v[kNormRows][4];
+#pragma unroll
+		for (int r = 0; r < kNormRows; ++r) {
+			const bf16* src = x + (long long)min(warp + 8 * (r0 + r), n - 1) * xs + lane;
+#pragma unroll
+			for (int j = 0; j < 4; ++j) v[r][j] = fwd::ld_bf16(src + 32 * j);
+		}
+#pragma unroll
+		for (int r = 0; r < kNormRows; ++r) {
+			const int i = warp + 8 * (r0 + r);
+			fwd::l2norm_lane(v[r], l2norm);  // every lane of the warp: its shuffles
+#pragma unroll
+			for (int j = 0; j < 4; ++j) {
+				const int d = lane + 32 * j;
+				tile[hslot(i, d >> 3, (d >> 2) & 1) + (d & 3)] = i < n ? v[r][j] : 0.f;
+			}
+		}
+	}
+}
+
+// out16_stage_norm: out16_stage for gdn_output_mma16gn: H^T (group 1) and V'^T (group 2) by cp.async,
+// gamma, Q's and K's rows normalised into their tiles under the copies (out16_norm_tile), then H^T waited
+// for, a __syncthreads (the tiles are written by other threads than copy_tile's owners) and Q split in place.
+__device__ __forceinline__ void out16_stage_norm(float* QR, float* XR, bf16* VT, float* KR, float* gam, const bf16* q,
+                                                 const bf16* k, long long qs, long long ks, int l2norm,
+                                                 const float* gcum, const bf16* h16b, const bf16* v16b, int t0, int n,
+                                                 int h, int HV) {
+	const int tid = threadIdx.x;
+	copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16b);
+	tc::cp_async_commit();
+	copy_bf16_tile<kD, kC / 8>(VT, v16b);
+	tc::cp_async_commit();
+	if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
+	out16_norm_tile(QR, q, qs, l2norm, n);
+	out16_norm_tile(KR, k, ks, l2norm, n);
+	tc::cp_async_wait<1>();  // H^T (V'^T may still be in flight)
+	__syncthreads();         // Q's and K's tiles
+	convert_tile<kC, true>(QR);
+}
+
+// NORM: gdn_output_mma16gn (q, k: the raw bf16 rows, strides qs, ks, normalised in the kernel), else
+// gdn_output_mma16g (qn, kn: gdn_l2norm_fwd's fp32 rows; q, k unused).
+template <typename OutT, bool NORM = false>
 __device__ __forceinline__ void output_mma16g(float* smem, const float* qn, const float* kn, const float* gcum,
                                               const bf16* vnew16, const bf16* h16, const int* chunk_tok0,
-                                              const int* chunk_len, OutT* o, int HQK, int HV, float scale) {
+                                              const int* chunk_len, OutT* o, int HQK, int HV, float scale,
+                                              const bf16* q = nullptr, const bf16* k = nullptr, int qs = 0, int ks = 0,
+                                              int l2norm = 0) {
 	float* QR = smem;                                    // [64][128] fp32: Q, split in place
 	float* XR = QR + kC * kD;                            // H^T [128][128] bf16
 	bf16* VT = reinterpret_cast<bf16*>(XR + kC * kD);    // [128][64] bf16: V'^T
@@ -655,10 +714,17 @@ __device__ __forceinline__ void output_mma16g(float* smem, const float* qn, cons
 	const long long qk = (long long)HQK * kD;
 
 	const int h0 = qh * G;
+	if (NORM) {
+		const long long blk = (long long)c * HV + h0;
+		out16_stage_norm(QR, XR, VT, KR, gam, q + (long long)t0 * qs + qh * kD, k + (long long)t0 * ks + qh * kD, qs, ks,
+		                 l2norm, gcum, h16 + blk * kD * kD, vnew16 + blk * kD * kC, t0, n, h0, HV);
+	}
 #pragma unroll 1
 	for (int h = h0; h < h0 + G; ++h) {
 		const long long blk = (long long)c * HV + h;
-		if (h == h0) {
+		if (h == h0 && NORM) {
+			// staged before the loop (q, k and their strides dead in it)
+		} else if (h == h0) {
 			out16_stage(QR, XR, VT, KR, gam, qn + ((long long)t0 * HQK + qh) * kD, kn + ((long long)t0 * HQK + qh) * kD, qk,
 			            gcum, h16 + blk * kD * kD, vnew16 + blk * kD * kC, t0, n, h, HV);
 		} else {
@@ -704,6 +770,23 @@ gdn_output_mma16g(const float* __restrict__ qn, const float* __restrict__ kn, co
                   __nv_bfloat16* __restrict__ o, int HQK, int HV, float scale) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	output_mma16g(smem, qn, kn, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV, scale);
+}
+
+// ==== gdn_output_mma16gn: gdn_output_mma16g on the raw bf16 q and k, normalised in the kernel =============
+//   gdn_output_mma16gn   grid (NC, HQK)   kOutputMMA16Smem (two CTAs an SM)
+// gdn_output_mma16g whose first head normalises the chunk's q and k rows itself (out16_stage_norm: q, k
+// bf16 with q_stride, k_stride elements a token, QK head qh at qh 128; l2norm 0: the rows as they are)
+// instead of copying gdn_l2norm_fwd's fp32 qn, kn: the same staged tiles, so the output is
+// gdn_output_mma16g's bits. For the forward alone (nothing keeps qn, kn for a backward), with
+// gdn_prep_mma_gn: gdn_l2norm_fwd does not run, and q, k are read as bf16 (half the bytes).
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_output_mma16gn(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k, int q_stride,
+                   int k_stride, int l2norm, const float* __restrict__ gcum, const __nv_bfloat16* __restrict__ vnew16,
+                   const __nv_bfloat16* __restrict__ h16, const int* __restrict__ chunk_tok0,
+                   const int* __restrict__ chunk_len, __nv_bfloat16* __restrict__ o, int HQK, int HV, float scale) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	output_mma16g<__nv_bfloat16, true>(smem, nullptr, nullptr, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV,
+	                                   scale, q, k, q_stride, k_stride, l2norm);
 }
 
 }  // namespace outmma

@@ -187,6 +187,32 @@ __device__ __forceinline__ void prep_copy_k(const PrepSmem& S, const float* kn, 
 	}
 }
 
+// P0 of gdn_prep_mma_gn, k: the chunk's rows normalised here from the bf16 k (row stride k_stride; QK
+// head qh at qh 128) into KF, fp32, the values gdn_l2norm_fwd writes to kn (fwd::l2norm_lane): warp w takes
+// rows w, w + 8, .., all eight rows' loads first; rows from n on are not written (as prep_copy_k). Stores
+// are plain shared stores: the caller's next __syncthreads publishes them.
+__device__ __forceinline__ void prep_norm_k(const PrepSmem& S, const bf16* k, int k_stride, int l2norm, int t0, int n,
+                                            int qh, int tid) {
+	const int lane = tid % 32, warp = tid / 32;
+	float x[8][4];
+#pragma unroll
+	for (int r = 0; r < 8; ++r) {
+		const int i = warp + 8 * r;
+		const bf16* src = k + (long long)(t0 + min(i, n - 1)) * k_stride + qh * kD + lane;
+#pragma unroll
+		for (int j = 0; j < 4; ++j) x[r][j] = fwd::ld_bf16(src + 32 * j);
+	}
+#pragma unroll
+	for (int r = 0; r < 8; ++r) {
+		const int i = warp + 8 * r;
+		fwd::l2norm_lane(x[r], l2norm);  // every lane of the warp: its shuffles
+		if (i < n) {
+#pragma unroll
+			for (int j = 0; j < 4; ++j) S.KF[i * kD + lane + 32 * j] = x[r][j];
+		}
+	}
+}
+
 // P0, value head h: its bf16 v rows into VS (one commit group), beta, and gamma (warp 0 loads the 64 g at
 // once, lane 0 sums them in token order: gdn_prep_fwd's bits).
 __device__ __forceinline__ void prep_stage_head(const PrepSmem& S, const bf16* v, int v_stride, const float* g,
@@ -521,15 +547,18 @@ static_assert(2 * (kPrepMMAGSmem + 1024) <= 233472, "two CTAs an SM");
 // calls it: it holds the barriers). first: the CTA's first head, which converts k (copied by the caller,
 // commit group 1) and computes the raw K K^T into RAW; later heads read RAW. Not inlined: inlined into the
 // head loop, ptxas (11.8) kept every phase's addresses live across it and spilled ~240 bytes.
+// kraw: gdn_prep_mma_gn's bf16 k (row stride k_stride, normalised with l2norm as prep_norm_k), whose first
+// head normalises the rows into KF under its v copy; null: gdn_prep_mma_g, whose caller copied kn into KF.
 __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf16* v, int v_stride, const float* g,
                                          const float* beta, float* gcum, float* w, float* u, float* kt,
                                          unsigned char* wpc, unsigned char* wkc, int t0, int n, int qh, int HQK, int h,
-                                         int HV, bool first) {
+                                         int HV, bool first, const bf16* kraw, int k_stride, int l2norm) {
 	const PrepSmem S = prep_smem(smem);
 	float* RAW = S.coef + kC;  // [10 blocks][8 values][32 lanes]
 	const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, gq = lane / 4, tq = lane % 4;
 	prep_stage_head(S, v, v_stride, g, beta, t0, n, h, HV, tid);  // v: a commit group of its own
-	__syncthreads();  // barrier 1: gam, bet
+	if (first && kraw != nullptr) prep_norm_k(S, kraw, k_stride, l2norm, t0, n, qh, tid);
+	__syncthreads();  // barrier 1: gam, bet (and gdn_prep_mma_gn's KF)
 	if (first) {
 		tc::cp_async_wait<1>();  // this thread's k units have landed
 		prep_convert_k(S, kt, t0, n, h, HV, tid);
@@ -602,7 +631,38 @@ gdn_prep_mma_g(const float* __restrict__ kn, const bf16* __restrict__ v, int v_s
 		    wp != nullptr ? reinterpret_cast<unsigned char*>(wp) + ((long long)c * HV + h) * walkplanes::kWBytes : nullptr;
 		unsigned char* wkc =
 		    wk != nullptr ? reinterpret_cast<unsigned char*>(wk) + ((long long)c * HQK + qh) * walkplanes::kKBytes : nullptr;
-		prep_head_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, wpc, wkc, t0, n, qh, HQK, h, HV, h == h0);
+		prep_head_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, wpc, wkc, t0, n, qh, HQK, h, HV, h == h0, nullptr, 0,
+		            0);
+	}
+}
+
+// ==== gdn_prep_mma_gn: gdn_prep_mma_g on the raw bf16 k, normalised in the kernel ========================
+//   gdn_prep_mma_gn   grid (NC, HQK)   kPrepMMAGSmem (two CTAs an SM)
+// gdn_prep_mma_g with kt null (the forward alone: no backward reads Kt) whose first head normalises the
+// chunk's k rows itself (prep_norm_k: fwd::l2norm_lane, gdn_l2norm_fwd's arithmetic) from the bf16 k
+// (k_stride elements a token; l2norm 0: the rows as they are), instead of copying the fp32 kn that
+// gdn_l2norm_fwd wrote: the same KF values, so gcum, w, u and the walk planes are gdn_prep_mma_g's bits.
+// With gdn_output_mma16gn it lets the forward alone skip gdn_l2norm_fwd (its 0.8 GB of reads and fp32
+// writes at 32K tokens) and read half the bytes of k here.
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_prep_mma_gn(const bf16* __restrict__ k, int k_stride, int l2norm, const bf16* __restrict__ v, int v_stride,
+                const float* __restrict__ g, const float* __restrict__ beta, const int* __restrict__ chunk_tok0,
+                const int* __restrict__ chunk_len, float* __restrict__ gcum, float* __restrict__ w,
+                float* __restrict__ u, bf16* __restrict__ wp, bf16* __restrict__ wk, int HQK, int HV) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+	const int c = lin / HQK, qh = lin % HQK;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int G = HV / HQK, h0 = qh * G;
+#pragma unroll 1
+	for (int h = h0; h < h0 + G; ++h) {
+		if (h > h0) __syncthreads();  // every warp done with the previous head's LS, AI, VS, gamma, beta, coef
+		unsigned char* wpc =
+		    wp != nullptr ? reinterpret_cast<unsigned char*>(wp) + ((long long)c * HV + h) * walkplanes::kWBytes : nullptr;
+		unsigned char* wkc =
+		    wk != nullptr ? reinterpret_cast<unsigned char*>(wk) + ((long long)c * HQK + qh) * walkplanes::kKBytes : nullptr;
+		prep_head_g(smem, nullptr, v, v_stride, g, beta, gcum, w, u, nullptr, wpc, wkc, t0, n, qh, HQK, h, HV, h == h0,
+		            k, k_stride, l2norm);
 	}
 }
 
