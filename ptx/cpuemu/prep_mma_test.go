@@ -295,19 +295,22 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 
 // prepNormCases: gdn_prep_mma_gn against gdn_l2norm_fwd + gdn_prep_mma_g.
 // Chunks of 1, 63, 64 and 1..64 rows, grouped heads, l2norm on and off, a
-// padded k row stride, cp.async at issue and deferred.
+// padded k row stride, cp.async at issue and deferred, and k rows that are
+// not 8-byte aligned (both kernels' 2-byte load path).
 var prepNormCases = []struct {
 	name     string
 	lens     []int
 	hqk, hv  int
 	l2norm   bool
 	kPad     int // k row stride = HQK*128 + kPad elements
+	kOff     int // k starts kOff elements into its buffer (odd: rows not 8-byte aligned, 2-byte loads)
 	deferred bool
 	seed     uint64
 }{
 	{name: "hv1_l2norm", lens: []int{1, 63, 130}, hqk: 1, hv: 1, l2norm: true, kPad: 0, seed: 31},
 	{name: "hv4_deferred", lens: []int{65, 3}, hqk: 2, hv: 4, l2norm: true, kPad: 8, deferred: true, seed: 32},
 	{name: "hv2_no_l2norm", lens: []int{40}, hqk: 1, hv: 2, l2norm: false, kPad: 16, seed: 33},
+	{name: "k_unaligned", lens: []int{64, 9}, hqk: 1, hv: 3, l2norm: true, kPad: 1, kOff: 1, seed: 34},
 }
 
 // TestMMAPrepNormOnCPU: gdn_prep_mma_gn, which normalises the chunk's k rows
@@ -324,13 +327,13 @@ func TestMMAPrepNormOnCPU(t *testing.T) {
 			tok0, clen, T, owned := prepChunks(c.lens)
 			HQK, HV := c.hqk, c.hv
 			ks := HQK*dHead + c.kPad
-			k := make([]bf16.BF16, T*ks)
+			k := make([]bf16.BF16, c.kOff+T*ks)
+			for x := range k {
+				k[x] = bf16.BF16(poisonBF16) // NaN: gap rows, padding, the offset
+			}
 			for tk := 0; tk < T; tk++ {
-				for x := 0; x < ks; x++ {
-					k[tk*ks+x] = bf16.BF16(poisonBF16) // NaN: gap rows and padding
-					if owned[tk] && x < HQK*dHead {
-						k[tk*ks+x] = bf16.Float32ToBF16(float32(0.7 * rng.NormFloat64()))
-					}
+				for x := 0; owned[tk] && x < HQK*dHead; x++ {
+					k[c.kOff+tk*ks+x] = bf16.Float32ToBF16(float32(0.7 * rng.NormFloat64()))
 				}
 			}
 			vs := HV * dHead
@@ -374,7 +377,8 @@ func TestMMAPrepNormOnCPU(t *testing.T) {
 			j.out("q_rstd", 4*T*HQK)
 			j.out("k_rstd", 4*T*HQK)
 			// gdn_l2norm_fwd's kn (k given as q too: qn is not used).
-			j.launch("l2norm", "gdn_l2norm_fwd", grid1(ceilDiv(T*HQK*2, 8)), 256, "0", buf("k"), buf("k"), i32a(ks),
+			kb := bufAt("k", 2*c.kOff)
+			j.launch("l2norm", "gdn_l2norm_fwd", grid1(ceilDiv(T*HQK*2, 8)), 256, "0", kb, kb, i32a(ks),
 				i32a(ks), buf("qn"), buf("kn"), buf("q_rstd"), buf("k_rstd"), i32a(T), i32a(HQK), i32a(l2))
 			for _, sfx := range []string{"_g", "_gn", "_gw", "_gnw"} {
 				for _, o := range []bufSpec{{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}} {
@@ -401,7 +405,7 @@ func TestMMAPrepNormOnCPU(t *testing.T) {
 				a := append(append([]string{buf("kn"), buf("v"), i32a(vs)}, tail("_g"+r.sfx, r.w)...), nullBuf(),
 					buf("wp_g"+r.sfx), buf("wk_g"+r.sfx), i32a(HQK), i32a(HV))
 				j.launch("prep_mma_g"+r.sfx, "gdn_prep_mma_g", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", a...)
-				b := append(append([]string{buf("k"), i32a(ks), i32a(l2), buf("v"), i32a(vs)}, tail("_gn"+r.sfx, r.w)...),
+				b := append(append([]string{kb, i32a(ks), i32a(l2), buf("v"), i32a(vs)}, tail("_gn"+r.sfx, r.w)...),
 					buf("wp_gn"+r.sfx), buf("wk_gn"+r.sfx), i32a(HQK), i32a(HV))
 				j.launch("prep_mma_gn"+r.sfx, "gdn_prep_mma_gn", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", b...)
 			}

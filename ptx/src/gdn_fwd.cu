@@ -41,11 +41,31 @@ constexpr float kL2Eps = 1e-6f;
 __device__ __forceinline__ float ld_bf16(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 
 // ---- l2norm of q and k ------------------------------------------------------------------------
-// l2norm_lane: lane's part of one warp's 128-wide row, x[i] = the row's element lane + 32 i as loaded
-// (bf16 to fp32), times the row's rstd = 1 / sqrt(sum x^2 + 1e-6) (each lane's four squares by fmaf in i
-// order, then the xor butterfly 16, 8, 4, 2, 1; 1 with l2norm = 0), which it returns. Every lane of the warp
-// calls it. gdn_l2norm_fwd and the kernels that normalise their own q / k rows (gdn_prep_mma_gn,
+// l2norm_lane: lane's part of one warp's 128-wide row, x[i] = the row's element 4 lane + i as loaded
+// (load_row4: bf16 to fp32), times the row's rstd = 1 / sqrt(sum x^2 + 1e-6) (each lane's four squares by
+// fmaf in i order, then the xor butterfly 16, 8, 4, 2, 1; 1 with l2norm = 0), which it returns. Every lane
+// of the warp calls it. gdn_l2norm_fwd and the kernels that normalise their own q / k rows (gdn_prep_mma_gn,
 // gdn_output_mma16gn) share it, so their normalised rows are the same bits.
+// load_row4: x[i] = row[4 lane + i] (bf16 to fp32, exact), one 8-byte load where vec (the row 8-byte
+// aligned), else four 2-byte loads: the same values.
+__device__ __forceinline__ void load_row4(const __nv_bfloat16* row, int lane, bool vec, float x[4]) {
+	if (vec) {
+		const uint2 u = *reinterpret_cast<const uint2*>(row + 4 * lane);
+		x[0] = __uint_as_float(u.x << 16);
+		x[1] = __uint_as_float(u.x & 0xffff0000u);
+		x[2] = __uint_as_float(u.y << 16);
+		x[3] = __uint_as_float(u.y & 0xffff0000u);
+	} else {
+#pragma unroll
+		for (int i = 0; i < 4; ++i) x[i] = __bfloat162float(row[4 * lane + i]);
+	}
+}
+
+// rows_vec8: whether every row at base + r stride (elements) is 8-byte aligned (load_row4's vector path).
+__device__ __forceinline__ bool rows_vec8(const __nv_bfloat16* base, long long stride) {
+	return ((reinterpret_cast<unsigned long long>(base) | (unsigned long long)(2 * stride)) & 7) == 0;
+}
+
 __device__ __forceinline__ float l2norm_lane(float x[4], int l2norm) {
 	float ss = 0.f;
 #pragma unroll
@@ -73,12 +93,10 @@ gdn_l2norm_fwd(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restr
 	const int t = (int)(r / HQK), hh = (int)(r % HQK);
 	const __nv_bfloat16* src = (isk ? k + (long long)t * k_stride : q + (long long)t * q_stride) + hh * kD;
 	float x[4];
-#pragma unroll
-	for (int i = 0; i < 4; ++i) x[i] = ld_bf16(src + lane + 32 * i);
+	load_row4(src, lane, rows_vec8(isk ? k : q, isk ? k_stride : q_stride), x);
 	const float rstd = l2norm_lane(x, l2norm);
 	float* dst = (isk ? kn : qn) + r * kD;
-#pragma unroll
-	for (int i = 0; i < 4; ++i) dst[lane + 32 * i] = x[i];
+	*reinterpret_cast<float4*>(dst + 4 * lane) = make_float4(x[0], x[1], x[2], x[3]);
 	if (lane == 0) (isk ? k_rstd : q_rstd)[r] = rstd;
 }
 

@@ -636,11 +636,11 @@ gdn_output_mma16(const float* __restrict__ qn, const float* __restrict__ kn, con
 // second CTA of the SM as in gdn_output_mma16. 1.12 ms at 32K -> ~0.8-0.9 ms if the kernel stays bound by
 // issue and shared memory.
 // out16_norm_tile: gdn_output_mma16gn's Q or K rows, normalised here from the bf16 x (the chunk's first row,
-// row stride xs elements; fwd::l2norm_lane, gdn_l2norm_fwd's arithmetic) into the staged fp32 tile where
-// copy_tile would have put the fp32 rows gdn_l2norm_fwd writes (element (r, d) at hslot(r, d / 8, d / 4 % 2)
-// + d % 4), rows from n on zero: the same tile, so convert_tile and everything after it are the bits of
-// gdn_output_mma16g. Warp w takes rows w, w + 8, .., all eight rows' loads first. Plain shared stores: a
-// __syncthreads publishes them.
+// row stride xs elements; fwd::load_row4 and l2norm_lane, gdn_l2norm_fwd's arithmetic) into the staged fp32
+// tile where copy_tile would have put the fp32 rows gdn_l2norm_fwd writes (element (r, d) at hslot(r, d / 8,
+// d / 4 % 2) + d % 4: lane l's four columns 4 l .. are one 16-byte store), rows from n on zero: the same tile,
+// so convert_tile and everything after it are the bits of gdn_output_mma16g. Warp w takes rows w, w + 8, ..,
+// kNormRows rows' loads at a time. Plain shared stores: a __syncthreads publishes them.
 #ifndef GDNKCP_OUT_NORM_ROWS
 #define GDNKCP_OUT_NORM_ROWS 8
 #endif
@@ -648,24 +648,19 @@ constexpr int kNormRows = GDNKCP_OUT_NORM_ROWS;  // rows a warp loads at once (8
 static_assert(8 % kNormRows == 0, "kNormRows divides a warp's 8 rows");
 __device__ __forceinline__ void out16_norm_tile(float* tile, const bf16* x, long long xs, int l2norm, int n) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const bool vec = fwd::rows_vec8(x, xs);
 #pragma unroll 1
 	for (int r0 = 0; r0 < 8; r0 += kNormRows) {
 		float v[kNormRows][4];
 #pragma unroll
-		for (int r = 0; r < kNormRows; ++r) {
-			const bf16* src = x + (long long)min(warp + 8 * (r0 + r), n - 1) * xs + lane;
-#pragma unroll
-			for (int j = 0; j < 4; ++j) v[r][j] = fwd::ld_bf16(src + 32 * j);
-		}
+		for (int r = 0; r < kNormRows; ++r) fwd::load_row4(x + (long long)min(warp + 8 * (r0 + r), n - 1) * xs, lane, vec, v[r]);
 #pragma unroll
 		for (int r = 0; r < kNormRows; ++r) {
 			const int i = warp + 8 * (r0 + r);
 			fwd::l2norm_lane(v[r], l2norm);  // every lane of the warp: its shuffles
-#pragma unroll
-			for (int j = 0; j < 4; ++j) {
-				const int d = lane + 32 * j;
-				tile[hslot(i, d >> 3, (d >> 2) & 1) + (d & 3)] = i < n ? v[r][j] : 0.f;
-			}
+			// columns 4 lane .. 4 lane + 3: one 16-byte half of slot (i, lane / 2)
+			*reinterpret_cast<float4*>(tile + hslot(i, lane >> 1, lane & 1)) =
+			    i < n ? make_float4(v[r][0], v[r][1], v[r][2], v[r][3]) : make_float4(0.f, 0.f, 0.f, 0.f);
 		}
 	}
 }

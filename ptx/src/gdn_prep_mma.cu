@@ -194,22 +194,16 @@ __device__ __forceinline__ void prep_copy_k(const PrepSmem& S, const float* kn, 
 __device__ __forceinline__ void prep_norm_k(const PrepSmem& S, const bf16* k, int k_stride, int l2norm, int t0, int n,
                                             int qh, int tid) {
 	const int lane = tid % 32, warp = tid / 32;
+	const bool vec = fwd::rows_vec8(k, k_stride);
 	float x[8][4];
 #pragma unroll
-	for (int r = 0; r < 8; ++r) {
-		const int i = warp + 8 * r;
-		const bf16* src = k + (long long)(t0 + min(i, n - 1)) * k_stride + qh * kD + lane;
-#pragma unroll
-		for (int j = 0; j < 4; ++j) x[r][j] = fwd::ld_bf16(src + 32 * j);
-	}
+	for (int r = 0; r < 8; ++r)
+		fwd::load_row4(k + (long long)(t0 + min(warp + 8 * r, n - 1)) * k_stride + qh * kD, lane, vec, x[r]);
 #pragma unroll
 	for (int r = 0; r < 8; ++r) {
 		const int i = warp + 8 * r;
 		fwd::l2norm_lane(x[r], l2norm);  // every lane of the warp: its shuffles
-		if (i < n) {
-#pragma unroll
-			for (int j = 0; j < 4; ++j) S.KF[i * kD + lane + 32 * j] = x[r][j];
-		}
+		if (i < n) *reinterpret_cast<float4*>(S.KF + i * kD + 4 * lane) = make_float4(x[r][0], x[r][1], x[r][2], x[r][3]);
 	}
 }
 
@@ -611,6 +605,25 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 	}
 }
 
+// prep_heads_g: the G = HV / HQK value heads of QK head qh in chunk c, in ascending order (prep_head_g's
+// arguments; wp, wk the whole planes or null).
+__device__ __forceinline__ void prep_heads_g(float* smem, const float* kn, const bf16* v, int v_stride, const float* g,
+                                             const float* beta, float* gcum, float* w, float* u, float* kt, bf16* wp,
+                                             bf16* wk, int c, int t0, int n, int qh, int HQK, int HV, const bf16* kraw,
+                                             int k_stride, int l2norm) {
+	const int G = HV / HQK, h0 = qh * G;
+#pragma unroll 1
+	for (int h = h0; h < h0 + G; ++h) {
+		if (h > h0) __syncthreads();  // every warp done with the previous head's LS, AI, VS, gamma, beta, coef
+		unsigned char* wpc =
+		    wp != nullptr ? reinterpret_cast<unsigned char*>(wp) + ((long long)c * HV + h) * walkplanes::kWBytes : nullptr;
+		unsigned char* wkc =
+		    wk != nullptr ? reinterpret_cast<unsigned char*>(wk) + ((long long)c * HQK + qh) * walkplanes::kKBytes : nullptr;
+		prep_head_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, wpc, wkc, t0, n, qh, HQK, h, HV, h == h0, kraw,
+		            k_stride, l2norm);
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 gdn_prep_mma_g(const float* __restrict__ kn, const bf16* __restrict__ v, int v_stride,
                const float* __restrict__ g, const float* __restrict__ beta,
@@ -621,19 +634,9 @@ gdn_prep_mma_g(const float* __restrict__ kn, const bf16* __restrict__ v, int v_s
 	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
 	const int c = lin / HQK, qh = lin % HQK;
 	const int t0 = chunk_tok0[c], n = chunk_len[c];
-	const int G = HV / HQK, h0 = qh * G;
 	prep_copy_k(prep_smem(smem), kn, t0, n, qh, HQK, threadIdx.x);
 	tc::cp_async_commit();  // group 1: k
-#pragma unroll 1
-	for (int h = h0; h < h0 + G; ++h) {
-		if (h > h0) __syncthreads();  // every warp done with the previous head's LS, AI, VS, gamma, beta, coef
-		unsigned char* wpc =
-		    wp != nullptr ? reinterpret_cast<unsigned char*>(wp) + ((long long)c * HV + h) * walkplanes::kWBytes : nullptr;
-		unsigned char* wkc =
-		    wk != nullptr ? reinterpret_cast<unsigned char*>(wk) + ((long long)c * HQK + qh) * walkplanes::kKBytes : nullptr;
-		prep_head_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, wpc, wkc, t0, n, qh, HQK, h, HV, h == h0, nullptr, 0,
-		            0);
-	}
+	prep_heads_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, wp, wk, c, t0, n, qh, HQK, HV, nullptr, 0, 0);
 }
 
 // ==== gdn_prep_mma_gn: gdn_prep_mma_g on the raw bf16 k, normalised in the kernel ========================
@@ -653,17 +656,8 @@ gdn_prep_mma_gn(const bf16* __restrict__ k, int k_stride, int l2norm, const bf16
 	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
 	const int c = lin / HQK, qh = lin % HQK;
 	const int t0 = chunk_tok0[c], n = chunk_len[c];
-	const int G = HV / HQK, h0 = qh * G;
-#pragma unroll 1
-	for (int h = h0; h < h0 + G; ++h) {
-		if (h > h0) __syncthreads();  // every warp done with the previous head's LS, AI, VS, gamma, beta, coef
-		unsigned char* wpc =
-		    wp != nullptr ? reinterpret_cast<unsigned char*>(wp) + ((long long)c * HV + h) * walkplanes::kWBytes : nullptr;
-		unsigned char* wkc =
-		    wk != nullptr ? reinterpret_cast<unsigned char*>(wk) + ((long long)c * HQK + qh) * walkplanes::kKBytes : nullptr;
-		prep_head_g(smem, nullptr, v, v_stride, g, beta, gcum, w, u, nullptr, wpc, wkc, t0, n, qh, HQK, h, HV, h == h0,
-		            k, k_stride, l2norm);
-	}
+	prep_heads_g(smem, nullptr, v, v_stride, g, beta, gcum, w, u, nullptr, wp, wk, c, t0, n, qh, HQK, HV, k, k_stride,
+	             l2norm);
 }
 
 }  // namespace prepmma

@@ -39,6 +39,9 @@
 #define __shared__ thread_local
 #define __align__(n) __attribute__((aligned(n)))
 
+struct uint2 {
+  unsigned x, y;
+};
 struct uint4 {
   unsigned x, y, z, w;
 };
