@@ -507,13 +507,7 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 	kopts := kcp.GPUOptions{Options: opts, Device: o.device, Blob: o.blob, KeepDevice: true}
 	kernels, kernelsWhy := o.kernels, ""
 	if kernels == kcp.KernelsAuto {
-		dev := o.device
-		if pl.env != nil {
-			dev = pl.env.LocalRank
-		} else if len(pl.devices) > 0 {
-			dev = pl.devices[0]
-		}
-		if kernels, kernelsWhy, err = kcp.ChooseKernels(dev, o.blob); err != nil {
+		if kernels, kernelsWhy, err = kcp.ChooseKernels(pl.firstDevice(o.device), o.blob); err != nil {
 			return nil, gpuOpenError(err)
 		}
 	}

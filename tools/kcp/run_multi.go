@@ -63,6 +63,19 @@ type gpuPlacement struct {
 	env     *comm.Env // set under a launcher: this process runs rank env.Rank on env.LocalRank
 }
 
+// firstDevice is the device of this process's first rank: LOCAL_RANK under a
+// launcher, else the first of devices, else fallback (--device). Kernel
+// choice (--kernels auto) asks it.
+func (pl gpuPlacement) firstDevice(fallback int) int {
+	switch {
+	case pl.env != nil:
+		return pl.env.LocalRank
+	case len(pl.devices) > 0:
+		return pl.devices[0]
+	}
+	return fallback
+}
+
 // placeGPU decides the devices (--devices, else every visible GPU, else
 // --device) and, without --cp, the rank count: WORLD_SIZE under a launcher,
 // else --ranks-per-gpu times the devices. Outside a launcher it returns cp

@@ -125,3 +125,21 @@ func TestRunMaskRanks(t *testing.T) {
 	require.Same(t, out, same)
 	require.Same(t, g, sameG)
 }
+
+// The first rank's device, which --kernels auto is chosen for: LOCAL_RANK
+// under a launcher, else the first listed device, else --device.
+func TestPlacementFirstDevice(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pl   gpuPlacement
+		want int
+	}{
+		{"launcher", gpuPlacement{devices: []int{0}, env: &comm.Env{Rank: 3, WorldSize: 4, LocalRank: 2}}, 2},
+		{"devices", gpuPlacement{devices: []int{5, 6}}, 5},
+		{"none", gpuPlacement{}, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, tc.pl.firstDevice(7))
+		})
+	}
+}

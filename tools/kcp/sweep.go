@@ -1095,13 +1095,7 @@ func (o *sweepOptions) run(cmd *cobra.Command) (err error) {
 	}
 	spec.cp = cp
 	if spec.kernels == kcp.KernelsAuto {
-		dev := 0
-		if pl.env != nil {
-			dev = pl.env.LocalRank
-		} else if len(pl.devices) > 0 {
-			dev = pl.devices[0]
-		}
-		set, why, err := kcp.ChooseKernels(dev, o.gpu.blob)
+		set, why, err := kcp.ChooseKernels(pl.firstDevice(o.gpu.device), o.gpu.blob)
 		if err != nil {
 			return gpuOpenError(err)
 		}
