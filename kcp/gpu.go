@@ -123,6 +123,11 @@ const (
 	// (kernelSet.tokenSlots): the same arguments, grid, shared memory and
 	// bits.
 	entryGradsMMA6 = "gdn_chunk_grads_mma6"
+	// entryGradsMMA7 is gdn_chunk_grads_mma6 with every product on the
+	// bf16 hi halves of its operands alone (one mma.sync where mma6 runs two
+	// or three): the same arguments, grid and shared memory, gradients good
+	// to ~3e-3 of float64 instead of ~5e-6 (GPUOptions.SplitGrads).
+	entryGradsMMA7 = "gdn_chunk_grads_mma7"
 
 	// prepMMASmem is kPrepMMASmem (gdn_prep_mma.cu): k fp32, L / the
 	// inverse fp32 [64][68], three bf16 hi/lo stages and the per-row
@@ -219,9 +224,9 @@ func (o *GPUOptions) SetKernels(name string) error {
 }
 
 // kernelFlags are the kernel switches of o, for comparing choices.
-func (o GPUOptions) kernelFlags() [8]bool {
-	return [8]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
-		o.MMAForward5, o.MMAGroupedGrads}
+func (o GPUOptions) kernelFlags() [9]bool {
+	return [9]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
+		o.MMAForward5, o.MMAGroupedGrads, o.SplitGrads}
 }
 
 // gpuEntry is a kernel the backend resolves and the most dynamic shared
@@ -240,7 +245,10 @@ type kernelSet struct {
 	offset, tape                 string           // the backward walks
 	bwdWalkSmem                  func(vh int) int // theirs
 	dvlocal, grads               string           // the backward's chunk-parallel kernels
-	dvlocalSmem, gradsSmem       int              // theirs
+	// gradsModule: the module stage's chunk gradients where they are not
+	// grads (gradsFor), with grads' shared memory and arguments.
+	gradsModule            string
+	dvlocalSmem, gradsSmem int // theirs
 	// out16: summary and state are the v5 walks (kn and HQK in place of
 	// kt; the state walk also takes bf16 H^T and V'^T) and output
 	// gdn_output_mma16 (or its grouped form), which reads those.
@@ -320,7 +328,12 @@ func (o GPUOptions) kernelSet() kernelSet {
 		ks.grads, ks.gradsSmem, ks.grads5 = entryGradsMMA5, chunkGradMMA5Smem, true
 		ks.dvlocal, ks.dvlocalSmem, ks.dvlocalQK = entryDVLocalMMAG, dvlocalMMAGSmem, true
 		if ks.planes && ks.tape == entryTapeMMA {
-			ks.grads, ks.tokenSlots = entryGradsMMA6, true
+			// The core stage's chunk gradients on bf16 products; the module
+			// stage's keep hi / lo ones (GPUOptions.SplitGrads says why).
+			ks.grads, ks.gradsModule, ks.tokenSlots = entryGradsMMA7, entryGradsMMA6, true
+			if o.SplitGrads {
+				ks.grads, ks.gradsModule = entryGradsMMA6, ""
+			}
 		}
 	}
 	return ks
@@ -469,6 +482,18 @@ type GPUOptions struct {
 	// dq / dk buffers and the l2norm backward kernel (stage "qk backward",
 	// then empty) go away.
 	MMAGroupedGrads bool
+	// SplitGrads keeps the v5 core stage's chunk gradients on hi / lo
+	// products (gdn_chunk_grads_mma6: each fp32 operand split into two bf16
+	// halves, three mma.sync a product; the kernel's own error ~5e-6 of
+	// float64). Unset, the v5 core stage runs gdn_chunk_grads_mma7, whose
+	// products take the bf16 hi halves alone: ~3e-3 of float64 (core
+	// gradients end to end on the H200: dq, dk ~3.4e-3, dg ~2.6e-3, inside
+	// the 1e-2 and 5e-3 they are held to) and 1.55 ms faster at 32,768
+	// tokens. The module stage runs mma6 either way: its bf16 conv output
+	// already costs dg and dbeta ~2.3e-3 of their 5e-3, and mma7 on top
+	// measured up to 4.0e-3. Other kernel sets ignore it. Both kernels are
+	// deterministic; they give different bits.
+	SplitGrads bool
 
 	// Devices are the CUDA devices the ranks run on: rank r of an R-rank
 	// plan runs on Devices[r*len(Devices)/R], in contiguous blocks (R = 4 on
@@ -731,7 +756,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	if (opts.Device != 0 && opts.Device != g.gopts.Device) || (opts.Blob != "" && opts.Blob != g.gopts.Blob) ||
 		(len(opts.Devices) > 0 && !slices.Equal(opts.Devices, g.fleet.order)) ||
-		(opts.kernelFlags() != [8]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) {
+		(opts.kernelFlags() != [9]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) {
 		return nil, errors.New("kcp: gpu: ForPlan keeps the devices, blob and kernels; make a new backend with NewGPU to change them")
 	}
 	if _, err := opts.Options.normalize(); err != nil {

@@ -39,17 +39,31 @@ const PoisonF32 = 0x7fc0dead
 // forward's set.
 func (ks kernelSet) backwardEntries() []gpuEntry {
 	walk := max(ks.bwdWalkSmem(64), ks.bwdWalkSmem(128))
-	return []gpuEntry{
+	es := []gpuEntry{
 		{ks.dvlocal, ks.dvlocalSmem},
 		{ks.offset, walk},
 		{ks.tape, walk},
 		{ks.grads, ks.gradsSmem},
+	}
+	if m := ks.gradsFor(true); m != ks.grads {
+		es = append(es, gpuEntry{m, ks.gradsSmem})
+	}
+	return append(es, []gpuEntry{
 		{entryQKBwd, 0},
 		{entryConvBwd, 0},
 		{entryDWReduce, 0},
 		{entryAddRows, 0},
 		{entryF32ToBF16, 0},
+	}...)
+}
+
+// gradsFor returns the chunk gradients' entry for the module stage
+// (module) or the core stage.
+func (ks kernelSet) gradsFor(module bool) string {
+	if module && ks.gradsModule != "" {
+		return ks.gradsModule
 	}
+	return ks.grads
 }
 
 // allEntries lists every kernel the backend resolves when it loads: the
@@ -565,7 +579,7 @@ func (b *bwdRun) tapeAndGrads() error {
 		if direct { // the bf16 outputs, rounded as gdn_f32_to_bf16 would (toBF16 then has nothing to do)
 			a5.dq16, a5.dk16, a5.dv16 = b.dq16.Ptr(), b.dk16.Ptr(), b.dv16.Ptr()
 		}
-		if err := b.launch(ks.grads, [3]uint32{uint32(NC), uint32(HQK), 1}, ks.gradsSmem, argsChunkGrads5(a5)); err != nil {
+		if err := b.launch(ks.gradsFor(module), [3]uint32{uint32(NC), uint32(HQK), 1}, ks.gradsSmem, argsChunkGrads5(a5)); err != nil {
 			return err
 		}
 		if err := b.mark(); err != nil { // chunk grads

@@ -391,8 +391,10 @@ func TestGPUCheckpointRecompute(t *testing.T) {
 
 // TestGPUTensorCoreBackward runs the backward with the tensor-core kernel
 // sets (default blob, every layout at R 4, core and module): "tc" (the v3
-// forward, fp32 backward) and "mma" (v4 forward and backward walks, skipped
-// while the blobs predate them): the backward's tolerances, both backward
+// forward, fp32 backward), "mma" (v4 forward and backward walks, skipped
+// while the blobs predate them), "v5" (its chunk gradients on bf16 products,
+// gdn_chunk_grads_mma7) and v5 with SplitGrads (gdn_chunk_grads_mma6, hi / lo
+// products): the backward's tolerances, both backward
 // walk widths bitwise identical, and B3 bitwise B1 with the same kernels in
 // the recompute.
 func TestGPUTensorCoreBackward(t *testing.T) {
@@ -403,10 +405,15 @@ func TestGPUTensorCoreBackward(t *testing.T) {
 		t.Skipf("needs libcuda.so.1 and a CUDA GPU: %v", err)
 	}
 	ctx := context.Background()
-	for _, set := range []string{"tc", "mma", "v5"} {
+	for _, kc := range []struct {
+		name, set string
+		split     bool
+	}{{"tc", "tc", false}, {"mma", "mma", false}, {"v5", "v5", false}, {"v5-split-grads", "v5", true}} {
+		set := kc.name
 		t.Run(set, func(t *testing.T) {
 			var kopts GPUOptions
-			require.NoError(t, kopts.SetKernels(set))
+			require.NoError(t, kopts.SetKernels(kc.set))
+			kopts.SplitGrads = kc.split
 			base, err := NewGPU(p0, kopts)
 			if errors.Is(err, ErrMissingKernels) || errors.Is(err, loader.ErrNoDriver) {
 				t.Skipf("needs blobs with the %s and backward kernels: %v", set, err)

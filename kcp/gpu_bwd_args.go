@@ -156,6 +156,7 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryGradsMMA:    argsChunkGrads(chunkGradArgs{}),
 		entryGradsMMA5:   argsChunkGrads5(chunkGrad5Args{}),
 		entryGradsMMA6:   argsChunkGrads5(chunkGrad5Args{}), // vnew, dvnew: token slots
+		entryGradsMMA7:   argsChunkGrads5(chunkGrad5Args{}), // mma6's arguments
 		entryQKBwd:       argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
 		entryConvBwd:     argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDWReduce:    argsDWReduce(0, 0, 0, 0),

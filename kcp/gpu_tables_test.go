@@ -534,7 +534,7 @@ func TestGPUEntries(t *testing.T) {
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
 		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryPlanes, entryCompose, entryStatePlanes, entryOutputMMA16G, entryPrepMMA,
 			entryPrepMMAGN, entryOutputMMA16GN},
-			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMAG, entryGradsMMA6}},
+			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMAG, entryGradsMMA7}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
 		require.NoError(t, o.SetKernels(c.name))
@@ -558,6 +558,30 @@ func TestGPUEntries(t *testing.T) {
 		} else {
 			require.Equal(t, []any{ks.prep, ks.prepSmem, ks.prepQK}, []any{e, smem, qk}, c.name)
 		}
+	}
+	// SplitGrads: v5's chunk gradients on hi / lo products (mma6), the rest
+	// of the set as it is; the other sets ignore it.
+	for _, name := range KernelSets {
+		var plain, split GPUOptions
+		require.NoError(t, plain.SetKernels(name))
+		split.SplitGrads = true
+		require.NoError(t, split.SetKernels(name))
+		require.True(t, split.SplitGrads, "SetKernels keeps SplitGrads")
+		pk, sk := plain.kernelSet(), split.kernelSet()
+		if name == "v5" {
+			// Core: mma7, or mma6 with SplitGrads; module: mma6 either way.
+			require.Equal(t, [4]string{entryGradsMMA7, entryGradsMMA6, entryGradsMMA6, entryGradsMMA6},
+				[4]string{pk.gradsFor(false), pk.gradsFor(true), sk.gradsFor(false), sk.gradsFor(true)})
+			// Both resolved where mma7 runs, each once.
+			require.Equal(t, []gpuEntry{{entryGradsMMA7, chunkGradMMA5Smem}, {entryGradsMMA6, chunkGradMMA5Smem}},
+				pk.backwardEntries()[3:5])
+			require.Equal(t, len(pk.allEntries())-1, len(sk.allEntries()))
+		} else {
+			require.Equal(t, pk.allEntries(), sk.allEntries(), name)
+			require.Equal(t, pk.grads, pk.gradsFor(true), name)
+			require.Equal(t, pk.grads, sk.gradsFor(false), name)
+		}
+		require.NotEqual(t, plain.kernelFlags(), split.kernelFlags(), name)
 	}
 	both := GPUOptions{TensorCoreWalks: true, TensorCoreChunk: true, MMAWalks: true, MMAChunk: true}.kernelSet()
 	require.Equal(t, [4]string{entryPrepMMA, entrySummaryMMA, entryStateMMA, entryOutputMMA}, [4]string{both.prep, both.summary, both.state, both.output})

@@ -24,6 +24,19 @@ import (
 // The bounds are gdn_chunk_grads_mma's (gradsMMATol, gradsMMAElemTol): the
 // kernel runs the same products; the sum over value heads and the l2norm
 // backward add fp32 roundings only.
+//
+// gdn_chunk_grads_mma7 (the same body with one bf16 product of the hi halves
+// where mma5 runs two or three) is held to gradsMMA7Tol and gradsMMA7ElemTol:
+// its operands lose their low 16 bits, so its errors are those of bf16 inputs
+// (~2^-9 an operand), against the end-to-end 1e-2 (dq, dk, dv) and
+// 5e-3 (dg, dbeta).
+const (
+	// gradsMMA7Tol bounds mma7's normwise relative error of every output
+	// (measured worst of the cases on 2026-12-02: see the kernel's header).
+	gradsMMA7Tol = 4e-3
+	// gradsMMA7ElemTol bounds its worst element over the rms.
+	gradsMMA7ElemTol = 0.1
+)
 
 type gradsMMA5Case struct {
 	name               string
@@ -184,6 +197,20 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		j.out(o.name+"_b6", 4*o.elems)
 		j.poison(o.name+"_b6", poisonF32)
 	}
+	// gdn_chunk_grads_mma7 (bf16 hi products) on the same token slots, both
+	// launches: suffixes _7 (fp32) and 16_7 / _b7 (bf16).
+	for _, o := range outs {
+		j.out(o.name+"_7", 4*o.elems)
+		j.poison(o.name+"_7", poisonF32)
+	}
+	for _, o := range outs[:3] {
+		j.out(o.name+"16_7", 2*o.elems+2*(o.elems%2))
+		j.poison(o.name+"16_7", poisonBF16x2)
+	}
+	for _, o := range outs[3:] {
+		j.out(o.name+"_b7", 4*o.elems)
+		j.poison(o.name+"_b7", poisonF32)
+	}
 	j.out("dqv", 4*T*HV*dHead)
 	j.out("dkv", 4*T*HV*dHead)
 	common := []string{buf("qn"), buf("kn"), buf("v"), i32a(vStride), buf("gcum"), buf("beta"), buf("h"), buf("vnew"),
@@ -206,6 +233,14 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		append(append([]string{}, common6...), buf("q_rstd"), buf("k_rstd"), nullBuf(), nullBuf(), i32a(dqStride),
 			nullBuf(), i32a(dvStride), buf("dg_b6"), buf("dbeta_b6"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
 			buf("dq16_6"), buf("dk16_6"), buf("dv16_6"))...)
+	j.launch("grads_mma7", "gdn_chunk_grads_mma7", grid3(NC, HQK, 1), 256, "kGradMMA5Smem",
+		append(append([]string{}, common6...), buf("q_rstd"), buf("k_rstd"), buf("dq_7"), buf("dk_7"), i32a(dqStride),
+			buf("dv_7"), i32a(dvStride), buf("dg_7"), buf("dbeta_7"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
+			nullBuf(), nullBuf(), nullBuf())...)
+	j.launch("grads_mma7_bf16", "gdn_chunk_grads_mma7", grid3(NC, HQK, 1), 256, "kGradMMA5Smem",
+		append(append([]string{}, common6...), buf("q_rstd"), buf("k_rstd"), nullBuf(), nullBuf(), i32a(dqStride),
+			nullBuf(), i32a(dvStride), buf("dg_b7"), buf("dbeta_b7"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
+			buf("dq16_7"), buf("dk16_7"), buf("dv16_7"))...)
 	j.launch("grads_fp32", "gdn_chunk_grads", grid3(NC, HV, 1), 256, "kGradSmem",
 		append(append([]string{}, common...), buf("dqv"), buf("dkv"), buf("dv_fp32"), i32a(dvStride), buf("dg_fp32"),
 			buf("dbeta_fp32"), i32a(HQK), i32a(HV), f32a(scale))...)
@@ -220,12 +255,12 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 	// row, column) order, the QK head for dq / dk and the value head for the
 	// rest (the fp32 pair's too; its gdn_qk_bwd also writes the gap rows).
 	got := map[string][]float64{}
-	for _, sfx := range []string{"", "_fp32"} {
+	for _, sfx := range []string{"", "_fp32", "_7"} {
 		for _, o := range outs {
 			b := r.raw[o.name+sfx]
 			require.Len(t, b, 4*o.elems)
 			per := o.elems / T
-			if sfx == "" {
+			if sfx != "_fp32" {
 				for tk := 0; tk < T; tk++ {
 					for e := 0; e < per; e++ {
 						u := binary.LittleEndian.Uint32(b[4*(tk*per+e):])
@@ -250,26 +285,17 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		}
 	}
 
-	// The bf16 launch: dq16, dk16, dv16 are the fp32 launch's values rounded
-	// to nearest even, bit for bit (what gdn_f32_to_bf16 makes of them), in
-	// the same places; everything else still poisoned; dg, dbeta bitwise the
-	// fp32 launch's.
-	for _, o := range outs[:3] {
-		b32, b16 := r.raw[o.name], r.raw[o.name+"16"]
-		for e := 0; e < o.elems; e++ {
-			u := binary.LittleEndian.Uint32(b32[4*e:])
-			h := binary.LittleEndian.Uint16(b16[2*e:])
-			if u == poisonF32 {
-				require.Equalf(t, poisonBF16, h, "%s16: element %d written where the fp32 launch wrote nothing", o.name, e)
-				continue
-			}
-			want := bf16.Float32ToBF16(math.Float32frombits(u))
-			require.Equalf(t, uint16(want), h, "%s16: element %d is %#04x, rn(%g) is %#04x", o.name, e, h,
-				math.Float32frombits(u), uint16(want))
+	// The bf16 launches (mma5's, and mma7's with suffix _7): dq16, dk16, dv16
+	// are the fp32 launch's values rounded to nearest even, bit for bit (what
+	// gdn_f32_to_bf16 makes of them), in the same places; everything else
+	// still poisoned; dg, dbeta bitwise the fp32 launch's.
+	for _, k := range []struct{ sfx, s16, sb, what string }{{"", "16", "_b", "mma5"}, {"_7", "16_7", "_b7", "mma7"}} {
+		for _, o := range outs[:3] {
+			requireBF16OfF32(t, o.name+k.s16+" ("+k.what+")", r.raw[o.name+k.sfx], r.raw[o.name+k.s16], o.elems)
 		}
-	}
-	for _, o := range outs[3:] {
-		require.Equal(t, r.raw[o.name], r.raw[o.name+"_b"], "%s: the bf16 launch's differs from the fp32 launch's", o.name)
+		for _, o := range outs[3:] {
+			require.Equal(t, r.raw[o.name+k.sfx], r.raw[o.name+k.sb], "%s (%s): the bf16 launch's differs from the fp32 launch's", o.name, k.what)
+		}
 	}
 	// gdn_chunk_grads_mma6 on token slots: mma5's bits, every output of both
 	// launches (poison included: it writes exactly where mma5 writes).
@@ -354,6 +380,27 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		et.note("grads_mma5 "+o.name+" max/rms", worst)
 		require.Lessf(t, worst, gradsMMAElemTol, "%s: an element is %.3g of the rms off", o.name, worst)
 		et.note("fp32 pair "+o.name, relErr(got[o.name+"_fp32"], want[o.name]))
+		requireRel(t, et, "grads_mma7 "+o.name, got[o.name+"_7"], want[o.name], gradsMMA7Tol)
+		worst7 := maxOverRMS(got[o.name+"_7"], want[o.name])
+		et.note("grads_mma7 "+o.name+" max/rms", worst7)
+		require.Lessf(t, worst7, gradsMMA7ElemTol, "%s (mma7): an element is %.3g of the rms off", o.name, worst7)
 	}
 	et.log(t)
+}
+
+// requireBF16OfF32 requires the first elems bf16 values of b16 to be rn() of
+// the fp32 values of b32, bit for bit, and poisonBF16 wherever b32 holds
+// poisonF32 (nothing written there).
+func requireBF16OfF32(t *testing.T, name string, b32, b16 []byte, elems int) {
+	t.Helper()
+	for e := 0; e < elems; e++ {
+		u := binary.LittleEndian.Uint32(b32[4*e:])
+		h := binary.LittleEndian.Uint16(b16[2*e:])
+		if u == poisonF32 {
+			require.Equalf(t, poisonBF16, h, "%s: element %d written where the fp32 launch wrote nothing", name, e)
+			continue
+		}
+		want := bf16.Float32ToBF16(math.Float32frombits(u))
+		require.Equalf(t, uint16(want), h, "%s: element %d is %#04x, rn(%g) is %#04x", name, e, h, math.Float32frombits(u), uint16(want))
+	}
 }

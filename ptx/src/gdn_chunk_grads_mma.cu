@@ -211,8 +211,9 @@ __device__ __forceinline__ void mma_t(float acc[4], const unsigned ah[4], const 
 
 // gemm: acc[NT] += A B over the k steps k0 .. k1 - 1 (16 each), both fp32 rowo tiles and split: A (m, k)
 // at a[rowo<AP>(m) + k] (AT: a[rowo<AP>(k) + m]; a at the warp's first row / column), B (k, n) at
-// b[rowo<BP>(n) + k] (BT: b[rowo<BP>(k) + n]; b at its first column / row).
-template <int NT, int AP, bool AT, int BP, bool BT>
+// b[rowo<BP>(n) + k] (BT: b[rowo<BP>(k) + n]; b at its first column / row). LO false: one product of the
+// hi halves only (the lo halves are never formed: dead code).
+template <int NT, int AP, bool AT, int BP, bool BT, bool LO = true>
 __device__ __forceinline__ void gemm(float (*acc)[4], const float* a, const float* b, int k0, int k1, int g, int t) {
 	for (int kk = k0; kk < k1; ++kk) {
 		unsigned ah[4], al[4];
@@ -221,7 +222,7 @@ __device__ __forceinline__ void gemm(float (*acc)[4], const float* a, const floa
 		for (int nt = 0; nt < NT; ++nt) {
 			unsigned bh[2], bl[2];
 			frag_b<BP, BT>(b + (BT ? 16 * kk * BP + 8 * nt : 16 * kk + 8 * nt * BP), g, t, bh, bl);
-			mma_t<true, true>(acc[nt], ah, al, bh, bl);
+			mma_t<LO, LO>(acc[nt], ah, al, bh, bl);
 		}
 	}
 }
