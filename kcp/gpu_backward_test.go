@@ -454,7 +454,8 @@ func TestGPUTensorCoreBackward(t *testing.T) {
 	}
 }
 
-// TestGPUTensorCorePortable runs the mma and v5 kernel sets, module stage,
+// TestGPUTensorCorePortable runs the mma and v5 kernel sets, module stage
+// (and v5 in the core stage, whose chunk gradients differ: "v5-core"),
 // on every blob the device loads: the sm_90a cubin and the forced compute_80
 // PTX (the portable path, which TestGPUTensorCoreForward / Backward do not
 // take). Per blob: the output and gradients within the tolerances of the
@@ -503,24 +504,55 @@ func TestGPUTensorCorePortable(t *testing.T) {
 					requireSameBits(t, fmt.Sprintf("%s: forward %d vs forward 0", what, i), f, fi)
 					require.NoError(t, fi.Close())
 				}
-				g1, err := f.Backward(ctx, dout)
-				require.NoError(t, err, what)
-				checkGrads(t, what, g1.Gradients(), refGrads)
-				for i := 1; i < 20; i++ {
-					gi, err := f.Backward(ctx, dout)
-					require.NoError(t, err, what)
-					requireSameGradBits(t, fmt.Sprintf("%s: backward %d vs backward 0", what, i), g1, gi)
-				}
-				require.NoError(t, f.Close())
-				ck, err := tg.g.ForwardCheckpoint(ctx, in)
-				require.NoError(t, err, what)
-				f3, err := ck.Recompute(ctx)
-				require.NoError(t, err, what)
-				g3, err := f3.Backward(ctx, dout)
-				require.NoError(t, err, what)
-				requireSameGradBits(t, what+": B3 vs B1", g1, g3)
-				require.NoError(t, f3.Close())
+				checkBackwardRuns(t, what, tg.g, f, in, dout, refGrads)
 			}
 		})
 	}
+	// The core stage, whose v5 chunk gradients are gdn_chunk_grads_mma7 (the
+	// module stage above runs mma6), on every blob: the gradients within the
+	// tolerances, twenty backwards of one forward bitwise equal, B3 bitwise B1.
+	t.Run("v5-core", func(t *testing.T) {
+		inC, doutC := RandomInputs(p, StageCore, seed+1)
+		refC := cpuGrads(t, p, Options{Stage: StageCore}, inC, doutC)
+		opts := GPUOptions{Options: Options{Stage: StageCore}, KeepDevice: true}
+		require.NoError(t, opts.SetKernels("v5"))
+		probe, err := NewGPU(p, opts)
+		if errors.Is(err, ErrMissingKernels) {
+			t.Skipf("needs blobs with the v5 kernels: %v", err)
+		}
+		require.NoError(t, err)
+		require.NoError(t, probe.Close())
+		for _, tg := range openTestGPUs(t, p, opts) {
+			what := "v5 kernels, core, " + tg.name
+			f, err := tg.g.Forward(ctx, inC)
+			require.NoError(t, err, what)
+			checkBackwardRuns(t, what, tg.g, f, inC, doutC, refC)
+		}
+	})
+}
+
+// checkBackwardRuns runs the backward of f (a KeepDevice forward of in on g)
+// twenty times: the first's gradients within the tolerances of ref, the
+// others bitwise the first's; then closes f and requires B3 (checkpoint,
+// recompute, backward) bitwise the same.
+func checkBackwardRuns(t *testing.T, what string, g *GPU, f *GPUForward, in *Inputs, dout []float32, ref *Grads) {
+	t.Helper()
+	ctx := context.Background()
+	g1, err := f.Backward(ctx, dout)
+	require.NoError(t, err, what)
+	checkGrads(t, what, g1.Gradients(), ref)
+	for i := 1; i < 20; i++ {
+		gi, err := f.Backward(ctx, dout)
+		require.NoError(t, err, what)
+		requireSameGradBits(t, fmt.Sprintf("%s: backward %d vs backward 0", what, i), g1, gi)
+	}
+	require.NoError(t, f.Close())
+	ck, err := g.ForwardCheckpoint(ctx, in)
+	require.NoError(t, err, what)
+	f3, err := ck.Recompute(ctx)
+	require.NoError(t, err, what)
+	g3, err := f3.Backward(ctx, dout)
+	require.NoError(t, err, what)
+	requireSameGradBits(t, what+": B3 vs B1", g1, g3)
+	require.NoError(t, f3.Close())
 }

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:?}
 [ -f .gpu/pack.tgz ] && tar -C .gpu -xzf .gpu/pack.tgz
 t0=$(date +%s)
-(cd kcp && ../.gpu/kcp.test -test.run "${TESTS:-TestGPUBackward$|TestGPUTensorCoreBackward|TestGPUTensorCorePortable|TestGPUCheckpointRecompute}" \
+(cd kcp && ../.gpu/kcp.test -test.run "${TESTS:-TestGPUBackward$|TestGPUBackwardOptions|TestGPUTensorCoreBackward|TestGPUTensorCorePortable|TestGPUCheckpointRecompute}" \
 	-test.v -test.timeout "${TEST_TIMEOUT:-330s}" >"$out/kcp-tests.log" 2>&1)
 echo "kcp GPU tests: rc=$? ($(( $(date +%s) - t0 )) s): $(grep -c -- '--- PASS' "$out/kcp-tests.log") PASS lines, $(grep -c -- '--- FAIL' "$out/kcp-tests.log") FAIL, $(grep -c -- '--- SKIP' "$out/kcp-tests.log") SKIP"
 grep -E '^(--- |ok|FAIL|panic)' "$out/kcp-tests.log" | grep -v '^    ' | tail -8
