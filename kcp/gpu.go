@@ -487,7 +487,7 @@ type GPUOptions struct {
 	// halves, three mma.sync a product; the kernel's own error ~5e-6 of
 	// float64). Unset, the v5 core stage runs gdn_chunk_grads_mma7, whose
 	// products take the bf16 hi halves alone: ~3e-3 of float64 (core
-	// gradients end to end on the H200: dq, dk ~3.4e-3, dg ~2.6e-3, inside
+	// gradients end to end on the H200: dq, dk ~3.4e-3, dg ~2.9e-3, inside
 	// the 1e-2 and 5e-3 they are held to) and 1.55 ms faster at 32,768
 	// tokens. The module stage runs mma6 either way: its bf16 conv output
 	// already costs dg and dbeta ~2.3e-3 of their 5e-3, and mma7 on top

@@ -14,21 +14,21 @@ t0=$(date +%s)
 	-test.v -test.timeout "${TEST_TIMEOUT:-330s}" >"$out/kcp-tests.log" 2>&1)
 echo "kcp GPU tests: rc=$? ($(( $(date +%s) - t0 )) s): $(grep -c -- '--- PASS' "$out/kcp-tests.log") PASS lines, $(grep -c -- '--- FAIL' "$out/kcp-tests.log") FAIL, $(grep -c -- '--- SKIP' "$out/kcp-tests.log") SKIP"
 grep -E '^(--- |ok|FAIL|panic)' "$out/kcp-tests.log" | grep -v '^    ' | tail -8
-# the worst logged errors a gradient, core and module apart
+# The worst checked errors a gradient, by kernel set (the word before " kernels" in the test's log line; the
+# lines without one are TestGPUBackward's fp32 set) and stage (module lines carry dconv_w). Lines logged but not
+# checked (a 3-token pack whose bf16 conv output dominates) are left out.
 python3 - "$out/kcp-tests.log" <<'PY'
 import re, sys
 worst = {}
 for line in open(sys.argv[1]):
-    m = re.search(r'(\S+ kernels [^:]*|sm_90a[^:]*|compute_80[^:]*|[A-Za-z0-9/_-]+): (dq [0-9.e-]+ .*)$', line)
-    if not m or 'dq ' not in line:
+    if ' dq ' not in line or 'dominates' in line:
         continue
-    kind = 'module' if 'dconv_w' in line else 'core'
-    tag = ('v5 ' if 'v5 kernels' in line else 'v5-split ' if 'v5-split-grads' in line else '') + kind
-    for name, v in re.findall(r'(dq|dk|dv|dg|dbeta|dconv_w) ([0-9.e+-]+)', m.group(2)):
-        k = (tag, name)
-        worst[k] = max(worst.get(k, 0.0), float(v))
+    m = re.search(r'(\S+) kernels', line)
+    tag = '%s %s' % (m.group(1) if m else 'fp32', 'module' if 'dconv_w' in line else 'core')
+    for name, v in re.findall(r'\b(dq|dk|dv|dg|dbeta|dconv_w) ([0-9.e+-]+)', line):
+        worst[(tag, name)] = max(worst.get((tag, name), 0.0), float(v))
 for tag in sorted({k[0] for k in worst}):
-    print('worst errors, %-16s' % tag, ' '.join('%s %.3g' % (n, worst[(tag, n)]) for n in ['dq', 'dk', 'dv', 'dg', 'dbeta', 'dconv_w'] if (tag, n) in worst))
+    print('worst errors, %-22s' % tag, ' '.join('%s %.3g' % (n, worst[(tag, n)]) for n in ['dq', 'dk', 'dv', 'dg', 'dbeta', 'dconv_w'] if (tag, n) in worst))
 PY
 for d in 32768 ${DOCS2-40000,45000,35908}; do
 	for f in "" --split-grads; do
