@@ -137,11 +137,15 @@ func TestWaitNCCLContext(t *testing.T) {
 		assert.Less(t, time.Since(start), time.Second)
 	})
 	t.Run("context deadline beats a shorter default", func(t *testing.T) {
+		// start is taken before the context so that the timer, armed inside
+		// WithTimeout, cannot fire less than 60 ms after it.
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Millisecond)
 		defer cancel()
-		start := time.Now()
+		deadline, _ := ctx.Deadline()
 		err := waitNCCL(ctx, never().poller(), time.Millisecond, nil)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.False(t, time.Now().Before(deadline), "returned before the context's deadline")
 		assert.GreaterOrEqual(t, time.Since(start), 60*time.Millisecond, "the default timeout does not apply under a deadline")
 	})
 	t.Run("abort requested", func(t *testing.T) {

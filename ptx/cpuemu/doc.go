@@ -7,8 +7,10 @@
 // layout and arithmetic correct on any machine first.
 //
 // The emulator (testdata/emu.h, emu.cpp) runs a grid one block at a time.
-// The block's threads are fibers (ucontext) that run one after another until
-// each reaches a barrier: __syncthreads() waits for the whole block,
+// The block's threads are fibers (on x86-64 a switch of the callee-saved
+// registers and the stack pointer, elsewhere ucontext, whose swapcontext
+// costs two system calls a switch and made emulation ~8 times slower) that
+// run one after another until each reaches a barrier: __syncthreads() waits for the whole block,
 // __syncwarp() and the shuffles (__shfl_xor_sync and friends, through a
 // per-warp slot array) for the warp. A barrier that can never complete (some
 // threads exited or wait elsewhere) is reported as divergence. Threads run in

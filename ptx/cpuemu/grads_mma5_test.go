@@ -181,15 +181,21 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		j.poison(o.name+"_b", poisonF32)
 	}
 	// gdn_chunk_grads_mma6 on V' and dV' as token slots made here from the same
-	// fp32 rows, the fp32 launch: outputs with the suffix _6, which must be the
-	// mma5 launch's bits. (Its bf16 launch is not run: the bf16 epilogue is the
-	// code mma5's bf16 launch and mma7's run, and the package must stay inside
-	// go test's 10 minutes on two cores.)
+	// fp32 rows, both launches again: outputs with the suffixes _6 (fp32) and
+	// 16_6 / _b6 (bf16), which must be the mma5 launches' bits.
 	j.load("vnewp", tokenSlots(vnew, tok0, clen, HV))
 	j.load("dvnewp", tokenSlots(dvnew, tok0, clen, HV))
 	for _, o := range outs {
 		j.out(o.name+"_6", 4*o.elems)
 		j.poison(o.name+"_6", poisonF32)
+	}
+	for _, o := range outs[:3] {
+		j.out(o.name+"16_6", 2*o.elems+2*(o.elems%2))
+		j.poison(o.name+"16_6", poisonBF16x2)
+	}
+	for _, o := range outs[3:] {
+		j.out(o.name+"_b6", 4*o.elems)
+		j.poison(o.name+"_b6", poisonF32)
 	}
 	// gdn_chunk_grads_mma7 (bf16 hi products) on the same token slots, both
 	// launches: suffixes _7 (fp32) and 16_7 / _b7 (bf16).
@@ -223,6 +229,10 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		append(append([]string{}, common6...), buf("q_rstd"), buf("k_rstd"), buf("dq_6"), buf("dk_6"), i32a(dqStride),
 			buf("dv_6"), i32a(dvStride), buf("dg_6"), buf("dbeta_6"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
 			nullBuf(), nullBuf(), nullBuf())...)
+	j.launch("grads_mma6_bf16", "gdn_chunk_grads_mma6", grid3(NC, HQK, 1), 256, "kGradMMA5Smem",
+		append(append([]string{}, common6...), buf("q_rstd"), buf("k_rstd"), nullBuf(), nullBuf(), i32a(dqStride),
+			nullBuf(), i32a(dvStride), buf("dg_b6"), buf("dbeta_b6"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
+			buf("dq16_6"), buf("dk16_6"), buf("dv16_6"))...)
 	j.launch("grads_mma7", "gdn_chunk_grads_mma7", grid3(NC, HQK, 1), 256, "kGradMMA5Smem",
 		append(append([]string{}, common6...), buf("q_rstd"), buf("k_rstd"), buf("dq_7"), buf("dk_7"), i32a(dqStride),
 			buf("dv_7"), i32a(dvStride), buf("dg_7"), buf("dbeta_7"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
@@ -287,10 +297,16 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 			require.Equal(t, r.raw[o.name+k.sfx], r.raw[o.name+k.sb], "%s (%s): the bf16 launch's differs from the fp32 launch's", o.name, k.what)
 		}
 	}
-	// gdn_chunk_grads_mma6 on token slots: mma5's bits, every output (poison
-	// included: it writes exactly where mma5 writes).
+	// gdn_chunk_grads_mma6 on token slots: mma5's bits, every output of both
+	// launches (poison included: it writes exactly where mma5 writes).
 	for _, o := range outs {
 		require.Equal(t, r.raw[o.name], r.raw[o.name+"_6"], "%s: gdn_chunk_grads_mma6 differs from gdn_chunk_grads_mma5", o.name)
+	}
+	for _, o := range outs[:3] {
+		require.Equal(t, r.raw[o.name+"16"], r.raw[o.name+"16_6"], "%s16: gdn_chunk_grads_mma6 differs from gdn_chunk_grads_mma5", o.name)
+	}
+	for _, o := range outs[3:] {
+		require.Equal(t, r.raw[o.name+"_b"], r.raw[o.name+"_b6"], "%s (bf16 launch): gdn_chunk_grads_mma6 differs from gdn_chunk_grads_mma5", o.name)
 	}
 
 	// The reference: gdnref.ChunkGrads per chunk and value head (each chunk a

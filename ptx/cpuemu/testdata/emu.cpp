@@ -39,8 +39,48 @@ struct Wgmma {
   std::vector<unsigned short> b;
 };
 
+// Switching between fibers. glibc's swapcontext also saves and restores the
+// signal mask, two system calls a switch; the tensor-core kernels switch at
+// every warp collective, and those calls took ~90% of a runner's time. On
+// x86-64 emu_switch saves only what the ABI makes the callee keep (rbx, rbp,
+// r12-r15 on the old stack, then rsp); the kernels never change the MXCSR or
+// the x87 control word, so those are not saved. Elsewhere ucontext is used.
+#if defined(__x86_64__)
+extern "C" void emu_switch(void** save_sp, void* to_sp);
+asm(R"(
+  .text
+  .p2align 4
+  .globl emu_switch
+  .type emu_switch, @function
+emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size emu_switch, .-emu_switch
+)");
+struct Context {
+  void* sp = nullptr;
+};
+#else
+struct Context {
+  ucontext_t uc;
+};
+#endif
+
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   State state;
   dim3 tid;
   unsigned lin;                             // linear thread index: x + y*bx + z*bx*by
@@ -74,7 +114,7 @@ std::vector<std::pair<unsigned*, size_t>>& smems() {
 Fiber fibers[kMaxThreads];
 char* stacks = nullptr;
 size_t page = 4096;
-ucontext_t scheduler;
+Context scheduler;
 int current = -1;  // the running fiber, -1 in the scheduler
 const std::function<void()>* body = nullptr;
 unsigned slots[kMaxThreads / 32][32];
@@ -101,13 +141,54 @@ void entry(int i) {
   f.groups.clear();
   f.uncommitted.clear();
   if (!f.wgmmas.empty()) fail("the thread exits with a wgmma not waited for (wgmma.wait_group)");
-  f.state = kDone;  // uc_link returns to the scheduler
+  f.state = kDone;
+}
+
+// switch_to saves the running context in from and resumes to.
+inline void switch_to(Context& from, Context& to) {
+#if defined(__x86_64__)
+  emu_switch(&from.sp, to.sp);
+#else
+  if (swapcontext(&from.uc, &to.uc) != 0) fail("swapcontext failed");
+#endif
+}
+
+#if defined(__x86_64__)
+// fiber_main is where a new fiber's first switch returns to (start_fiber
+// leaves its address where emu_switch's ret finds it); it never returns.
+[[noreturn]] void fiber_main() {
+  const int i = current;
+  entry(i);
+  switch_to(fibers[i].ctx, scheduler);
+  fail("a finished thread was resumed");
+}
+#endif
+
+// start_fiber makes fiber i start at entry(i) on its own stack when first
+// switched to, and return to the scheduler when entry returns.
+void start_fiber(unsigned i) {
+  char* lo = stacks + i * kStack + page;  // above the guard page
+#if defined(__x86_64__)
+  void** sp = reinterpret_cast<void**>(stacks + (i + 1) * kStack);  // page aligned
+  *--sp = nullptr;                                         // fiber_main's return address, never used
+  *--sp = reinterpret_cast<void*>(&fiber_main);            // emu_switch's ret: rsp = 8 mod 16 at entry
+  for (int r = 0; r < 6; ++r) *--sp = nullptr;             // r15, r14, r13, r12, rbx, rbp
+  fibers[i].ctx.sp = sp;
+  (void)lo;
+#else
+  ucontext_t& uc = fibers[i].ctx.uc;
+  if (getcontext(&uc) != 0) fail("getcontext failed");
+  uc.uc_stack.ss_sp = lo;
+  uc.uc_stack.ss_size = kStack - page;
+  uc.uc_link = &scheduler.uc;  // entry's return goes back to the scheduler
+  makecontext(&uc, reinterpret_cast<void (*)()>(entry), 1, static_cast<int>(i));
+#endif
 }
 
 void yield(State s) {
   Fiber& f = fibers[current];
   f.state = s;
-  if (swapcontext(&f.ctx, &scheduler) != 0) fail("swapcontext failed");
+  switch_to(f.ctx, scheduler);
 }
 
 void alloc_stacks() {
@@ -134,11 +215,7 @@ void run_block(unsigned n, bool reverse, Stats& st) {
     f.groups.clear();
     f.wgmmas.clear();
     f.tid = {i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
-    if (getcontext(&f.ctx) != 0) fail("getcontext failed");
-    f.ctx.uc_stack.ss_sp = stacks + i * kStack + page;
-    f.ctx.uc_stack.ss_size = kStack - page;
-    f.ctx.uc_link = &scheduler;
-    makecontext(&f.ctx, reinterpret_cast<void (*)()>(entry), 1, static_cast<int>(i));
+    start_fiber(i);
   }
   std::fill_n(arrived, 16, 0u);
   std::fill_n(arrive_count, 16, 0u);
@@ -162,7 +239,7 @@ void run_block(unsigned n, bool reverse, Stats& st) {
           if (fibers[i].state != kReady) continue;
           current = static_cast<int>(i);
           threadIdx = fibers[i].tid;
-          if (swapcontext(&scheduler, &fibers[i].ctx) != 0) fail("swapcontext failed");
+          switch_to(scheduler, fibers[i].ctx);
         }
         bool all = true;
         for (unsigned i = l0; i < l1; ++i) all = all && fibers[i].state == kAtWarpBarrier;
