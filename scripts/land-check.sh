@@ -13,7 +13,8 @@
 #      B_TESTS on B's blobs (default: the tensor-core forward and backward, the portable PTX, ten-run
 #      repeatability, the checkpoint recompute);
 #   3. kcp bench at 120,908 tokens (3 documents) on A and on B, and on B again with --force-vh 64 (the width
-#      rule's sm_90a question: with wgmma the state walk's vh 128 costs ~1.4x its vh 64 a chunk, not 2x).
+#      rule's sm_90a question: with wgmma the state walk's vh 128 costs ~1.4x its vh 64 a chunk, not 2x) and,
+#      where B's kcp has the flag, with --launch-order (what the walks' dispatch order saves).
 #   4. with WIDTH=1, scripts/width-sweep.sh on B's blobs (both widths on seven one-rank packs: whether the
 #      sm_90a width rule, sched.CostRule, still picks the faster width with the new kernels).
 #   5. with NCU_B=REGEX, scripts/ncu-source.sh on B's blobs: per-instruction stall samples of one launch of
@@ -47,6 +48,11 @@ if [ -n "$docs2" ] && [ -d /tmp/gdnkcp-blobs-b ]; then
 	done
 	GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd \
 		--reps 5 --warmup 2 --force-vh 64 2>/dev/null | grep -E 'median|walk' | sed "s/^/B vh64 /"
+	# B's walks in launch order, where B's kcp has the flag: what its dispatch order saves, on the same blobs.
+	if .gpu/kcp bench --help 2>/dev/null | grep -q -- --launch-order; then
+		GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd \
+			--reps 5 --warmup 2 --launch-order 2>/dev/null | grep -E 'median|walk' | sed "s/^/B launch-order /"
+	fi
 fi
 if [ "${WIDTH:-0}" = 1 ] && [ -d /tmp/gdnkcp-blobs-b ]; then
 	echo "== width sweep (B's blobs)"
