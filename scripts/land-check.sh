@@ -34,7 +34,7 @@ if [ "${WALK:-1}" = 1 ]; then
 fi
 echo "== ab-bench"
 A_KCP=$( [ -x .gpu/kcp-a ] && echo .gpu/kcp-a || echo .gpu/kcp ) A_BLOBS=ptx/blobs ALT_SRC=${ALT_SRC:-ptx/src} MODES=core,core+bwd \
-	B_TESTS=${B_TESTS:-'TestGPUTensorCoreForward/v5|TestGPUTensorCoreBackward|TestGPUTensorCorePortable|TestGPURepeatable|TestGPUCheckpointRecompute'} \
+	B_TESTS=${B_TESTS:-'TestGPUTensorCoreForward/v5|TestGPUTensorCoreBackward|TestGPUTensorCorePortable|TestGPURepeatable|TestGPUCheckpointRecompute|TestGPUDispatchOrder'} \
 	bash scripts/ab-bench.sh 2>&1 | tail -30 | tee "$out/ab-bench.txt"
 docs2=${DOCS2-40000,45000,35908}
 if [ -n "$docs2" ] && [ -d /tmp/gdnkcp-blobs-b ]; then
