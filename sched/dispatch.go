@@ -1,15 +1,14 @@
 package sched
 
 import (
-	"container/heap"
 	"fmt"
 	"slices"
 )
 
 // maxMultifitCTAs bounds the launches DispatchOrder runs the multifit
-// candidate for (a few passes of first-fit over the slots per CTA); larger
-// launches take the better of launch order and LPT order.
-const maxMultifitCTAs = 1 << 16
+// candidate for; larger launches take the better of launch order and LPT
+// order.
+const maxMultifitCTAs = 1 << 20
 
 // DispatchOrder returns the order in which a walk launch's CTAs should reach
 // the GPU, and the makespan (in chunks) it gives. The launch has, for each
@@ -50,11 +49,13 @@ func DispatchOrder(chains []int, hv, perSegment, slots int) (order []int32, make
 	if n/(hv*perSegment) != len(chains) || n > 1<<31-1 {
 		return nil, 0, fmt.Errorf("sched: dispatch order: %d heads x %d chains x %d tiles overflow an int32 index", hv, len(chains), perSegment)
 	}
-	length := func(cta int32) int { return chains[(int(cta)/perSegment)%len(chains)] }
+	lens := make([]int, n) // CTA -> its chain's length
 	launch := make([]int32, n)
 	for i := range launch {
 		launch[i] = int32(i)
+		lens[i] = chains[(i/perSegment)%len(chains)]
 	}
+	length := func(cta int32) int { return lens[cta] }
 	best, bestSpan := launch, listMakespanOf(launch, length, slots)
 	try := func(o []int32) {
 		if o == nil {
@@ -64,35 +65,50 @@ func DispatchOrder(chains []int, hv, perSegment, slots int) (order []int32, make
 			best, bestSpan = o, m
 		}
 	}
-	lpt := slices.Clone(launch)
-	slices.SortStableFunc(lpt, func(a, b int32) int { return length(b) - length(a) })
-	try(lpt)
+	try(lptOrder(lens))
 	if n <= maxMultifitCTAs {
-		try(multifitOrder(lpt, length, slots, bestSpan))
+		try(multifitOrder(lptOrder(lens), length, slots, bestSpan))
 	}
 	return best, bestSpan, nil
 }
 
-// listMakespanOf is the makespan of handing the CTAs out in order, each onto
-// the least-loaded of slots.
-func listMakespanOf(order []int32, length func(int32) int, slots int) int {
-	loads := make(minLoads, min(slots, len(order)))
-	span := 0
-	for i, cta := range order {
-		l := length(cta)
-		if i < len(loads) {
-			loads[i] = l
-			span = max(span, l)
-			if i == len(loads)-1 {
-				heap.Init(&loads)
-			}
-			continue
-		}
-		loads[0] += l
-		span = max(span, loads[0])
-		heap.Fix(&loads, 0)
+// lptOrder is the CTAs sorted longest first, launch order among equals (a
+// stable sort by length, as buckets: lens holds few distinct values).
+func lptOrder(lens []int) []int32 {
+	buckets := map[int][]int32{}
+	for i, l := range lens {
+		buckets[l] = append(buckets[l], int32(i))
 	}
-	return span
+	keys := make([]int, 0, len(buckets))
+	for l := range buckets {
+		keys = append(keys, l)
+	}
+	slices.Sort(keys)
+	order := make([]int32, 0, len(lens))
+	for i := len(keys) - 1; i >= 0; i-- {
+		order = append(order, buckets[keys[i]]...)
+	}
+	return order
+}
+
+// listMakespanOf is the makespan of handing the CTAs out in order, each onto
+// the least-loaded of slots. A run of CTAs of one length is placed in one
+// step (lptState.place: each onto the least-loaded slot in turn, as handing
+// them out one at a time does).
+func listMakespanOf(order []int32, length func(int32) int, slots int) int {
+	lp := lptPool.Get().(*lptState)
+	defer lptPool.Put(lp)
+	lp.reset(slots)
+	for i := 0; i < len(order); {
+		l := length(order[i])
+		j := i + 1
+		for j < len(order) && length(order[j]) == l {
+			j++
+		}
+		lp.place(l, j-i)
+		i = j
+	}
+	return lp.makespan
 }
 
 // multifitOrder packs the CTAs of desc (sorted longest first) into slots bins
@@ -107,79 +123,78 @@ func multifitOrder(desc []int32, length func(int32) int, slots, upper int) []int
 		longest = max(longest, length(c))
 	}
 	lo := max(longest, (total+slots-1)/slots)
-	var packed [][]int32
-	hi := upper - 1
-	for lo <= hi {
+	loads := make([]int, slots)
+	best := -1
+	for hi := upper - 1; lo <= hi; {
 		mid := lo + (hi-lo)/2
-		if bins := firstFitDecreasing(desc, length, slots, mid); bins != nil {
-			packed, hi = bins, mid-1
+		if firstFitDecreasing(desc, length, loads, mid, nil) {
+			best, hi = mid, mid-1
 		} else {
 			lo = mid + 1
 		}
 	}
-	if packed == nil {
+	if best < 0 {
 		return nil
 	}
-	type start struct {
-		at, bin, pos int
-		cta          int32
-	}
-	var starts []start
+	packed := make([][]int32, slots)
+	firstFitDecreasing(desc, length, loads, best, packed)
+	// Each CTA's start as one sortable key: start time, bin, position in the
+	// bin (start times fit 31 bits: they are below upper, an int makespan of
+	// int32-indexed CTAs' chunk counts; bins and positions fit 16 bits each
+	// where the launch does, else the order comes from a slower comparison).
+	keys := make([]uint64, 0, len(desc))
+	wide := slots >= 1<<16
 	for b, bin := range packed {
 		at := 0
 		for p, cta := range bin {
-			starts = append(starts, start{at, b, p, cta})
+			wide = wide || p >= 1<<16 || at >= 1<<31
+			keys = append(keys, uint64(at)<<32|uint64(b)<<16|uint64(p))
 			at += length(cta)
 		}
 	}
-	slices.SortFunc(starts, func(x, y start) int {
-		if x.at != y.at {
-			return x.at - y.at
-		}
-		if x.bin != y.bin {
-			return x.bin - y.bin
-		}
-		return x.pos - y.pos
-	})
-	order := make([]int32, len(starts))
-	for i, s := range starts {
-		order[i] = s.cta
+	if wide {
+		return nil
+	}
+	slices.Sort(keys)
+	order := make([]int32, len(keys))
+	for i, k := range keys {
+		order[i] = packed[(k>>16)&0xffff][k&0xffff]
 	}
 	return order
 }
 
-// firstFitDecreasing puts each CTA of desc into the first of slots bins with
-// room for it under capacity, or returns nil when one does not fit.
-func firstFitDecreasing(desc []int32, length func(int32) int, slots, capacity int) [][]int32 {
-	bins := make([][]int32, slots)
-	loads := make([]int, slots)
-	for _, cta := range desc {
-		l, placed := length(cta), false
-		for b := range bins {
-			if loads[b]+l <= capacity {
-				bins[b] = append(bins[b], cta)
-				loads[b] += l
-				placed = true
-				break
-			}
+// firstFitDecreasing reports whether the CTAs of desc fit slots bins (loads,
+// whose length is slots, is overwritten) under capacity, each into the first
+// bin with room for it; where bins is not nil (len slots), each bin's CTAs are
+// appended to it. A run of CTAs of one length (desc is sorted, so each
+// chain's CTAs are one run) fills the bins in index order, each with as many
+// as it has room for: what placing them one at a time does (a bin passed over
+// stays too full, loads only grow), in one pass over the bins a run.
+func firstFitDecreasing(desc []int32, length func(int32) int, loads []int, capacity int, bins [][]int32) bool {
+	clear(loads)
+	for i := 0; i < len(desc); {
+		l := length(desc[i])
+		j := i + 1
+		for j < len(desc) && length(desc[j]) == l {
+			j++
 		}
-		if !placed {
-			return nil
+		for b := 0; b < len(loads) && i < j; b++ {
+			fit := j - i
+			if l > 0 {
+				fit = min(fit, (capacity-loads[b])/l)
+			}
+			if fit <= 0 {
+				continue
+			}
+			if bins != nil {
+				bins[b] = append(bins[b], desc[i:i+fit]...)
+			}
+			loads[b] += fit * l
+			i += fit
+		}
+		if i < j {
+			return false
 		}
 	}
-	return bins
-}
-
-// minLoads is a min-heap of slot loads.
-type minLoads []int
-
-func (h minLoads) Len() int           { return len(h) }
-func (h minLoads) Less(i, j int) bool { return h[i] < h[j] }
-func (h minLoads) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *minLoads) Push(x any)        { *h = append(*h, x.(int)) }
-func (h *minLoads) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	return true
 }
