@@ -17,8 +17,9 @@ const maxMultifitCTAs = 1 << 20
 // in launch order (the grid's x fastest, then the segment, then the head). The
 // GPU hands CTAs out in the order of their linear block index, each onto the
 // first of slots to come free (ListMakespan's model, which fits the H200's
-// measured walk times); a walk that reads its (tile, segment, head) from
-// order[blockIdx] therefore runs its CTAs in this order.
+// measured walk times; CUDA itself leaves the block order unspecified); a
+// walk that reads its (tile, segment, head) from order[blockIdx] therefore
+// runs its CTAs in this order.
 //
 // The order is the best, by that model, of three candidates: launch order
 // itself, LPT order (longest chains first), and the order in which a multifit
@@ -65,9 +66,10 @@ func DispatchOrder(chains []int, hv, perSegment, slots int) (order []int32, make
 			best, bestSpan = o, m
 		}
 	}
-	try(lptOrder(lens))
+	lpt := lptOrder(lens)
+	try(lpt)
 	if n <= maxMultifitCTAs {
-		try(multifitOrder(lptOrder(lens), length, slots, bestSpan))
+		try(multifitOrder(lpt, length, slots, bestSpan))
 	}
 	return best, bestSpan, nil
 }
