@@ -167,18 +167,16 @@ inline void switch_to(Context& from, Context& to) {
 // start_fiber makes fiber i start at entry(i) on its own stack when first
 // switched to, and return to the scheduler when entry returns.
 void start_fiber(unsigned i) {
-  char* lo = stacks + i * kStack + page;  // above the guard page
 #if defined(__x86_64__)
   void** sp = reinterpret_cast<void**>(stacks + (i + 1) * kStack);  // page aligned
   *--sp = nullptr;                                         // fiber_main's return address, never used
   *--sp = reinterpret_cast<void*>(&fiber_main);            // emu_switch's ret: rsp = 8 mod 16 at entry
   for (int r = 0; r < 6; ++r) *--sp = nullptr;             // r15, r14, r13, r12, rbx, rbp
   fibers[i].ctx.sp = sp;
-  (void)lo;
 #else
   ucontext_t& uc = fibers[i].ctx.uc;
   if (getcontext(&uc) != 0) fail("getcontext failed");
-  uc.uc_stack.ss_sp = lo;
+  uc.uc_stack.ss_sp = stacks + i * kStack + page;  // above the guard page
   uc.uc_stack.ss_size = kStack - page;
   uc.uc_link = &scheduler.uc;  // entry's return goes back to the scheduler
   makecontext(&uc, reinterpret_cast<void (*)()>(entry), 1, static_cast<int>(i));
