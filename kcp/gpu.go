@@ -128,6 +128,14 @@ const (
 	// or three): the same arguments, grid and shared memory, gradients good
 	// to ~3e-3 of float64 instead of ~5e-6 (GPUOptions.SplitGrads).
 	entryGradsMMA7 = "gdn_chunk_grads_mma7"
+	// entryGradsMMA8 is gdn_chunk_grads_mma7 reading the forward's bf16
+	// H^T and V'^T (h16, vnew16: the state walk writes them for the output)
+	// and the tape walk's bf16 dV'^T (dvnew16) in place of fp32 H and the
+	// V' and dV' token slots, which mma7 rounds to exactly those values:
+	// mma7's arguments with h16, vnew16 and dvnew16 in h's, vnew's and
+	// dvnew's places, mma7's bits except dg, whose <D, H> term takes H as
+	// bf16 (kernelSet.statesBF16).
+	entryGradsMMA8 = "gdn_chunk_grads_mma8"
 
 	// prepMMASmem is kPrepMMASmem (gdn_prep_mma.cu): k fp32, L / the
 	// inverse fp32 [64][68], three bf16 hi/lo stages and the per-row
@@ -279,6 +287,13 @@ type kernelSet struct {
 	// whole (the v5 set: plane walks, the mma tape walk and the grouped
 	// chunk gradients).
 	tokenSlots bool
+	// statesBF16: the core stage's chunk gradients (gdn_chunk_grads_mma8)
+	// read the forward's bf16 H^T and V'^T (h16, vnew16) and the tape walk's
+	// bf16 dV'^T (dvnew16), so a forward kept for a core-stage backward
+	// writes neither fp32 H nor V' token slots (fp32States) and the tape
+	// walk writes dV' as bf16 only (bf16States); the module stage's
+	// (gdn_chunk_grads_mma6) still reads the fp32 ones.
+	statesBF16 bool
 	// normQK: a forward that keeps nothing for a backward (no Kt written)
 	// runs gdn_prep_mma_gn and gdn_output_mma16gn, which normalise q and k
 	// from their bf16 rows with gdn_l2norm_fwd's arithmetic (the same bits),
@@ -330,14 +345,31 @@ func (o GPUOptions) kernelSet() kernelSet {
 		if ks.planes && ks.tape == entryTapeMMA {
 			// The core stage's chunk gradients on bf16 products; the module
 			// stage's keep hi / lo ones (GPUOptions.SplitGrads says why).
-			ks.grads, ks.gradsModule, ks.tokenSlots = entryGradsMMA7, entryGradsMMA6, true
+			ks.grads, ks.gradsModule, ks.tokenSlots, ks.statesBF16 = entryGradsMMA8, entryGradsMMA6, true, true
 			if o.SplitGrads {
-				ks.grads, ks.gradsModule = entryGradsMMA6, ""
+				ks.grads, ks.gradsModule, ks.statesBF16 = entryGradsMMA6, "", false
 			}
 		}
 	}
 	return ks
 }
+
+// fp32States reports whether a forward writes the fp32 per-chunk states
+// and V' (rk.h, rk.vnew): where the output reads them (sets without out16),
+// and where a backward of stage will (keep: KeepDevice, or a recompute)
+// unless its chunk gradients read the bf16 copies instead (bf16States).
+func (ks kernelSet) fp32States(keep bool, stage Stage) bool {
+	if !ks.out16 {
+		return true
+	}
+	return keep && !ks.bf16States(stage)
+}
+
+// bf16States reports whether stage's chunk gradients are
+// gdn_chunk_grads_mma8, which read the forward's bf16 H^T and V'^T (h16,
+// vnew16) and the tape walk's bf16 dV'^T (dvnew16) in place of fp32 H and
+// the V' and dV' token slots.
+func (ks kernelSet) bf16States(stage Stage) bool { return ks.statesBF16 && stage == StageCore }
 
 // prepFor returns the prep entry, its shared memory and whether it runs a
 // CTA a QK head, for a forward that writes Kt (writesKt: a backward or a
@@ -485,15 +517,25 @@ type GPUOptions struct {
 	// SplitGrads keeps the v5 core stage's chunk gradients on hi / lo
 	// products (gdn_chunk_grads_mma6: each fp32 operand split into two bf16
 	// halves, three mma.sync a product; the kernel's own error ~5e-6 of
-	// float64). Unset, the v5 core stage runs gdn_chunk_grads_mma7, whose
+	// float64). Unset, the v5 core stage runs gdn_chunk_grads_mma8
+	// (gdn_chunk_grads_mma7 on the forward's bf16 H^T and V'^T), whose
 	// products take the bf16 hi halves alone: ~3e-3 of float64 (core
 	// gradients end to end on the H200: dq, dk ~3.4e-3, dg ~2.9e-3, inside
 	// the 1e-2 and 5e-3 they are held to) and 1.55 ms faster at 32,768
 	// tokens. The module stage runs mma6 either way: its bf16 conv output
 	// already costs dg and dbeta ~2.3e-3 of their 5e-3, and mma7 on top
-	// measured up to 4.0e-3. Other kernel sets ignore it. Both kernels are
+	// measured up to 4.0e-3. With it the forward kept for a core-stage
+	// backward writes fp32 H and V' again (mma6 reads them). Other kernel
+	// sets ignore it. Both kernels are
 	// deterministic; they give different bits.
 	SplitGrads bool
+	// LaunchOrder runs the v5 walks' CTAs in launch order (the column tile
+	// fastest, then the segment, then the head) instead of the dispatch
+	// order kcp computes for them (sched.DispatchOrder: the order that
+	// finishes the walk earliest when the GPU hands CTAs out by block index to
+	// the first free SM). Both give the same bits; it exists to measure the
+	// difference.
+	LaunchOrder bool
 
 	// Devices are the CUDA devices the ranks run on: rank r of an R-rank
 	// plan runs on Devices[r*len(Devices)/R], in contiguous blocks (R = 4 on
@@ -656,6 +698,7 @@ type GPU struct {
 	fleet  *gpuFleet
 	layout rankLayout
 	runMu  sync.Mutex // serializes runs over a given Communicator
+	orders sync.Map   // the walks' dispatch orders ([]int32, nil for launch order) by fmt.Sprint(hv, tiles, chains)
 
 	mu     sync.Mutex
 	closed bool

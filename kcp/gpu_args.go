@@ -61,22 +61,25 @@ func argsOutputGN(q, k uintptr, qStride, kStride int, l2norm bool, gcum, vnew16,
 }
 
 // argsSummaryPlanes: gdn_summary_walk_planes(wp, wk, u, gcum, chunk_tok0,
-// chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV, vh).
-func argsSummaryPlanes(wp, wk, u, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, list, outP, outQ uintptr, HQK, HV, vh int) *loader.Args {
+// chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV, vh, order);
+// order: the CTAs' dispatch order (walkOrder; 0: launch order).
+func argsSummaryPlanes(wp, wk, u, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, list, outP, outQ uintptr, HQK, HV, vh int,
+	order uintptr) *loader.Args {
 	return loader.NewArgs().DevicePtr(wp).DevicePtr(wk).DevicePtr(u).DevicePtr(gcum).DevicePtr(chunkTok0).
 		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(list).DevicePtr(outP).DevicePtr(outQ).
-		I32(int32(HQK)).I32(int32(HV)).I32(int32(vh))
+		I32(int32(HQK)).I32(int32(HV)).I32(int32(vh)).DevicePtr(order)
 }
 
 // argsStatePlanes: gdn_state_walk_planes(wp, wk, u, gcum, chunk_tok0,
 // chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew, final_state, h16,
-// vnew16, HQK, HV, vh, vnewp): argsState16's outputs and V' as token slots
-// at vnewp (any of h_out, vnew, h16, vnew16, vnewp may be 0).
+// vnew16, HQK, HV, vh, vnewp, order): argsState16's outputs and V' as token
+// slots at vnewp (any of h_out, vnew, h16, vnew16, vnewp may be 0); order:
+// the CTAs' dispatch order (walkOrder; 0: launch order).
 func argsStatePlanes(wp, wk, u, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start, hOut, vnew, final, h16, vnew16 uintptr,
-	HQK, HV, vh int, vnewp uintptr) *loader.Args {
+	HQK, HV, vh int, vnewp, order uintptr) *loader.Args {
 	return loader.NewArgs().DevicePtr(wp).DevicePtr(wk).DevicePtr(u).DevicePtr(gcum).DevicePtr(chunkTok0).
 		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(start).DevicePtr(hOut).DevicePtr(vnew).
-		DevicePtr(final).DevicePtr(h16).DevicePtr(vnew16).I32(int32(HQK)).I32(int32(HV)).I32(int32(vh)).DevicePtr(vnewp)
+		DevicePtr(final).DevicePtr(h16).DevicePtr(vnew16).I32(int32(HQK)).I32(int32(HV)).I32(int32(vh)).DevicePtr(vnewp).DevicePtr(order)
 }
 
 // argsSummary: gdn_summary_walk(w, u, kt, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
@@ -102,7 +105,8 @@ func argsState(w, u, kt, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start,
 }
 
 // argsSummary16: gdn_summary_walk_mma16(w, u, kn, gcum, chunk_tok0,
-// chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV, vh):
+// chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV, vh, order);
+// order: the CTAs' dispatch order (walkOrder; 0: launch order).
 // argsSummary's with kn (Kt rebuilt from it) and HQK.
 func argsSummary16(w, u, kn, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, list, outP, outQ uintptr, HQK, HV, vh int) *loader.Args {
 	return loader.NewArgs().DevicePtr(w).DevicePtr(u).DevicePtr(kn).DevicePtr(gcum).DevicePtr(chunkTok0).
@@ -159,8 +163,8 @@ func gpuArgSamples() map[string]*loader.Args {
 		entryPrepMMAGN:     argsPrepMMAGN(0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA16GN: argsOutputGN(0, 0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 
-		entrySummaryPlanes: argsSummaryPlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryStatePlanes:   argsStatePlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entrySummaryPlanes: argsSummaryPlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryStatePlanes:   argsStatePlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 	}
 }
 

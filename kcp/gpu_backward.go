@@ -386,9 +386,13 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		return wrap(err)
 	}
 	// With token slots dV' is a 32 KB block a (chunk, value head): the same
-	// bytes as fp32 rows of full chunks.
-	dvnewLen := Tr * nv
-	if b.rk.dev.ks.tokenSlots {
+	// bytes as fp32 rows of full chunks; as bf16 dV'^T (bf16States) half
+	// of that.
+	dvnewLen, dvnewName := Tr*nv, "dvnew"
+	switch ks := b.rk.dev.ks; {
+	case ks.bf16States(b.f.stage):
+		dvnewLen, dvnewName = NC*ChunkSize*nv/2, "dvnew bf16"
+	case ks.tokenSlots:
 		dvnewLen = NC * ChunkSize * nv
 	}
 	f32 := []struct {
@@ -397,7 +401,7 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		n   int
 	}{
 		{&b.dvl, "dvl", Tr * nv}, {&b.dend, "terminal adjoints", NS * summarySlot(HV)},
-		{&b.dchunk, "chunk adjoints", NC * summarySlot(HV)}, {&b.dvnew, "dvnew", dvnewLen},
+		{&b.dchunk, "chunk adjoints", NC * summarySlot(HV)}, {&b.dvnew, dvnewName, dvnewLen},
 		{&b.dstart, "start adjoints", NS * summarySlot(HV)}, {&b.dg, "dg", Tr * HV}, {&b.dbeta, "dbeta", Tr * HV},
 	}
 	if !b.rk.dev.ks.grads5 { // the per-value-head dq, dk that gdn_qk_bwd sums
@@ -496,8 +500,16 @@ func (b *bwdRun) offsetWalk() (err error) {
 			return fmt.Errorf("rank %d: %w", b.rk.rank, err)
 		}
 		ks := b.rk.dev.ks
-		if err := b.launch(ks.offset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.bwdWalkSmem(vh),
-			argsOffset(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr())); err != nil {
+		args := argsOffset(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr())
+		if ks.offset == entryOffsetMMA {
+			order, err := b.f.be.walkOrder(b.mem, b.rk.stream, listChains(b.rk.tb.SegNChunk, b.tb.Offset), HV,
+				2*gpuD/vh, "offset walk order")
+			if err != nil {
+				return fmt.Errorf("rank %d: %w", b.rk.rank, err)
+			}
+			args = argsOffsetMMA(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order.Ptr())
+		}
+		if err := b.launch(ks.offset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.bwdWalkSmem(vh), args); err != nil {
 			return err
 		}
 	}
@@ -531,11 +543,18 @@ func (b *bwdRun) tapeAndGrads() error {
 	ks := rk.dev.ks
 	tapeArgs := argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())
 	if ks.tape == entryTapeMMA {
-		dvnew, dvnewp := b.dvnew.Ptr(), uintptr(0)
-		if ks.tokenSlots { // b.dvnew holds token slots (gdn_chunk_grads_mma6's dV')
+		dvnew, dvnewp, dvnew16 := b.dvnew.Ptr(), uintptr(0), uintptr(0)
+		switch {
+		case ks.bf16States(b.f.stage): // b.dvnew holds bf16 dV'^T (gdn_chunk_grads_mma8's)
+			dvnew, dvnew16 = 0, b.dvnew.Ptr()
+		case ks.tokenSlots: // b.dvnew holds token slots (gdn_chunk_grads_mma6's dV')
 			dvnew, dvnewp = 0, b.dvnew.Ptr()
 		}
-		tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), dvnew, b.dstart.Ptr(), dvnewp)
+		order, err := b.f.be.walkOrder(b.mem, rk.stream, rk.tb.SegNChunk, cfg.HV, gpuD/vh, "tape walk order")
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", rk.rank, err)
+		}
+		tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), dvnew, b.dstart.Ptr(), dvnewp, dvnew16, order.Ptr())
 	}
 	if err := b.launch(ks.tape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.bwdWalkSmem(vh), tapeArgs); err != nil {
 		return err
@@ -578,6 +597,12 @@ func (b *bwdRun) tapeAndGrads() error {
 		}
 		if direct { // the bf16 outputs, rounded as gdn_f32_to_bf16 would (toBF16 then has nothing to do)
 			a5.dq16, a5.dk16, a5.dv16 = b.dq16.Ptr(), b.dk16.Ptr(), b.dv16.Ptr()
+		}
+		if ks.bf16States(b.f.stage) { // the forward's bf16 H^T and V'^T, the tape walk's dV'^T (in b.dvnew)
+			if rk.h16 == nil || rk.vnew16 == nil {
+				return fmt.Errorf("rank %d: chunk gradients: %s reads the forward's bf16 states, which it did not keep", rk.rank, entryGradsMMA8)
+			}
+			a5.h, a5.vnew = rk.h16.Ptr(), rk.vnew16.Ptr()
 		}
 		if err := b.launch(ks.gradsFor(module), [3]uint32{uint32(NC), uint32(HQK), 1}, ks.gradsSmem, argsChunkGrads5(a5)); err != nil {
 			return err

@@ -369,6 +369,16 @@ func TestGPUCheckpointRecompute(t *testing.T) {
 								b, err := f3.deviceBytes(r)
 								require.NoError(t, err)
 								require.Equal(t, len(a), len(b))
+								// v5's core stage keeps the forward's bf16 states only
+								// (gdn_chunk_grads_mma8 reads them); the module stage's
+								// mma6 reads fp32 H and V' too.
+								if f1.ranks[r].dev.ks.statesBF16 {
+									_, hasH := a["h"]
+									_, hasVnew := a["vnew"]
+									_, hasH16 := a["h16"]
+									require.Equal(t, [3]bool{stage == StageModule, stage == StageModule, true}, [3]bool{hasH, hasVnew, hasH16},
+										"%s: rank %d: states kept (h, vnew, h16)", tg.name, r)
+								}
 								for name, x := range a {
 									require.True(t, bytes.Equal(x, b[name]), "%s: rank %d %s: the recompute's bytes differ from the forward's", tg.name, r, name)
 								}
@@ -393,7 +403,7 @@ func TestGPUCheckpointRecompute(t *testing.T) {
 // sets (default blob, every layout at R 4, core and module): "tc" (the v3
 // forward, fp32 backward), "mma" (v4 forward and backward walks, skipped
 // while the blobs predate them), "v5" (its chunk gradients on bf16 products,
-// gdn_chunk_grads_mma7) and v5 with SplitGrads (gdn_chunk_grads_mma6, hi / lo
+// gdn_chunk_grads_mma8) and v5 with SplitGrads (gdn_chunk_grads_mma6, hi / lo
 // products): the backward's tolerances, both backward
 // walk widths bitwise identical, and B3 bitwise B1 with the same kernels in
 // the recompute.
@@ -508,7 +518,7 @@ func TestGPUTensorCorePortable(t *testing.T) {
 			}
 		})
 	}
-	// The core stage, whose v5 chunk gradients are gdn_chunk_grads_mma7 (the
+	// The core stage, whose v5 chunk gradients are gdn_chunk_grads_mma8 (the
 	// module stage above runs mma6), on every blob: the gradients within the
 	// tolerances, twenty backwards of one forward bitwise equal, B3 bitwise B1.
 	t.Run("v5-core", func(t *testing.T) {

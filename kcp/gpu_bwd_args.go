@@ -41,16 +41,24 @@ func argsOffset(a bwdWalkArgs, list, outPT, outR uintptr) *loader.Args {
 	return a.tail(a.head().DevicePtr(list).DevicePtr(outPT).DevicePtr(outR))
 }
 
+// argsOffsetMMA: gdn_offset_walk_mma(argsOffset's arguments, order): order,
+// the CTAs' dispatch order (walkOrder; 0: launch order).
+func argsOffsetMMA(a bwdWalkArgs, list, outPT, outR, order uintptr) *loader.Args {
+	return argsOffset(a, list, outPT, outR).DevicePtr(order)
+}
+
 // argsTape: gdn_tape_walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk,
 // dend, d_chunk, dvnew, dstart, HQK, HV, vh, scale).
 func argsTape(a bwdWalkArgs, dend, dChunk, dvnew, dstart uintptr) *loader.Args {
 	return a.tail(a.head().DevicePtr(dend).DevicePtr(dChunk).DevicePtr(dvnew).DevicePtr(dstart))
 }
 
-// argsTapeMMA: gdn_tape_walk_mma(argsTape's arguments, dvnewp): dV' also (or
-// only, with dvnew 0) as token slots at dvnewp (0: none).
-func argsTapeMMA(a bwdWalkArgs, dend, dChunk, dvnew, dstart, dvnewp uintptr) *loader.Args {
-	return argsTape(a, dend, dChunk, dvnew, dstart).DevicePtr(dvnewp)
+// argsTapeMMA: gdn_tape_walk_mma(argsTape's arguments, dvnewp, dvnew16,
+// order): dV' also (or only, with dvnew 0) as token slots at dvnewp and as
+// bf16 dV'^T blocks (the state walk's vnew16 layout) at dvnew16 (0: none);
+// order: the CTAs' dispatch order (walkOrder; 0: launch order).
+func argsTapeMMA(a bwdWalkArgs, dend, dChunk, dvnew, dstart, dvnewp, dvnew16, order uintptr) *loader.Args {
+	return argsTape(a, dend, dChunk, dvnew, dstart).DevicePtr(dvnewp).DevicePtr(dvnew16).DevicePtr(order)
 }
 
 // chunkGradArgs are the arguments of gdn_chunk_grads.
@@ -148,8 +156,8 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryDVLocal:     argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOffset:      argsOffset(bwdWalkArgs{}, 0, 0, 0),
 		entryTape:        argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
-		entryOffsetMMA:   argsOffset(bwdWalkArgs{}, 0, 0, 0),
-		entryTapeMMA:     argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0),
+		entryOffsetMMA:   argsOffsetMMA(bwdWalkArgs{}, 0, 0, 0, 0),
+		entryTapeMMA:     argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0),
 		entryChunkGrads:  argsChunkGrads(chunkGradArgs{}),
 		entryDVLocalMMA:  argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDVLocalMMAG: argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
@@ -157,6 +165,7 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryGradsMMA5:   argsChunkGrads5(chunkGrad5Args{}),
 		entryGradsMMA6:   argsChunkGrads5(chunkGrad5Args{}), // vnew, dvnew: token slots
 		entryGradsMMA7:   argsChunkGrads5(chunkGrad5Args{}), // mma6's arguments
+		entryGradsMMA8:   argsChunkGrads5(chunkGrad5Args{}), // h16, vnew16 in h's and vnew's places
 		entryQKBwd:       argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
 		entryConvBwd:     argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDWReduce:    argsDWReduce(0, 0, 0, 0),

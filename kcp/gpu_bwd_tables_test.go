@@ -287,8 +287,8 @@ func TestStageSpans(t *testing.T) {
 func TestGPUBwdArgsMatchContract(t *testing.T) {
 	samples := gpuBwdArgSamples()
 	fp32, mma := GPUOptions{}.kernelSet(), GPUOptions{MMABackwardWalks: true, MMABackwardChunk: true}.kernelSet()
-	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients (mma5, 6, 7) and dV'_local
-	require.Len(t, samples, len(fp32.backwardEntries())+8)
+	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients (mma5, 6, 7, 8) and dV'_local
+	require.Len(t, samples, len(fp32.backwardEntries())+9)
 	v5 := GPUOptions{}
 	require.NoError(t, v5.SetKernels("v5"))
 	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet(), v5.kernelSet()} {
@@ -316,7 +316,7 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 			return entryDVLocal
 		case entryGradsMMA:
 			return entryChunkGrads
-		case entryTapeMMA: // its own signature: gdn_tape_walk's and dvnewp
+		case entryTapeMMA, entryOffsetMMA: // their own signatures: the fp32 twin's and trailing arguments
 			return name
 		}
 		return strings.TrimSuffix(name, "_mma")

@@ -443,6 +443,70 @@ func walkWidth(p *Plan, o Options, rank int, k sched.WalkKind) (int, error) {
 	return vh, nil
 }
 
+// walkSlots is how many walk CTAs prof's GPU runs at once: its measured walk
+// CTAs an SM (the variant's cost rule) times its SMs, else two an SM (rule B's
+// model).
+func walkSlots(prof sched.Profile) int {
+	if r, err := sched.RulesFor(prof.Variant); err == nil && r.Cost != nil {
+		return r.Cost.CTAsPerSM * prof.SMs
+	}
+	return 2 * prof.SMs
+}
+
+// walkDispatch is the dispatch order (sched.DispatchOrder over walkSlots) of
+// a walk over chains (the chunk counts of the segments it walks, in launch
+// order) with tiles CTAs a segment (128/vh; the summary and offset walks
+// 2*128/vh): the CTA a walk's block i runs as (dispatch_cta in
+// ptx/src/mma.cuh). It is nil where launch order finishes as early (one
+// segment, or segments of one length): the walk then runs in launch order.
+func walkDispatch(prof sched.Profile, chains []int32, hv, tiles int) ([]int32, error) {
+	c := make([]int, len(chains))
+	for i, x := range chains {
+		c[i] = int(x)
+	}
+	slots := walkSlots(prof)
+	order, span, err := sched.DispatchOrder(c, hv, tiles, slots)
+	if err != nil || span >= sched.ListMakespan(c, hv, tiles, slots) {
+		return nil, err
+	}
+	return order, nil
+}
+
+// listChains is the chunk counts of the segments of list (a walk list of
+// segment indices), in list order.
+func listChains(segNChunk, list []int32) []int32 {
+	c := make([]int32, len(list))
+	for i, s := range list {
+		c[i] = segNChunk[s]
+	}
+	return c
+}
+
+// walkOrder uploads walkDispatch's order for g's profile into m: nil where
+// there is none, or where GPUOptions.LaunchOrder asks for launch order.
+// The orders are remembered by chains, hv and tiles (g's plan and profile
+// are fixed): a walk's order is computed once, not before every launch.
+func (g *GPU) walkOrder(m *devMem, s *loader.Stream, chains []int32, hv, tiles int, name string) (*loader.Buffer, error) {
+	if g.gopts.LaunchOrder {
+		return nil, nil
+	}
+	key := fmt.Sprint(hv, tiles, chains)
+	var order []int32
+	if v, ok := g.orders.Load(key); ok {
+		order = v.([]int32)
+	} else {
+		var err error
+		if order, err = walkDispatch(g.opts.Profile, chains, hv, tiles); err != nil {
+			return nil, err
+		}
+		g.orders.Store(key, order)
+	}
+	if order == nil {
+		return nil, nil
+	}
+	return upload(m, s, name, order, 4)
+}
+
 // gpuScale is the output scale the kernels take: Options.Scale, or
 // 1/sqrt(128).
 func gpuScale(o Options) float32 {
@@ -802,7 +866,7 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 			return wrap(err)
 		}
 	}
-	if !ks.out16 || rr.keepStates {
+	if ks.fp32States(rr.keepStates, g.opts.Stage) {
 		if rk.h, err = f32("chunk states", NC*summarySlot(HV)); err != nil {
 			return wrap(err)
 		}
@@ -915,8 +979,14 @@ func (rr *rankRun) summaryWalk() (err error) {
 			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), HV, vh)
 		switch {
 		case ks.planes:
+			order, err := g.walkOrder(rk.mem, rk.stream, listChains(tb.SegNChunk, tb.Summary), HV, 2*gpuD/vh,
+				"summary walk order")
+			if err != nil {
+				return fmt.Errorf("rank %d: %w", rk.rank, err)
+			}
 			args = argsSummaryPlanes(rk.wp.Ptr(), rk.wk.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
-				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh)
+				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh,
+				order.Ptr())
 		case ks.out16:
 			args = argsSummary16(rk.w.Ptr(), rk.u.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh)
@@ -1098,9 +1168,13 @@ func (rr *rankRun) finish() error {
 		if ks.tokenSlots { // rk.vnew holds token slots (gdn_chunk_grads_mma6's V')
 			vnew, vnewp = 0, rk.vnew.Ptr()
 		}
+		order, err := g.walkOrder(rk.mem, rk.stream, tb.SegNChunk, HV, gpuD/vh, "state walk order")
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", rk.rank, err)
+		}
 		stateArgs = argsStatePlanes(rk.wp.Ptr(), rk.wk.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), vnew, rk.final.Ptr(),
-			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh, vnewp)
+			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh, vnewp, order.Ptr())
 	}
 	if err := rr.launch(ks.state, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.walkSmem(vh), stateArgs); err != nil {
 		return err

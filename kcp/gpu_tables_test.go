@@ -534,7 +534,7 @@ func TestGPUEntries(t *testing.T) {
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
 		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryPlanes, entryCompose, entryStatePlanes, entryOutputMMA16G, entryPrepMMA,
 			entryPrepMMAGN, entryOutputMMA16GN},
-			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMAG, entryGradsMMA7}},
+			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMAG, entryGradsMMA8}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
 		require.NoError(t, o.SetKernels(c.name))
@@ -548,6 +548,7 @@ func TestGPUEntries(t *testing.T) {
 		require.Equal(t, c.name == "v5", ks.planes, c.name)
 		require.Equal(t, c.name == "v5", ks.grads5, c.name)
 		require.Equal(t, c.name == "v5", ks.tokenSlots, c.name)
+		require.Equal(t, c.name == "v5", ks.statesBF16, c.name)
 		// With Kt written (a backward or recompute reads it) the grouped
 		// prep gives way to gdn_prep_mma; without it the set's prep runs.
 		e, smem, qk := ks.prepFor(false)
@@ -569,12 +570,13 @@ func TestGPUEntries(t *testing.T) {
 		require.True(t, split.SplitGrads, "SetKernels keeps SplitGrads")
 		pk, sk := plain.kernelSet(), split.kernelSet()
 		if name == "v5" {
-			// Core: mma7, or mma6 with SplitGrads; module: mma6 either way.
-			require.Equal(t, [4]string{entryGradsMMA7, entryGradsMMA6, entryGradsMMA6, entryGradsMMA6},
+			// Core: mma8, or mma6 with SplitGrads; module: mma6 either way.
+			require.Equal(t, [4]string{entryGradsMMA8, entryGradsMMA6, entryGradsMMA6, entryGradsMMA6},
 				[4]string{pk.gradsFor(false), pk.gradsFor(true), sk.gradsFor(false), sk.gradsFor(true)})
-			// Both resolved where mma7 runs, each once.
-			require.Equal(t, []gpuEntry{{entryGradsMMA7, chunkGradMMA5Smem}, {entryGradsMMA6, chunkGradMMA5Smem}},
+			// Both resolved where mma8 runs, each once.
+			require.Equal(t, []gpuEntry{{entryGradsMMA8, chunkGradMMA5Smem}, {entryGradsMMA6, chunkGradMMA5Smem}},
 				pk.backwardEntries()[3:5])
+			require.False(t, sk.statesBF16, "SplitGrads: mma6 reads fp32 states")
 			require.Equal(t, len(pk.allEntries())-1, len(sk.allEntries()))
 		} else {
 			require.Equal(t, pk.allEntries(), sk.allEntries(), name)
@@ -597,6 +599,35 @@ func TestGPUEntries(t *testing.T) {
 	require.Equal(t, [3]int{walkMMASmem(64), walkMMASmem(128), outputMMA16Smem}, [3]int{o16.walkSmem(64), o16.walkSmem(128), o16.outputSmem})
 	require.True(t, o16.out16)
 	require.True(t, o16.outputQK)
+}
+
+// TestGPUFP32States: which forwards write the fp32 per-chunk states and V'
+// (rk.h, rk.vnew): every forward of a set whose output reads them; with the
+// v5 set only a forward kept for a backward that reads them: the module
+// stage's (gdn_chunk_grads_mma6), or the core stage's under SplitGrads;
+// never the core stage's gdn_chunk_grads_mma8, which reads the bf16 copies.
+func TestGPUFP32States(t *testing.T) {
+	for _, c := range []struct {
+		set   string
+		split bool
+		// want[keep][module]
+		want [2][2]bool
+	}{
+		{"fp32", false, [2][2]bool{{true, true}, {true, true}}},
+		{"tc", false, [2][2]bool{{true, true}, {true, true}}},
+		{"mma", false, [2][2]bool{{true, true}, {true, true}}},
+		{"v5", false, [2][2]bool{{false, false}, {false, true}}},
+		{"v5", true, [2][2]bool{{false, false}, {true, true}}},
+	} {
+		o := GPUOptions{SplitGrads: c.split}
+		require.NoError(t, o.SetKernels(c.set))
+		ks := o.kernelSet()
+		for ki, keep := range []bool{false, true} {
+			for mi, stage := range []Stage{StageCore, StageModule} {
+				require.Equal(t, c.want[ki][mi], ks.fp32States(keep, stage), "%s split %v keep %v %s", c.set, c.split, keep, stage)
+			}
+		}
+	}
 }
 
 // The CPU accessor returns the start and final states of a segment: zero at
@@ -670,4 +701,52 @@ func TestGPUScatterOutput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGPUWalkDispatch: the walks' dispatch order is nil where launch order
+// finishes as early (one document; segments of one length) and a permutation
+// of the launch's CTAs where it does not (the 120,908-token pack: 1891 ->
+// 1686 chunk times at vh 64 on the H200's 132 one-CTA slots); slots follow
+// the variant (one walk CTA an SM on sm_90a, two where no cost rule is
+// measured).
+func TestGPUWalkDispatch(t *testing.T) {
+	h200 := sched.Profile{Variant: sched.VariantSM90a, SMs: 132}
+	require.Equal(t, 132, walkSlots(h200))
+	generic, err := sched.NewProfile("generic", 100)
+	require.NoError(t, err)
+	require.Equal(t, 200, walkSlots(generic))
+	for _, c := range []struct {
+		name    string
+		segs    []int32
+		vh      int
+		permute bool
+	}{
+		{"one document", []int32{512}, 64, false},
+		{"equal documents", []int32{128, 128, 128}, 64, false},
+		{"120,908 tokens vh 64", []int32{625, 704, 562}, 64, true},
+		{"120,908 tokens vh 128", []int32{625, 704, 562}, 128, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			order, err := walkDispatch(h200, c.segs, 48, gpuD/c.vh)
+			require.NoError(t, err)
+			if !c.permute {
+				require.Nil(t, order)
+				return
+			}
+			n := 48 * len(c.segs) * gpuD / c.vh
+			require.Len(t, order, n)
+			seen := make([]bool, n)
+			for _, x := range order {
+				require.False(t, seen[x], "CTA %d twice", x)
+				seen[x] = true
+			}
+		})
+	}
+	_, err = walkDispatch(h200, []int32{3, -1}, 48, 2)
+	require.ErrorContains(t, err, "chain 1 has -1 chunks")
+	// A summary or offset walk: two column sets a segment, its list's chains.
+	require.Equal(t, []int32{704, 562, 704}, listChains([]int32{625, 704, 562}, []int32{1, 2, 1}))
+	order, err := walkDispatch(h200, listChains([]int32{625, 704, 562}, []int32{0, 1, 2}), 48, 4)
+	require.NoError(t, err)
+	require.Len(t, order, 48*3*4)
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
 	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 )
 
@@ -148,23 +149,33 @@ func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {
 	for _, vh := range []int{64, 128} {
 		j.out("dvnewp"+vhName(vh), l.NC*HV*tokenSlotBlock)
 		j.poison("dvnewp"+vhName(vh), poisonF32)
+		j.out("dvnew16"+vhName(vh), l.NC*HV*tokenSlotBlock/2)
+		j.poison("dvnew16"+vhName(vh), poisonBF16x2)
 	}
 	scale := f32a(d.scale)
 	launchL2NormPrep(j, d)
 	j.launch("dvlocal", "gdn_dvlocal_bwd", grid3(l.NC, HV, 1), 256, "kDvlSmem",
 		buf("qn"), buf("kn"), buf("gcum"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"), buf("dvl"),
 		i32a(HQK), i32a(HV), scale)
+	// The offset and tape walks at vh 64 run their CTAs in reverse launch order (a dispatch order), at vh 128
+	// in launch order: checkBWalksMMA requires the two widths' outputs bitwise equal.
+	j.i32("tape_order_rev", reverseOrder(dHead/64*l.NS*HV))
+	j.i32("offset_order_rev", reverseOrder(2*dHead/64*len(off)*HV))
 	for _, vh := range []int{64, 128} {
 		sfx := vhName(vh)
+		order, offOrder := nullBuf(), nullBuf()
+		if vh == 64 {
+			order, offOrder = buf("tape_order_rev"), buf("offset_order_rev")
+		}
 		j.launch("offset_mma"+sfx, "gdn_offset_walk_mma", grid3(2*dHead/vh, len(off), HV), 256,
 			smemOf("bwalk_mma_smem", vh),
 			buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"),
 			buf("seg_chunk0"), buf("seg_nchunk"), buf("off_list"), buf("out_pt"+sfx), buf("out_r"+sfx),
-			i32a(HQK), i32a(HV), i32a(vh), scale)
+			i32a(HQK), i32a(HV), i32a(vh), scale, offOrder)
 		j.launch("tape_mma"+sfx, "gdn_tape_walk_mma", grid3(dHead/vh, l.NS, HV), 256, smemOf("bwalk_mma_smem", vh),
 			buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"),
 			buf("seg_chunk0"), buf("seg_nchunk"), buf("dend"), buf("d_chunk"+sfx), buf("dvnew"+sfx), buf("dstart"+sfx),
-			i32a(HQK), i32a(HV), i32a(vh), scale, buf("dvnewp"+sfx))
+			i32a(HQK), i32a(HV), i32a(vh), scale, buf("dvnewp"+sfx), buf("dvnew16"+sfx), order)
 	}
 }
 
@@ -182,9 +193,14 @@ func checkBWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, dend []fl
 	}
 	// dV' as token slots (gdn_chunk_grads_mma6's input): the
 	// walk's own fp32 dV', bit for bit, at both widths.
+	// dV'^T as bf16 (gdn_chunk_grads_mma8's input): the walk's own fp32 dV'
+	// rounded to nearest even, tokens past a chunk's end 0, every element
+	// written, at both widths.
 	for _, vh := range []string{"64", "128"} {
 		require.Equal(t, tokenSlots(r.f32s("dvnew"+vh), l.chunkTok0, l.chunkLen, HV), r.raw["dvnewp"+vh],
 			"dvnewp%s: not the token slots of the walk's own dV'", vh)
+		require.Equal(t, bf16.Bytes(vnewT16(r.f32s("dvnew"+vh), l.chunkTok0, l.chunkLen, HV)), r.raw["dvnew16"+vh],
+			"dvnew16%s: not the walk's own dV'^T rounded to bf16", vh)
 	}
 	f := &fwdOut{}
 	for _, p := range []struct {

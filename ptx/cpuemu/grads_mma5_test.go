@@ -211,6 +211,24 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		j.out(o.name+"_b7", 4*o.elems)
 		j.poison(o.name+"_b7", poisonF32)
 	}
+	// gdn_chunk_grads_mma8 (mma7 on bf16 H^T, V'^T and dV'^T, made here as the
+	// state walk makes h16 and vnew16 and the tape walk dvnew16), both
+	// launches: suffixes _8 and 16_8 / _b8.
+	j.bf16("h16", stateT16(hst, NC, HV))
+	j.bf16("vnew16", vnewT16(vnew, tok0, clen, HV))
+	j.bf16("dvnew16", vnewT16(dvnew, tok0, clen, HV))
+	for _, o := range outs {
+		j.out(o.name+"_8", 4*o.elems)
+		j.poison(o.name+"_8", poisonF32)
+	}
+	for _, o := range outs[:3] {
+		j.out(o.name+"16_8", 2*o.elems+2*(o.elems%2))
+		j.poison(o.name+"16_8", poisonBF16x2)
+	}
+	for _, o := range outs[3:] {
+		j.out(o.name+"_b8", 4*o.elems)
+		j.poison(o.name+"_b8", poisonF32)
+	}
 	j.out("dqv", 4*T*HV*dHead)
 	j.out("dkv", 4*T*HV*dHead)
 	common := []string{buf("qn"), buf("kn"), buf("v"), i32a(vStride), buf("gcum"), buf("beta"), buf("h"), buf("vnew"),
@@ -241,6 +259,16 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		append(append([]string{}, common6...), buf("q_rstd"), buf("k_rstd"), nullBuf(), nullBuf(), i32a(dqStride),
 			nullBuf(), i32a(dvStride), buf("dg_b7"), buf("dbeta_b7"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
 			buf("dq16_7"), buf("dk16_7"), buf("dv16_7"))...)
+	common8 := append([]string{}, common6...)
+	common8[6], common8[7], common8[9] = buf("h16"), buf("vnew16"), buf("dvnew16")
+	j.launch("grads_mma8", "gdn_chunk_grads_mma8", grid3(NC, HQK, 1), 256, "kGradMMA5Smem",
+		append(append([]string{}, common8...), buf("q_rstd"), buf("k_rstd"), buf("dq_8"), buf("dk_8"), i32a(dqStride),
+			buf("dv_8"), i32a(dvStride), buf("dg_8"), buf("dbeta_8"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
+			nullBuf(), nullBuf(), nullBuf())...)
+	j.launch("grads_mma8_bf16", "gdn_chunk_grads_mma8", grid3(NC, HQK, 1), 256, "kGradMMA5Smem",
+		append(append([]string{}, common8...), buf("q_rstd"), buf("k_rstd"), nullBuf(), nullBuf(), i32a(dqStride),
+			nullBuf(), i32a(dvStride), buf("dg_b8"), buf("dbeta_b8"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
+			buf("dq16_8"), buf("dk16_8"), buf("dv16_8"))...)
 	j.launch("grads_fp32", "gdn_chunk_grads", grid3(NC, HV, 1), 256, "kGradSmem",
 		append(append([]string{}, common...), buf("dqv"), buf("dkv"), buf("dv_fp32"), i32a(dvStride), buf("dg_fp32"),
 			buf("dbeta_fp32"), i32a(HQK), i32a(HV), f32a(scale))...)
@@ -255,7 +283,7 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 	// row, column) order, the QK head for dq / dk and the value head for the
 	// rest (the fp32 pair's too; its gdn_qk_bwd also writes the gap rows).
 	got := map[string][]float64{}
-	for _, sfx := range []string{"", "_fp32", "_7"} {
+	for _, sfx := range []string{"", "_fp32", "_7", "_8"} {
 		for _, o := range outs {
 			b := r.raw[o.name+sfx]
 			require.Len(t, b, 4*o.elems)
@@ -289,7 +317,8 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 	// are the fp32 launch's values rounded to nearest even, bit for bit (what
 	// gdn_f32_to_bf16 makes of them), in the same places; everything else
 	// still poisoned; dg, dbeta bitwise the fp32 launch's.
-	for _, k := range []struct{ sfx, s16, sb, what string }{{"", "16", "_b", "mma5"}, {"_7", "16_7", "_b7", "mma7"}} {
+	for _, k := range []struct{ sfx, s16, sb, what string }{{"", "16", "_b", "mma5"}, {"_7", "16_7", "_b7", "mma7"},
+		{"_8", "16_8", "_b8", "mma8"}} {
 		for _, o := range outs[:3] {
 			requireBF16OfF32(t, o.name+k.s16+" ("+k.what+")", r.raw[o.name+k.sfx], r.raw[o.name+k.s16], o.elems)
 		}
@@ -307,6 +336,19 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 	}
 	for _, o := range outs[3:] {
 		require.Equal(t, r.raw[o.name+"_b"], r.raw[o.name+"_b6"], "%s (bf16 launch): gdn_chunk_grads_mma6 differs from gdn_chunk_grads_mma5", o.name)
+	}
+
+	// gdn_chunk_grads_mma8: mma7's products on the same operand values (rn(H),
+	// rn(V') are mma7's hi halves), so every output but dg is mma7's, bit for
+	// bit, poison included; dg differs only through <D, H> (H as bf16, summed
+	// in another order), checked against float64 below.
+	for _, o := range outs {
+		if o.name != "dg" {
+			require.Equal(t, r.raw[o.name+"_7"], r.raw[o.name+"_8"], "%s: gdn_chunk_grads_mma8 differs from gdn_chunk_grads_mma7", o.name)
+		}
+	}
+	for _, o := range outs[:3] {
+		require.Equal(t, r.raw[o.name+"16_7"], r.raw[o.name+"16_8"], "%s16: gdn_chunk_grads_mma8 differs from gdn_chunk_grads_mma7", o.name)
 	}
 
 	// The reference: gdnref.ChunkGrads per chunk and value head (each chunk a
@@ -384,7 +426,13 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		worst7 := maxOverRMS(got[o.name+"_7"], want[o.name])
 		et.note("grads_mma7 "+o.name+" max/rms", worst7)
 		require.Lessf(t, worst7, gradsMMA7ElemTol, "%s (mma7): an element is %.3g of the rms off", o.name, worst7)
+		requireRel(t, et, "grads_mma8 "+o.name, got[o.name+"_8"], want[o.name], gradsMMA7Tol)
+		worst8 := maxOverRMS(got[o.name+"_8"], want[o.name])
+		et.note("grads_mma8 "+o.name+" max/rms", worst8)
+		require.Lessf(t, worst8, gradsMMA7ElemTol, "%s (mma8): an element is %.3g of the rms off", o.name, worst8)
 	}
+	// What H as bf16 in <D, H> moved dg by, against mma7's.
+	et.note("grads_mma8 dg vs mma7", relErr(got["dg_8"], got["dg_7"]))
 	et.log(t)
 }
 
@@ -403,4 +451,38 @@ func requireBF16OfF32(t *testing.T, name string, b32, b16 []byte, elems int) {
 		want := bf16.Float32ToBF16(math.Float32frombits(u))
 		require.Equalf(t, uint16(want), h, "%s: element %d is %#04x, rn(%g) is %#04x", name, e, h, math.Float32frombits(u), uint16(want))
 	}
+}
+
+// stateT16 is the state walk's h16 of fp32 states st ([NC, HV, 128 (key),
+// 128 (column)]): each state transposed, [column][key], rounded to nearest
+// even.
+func stateT16(st []float32, NC, HV int) []bf16.BF16 {
+	out := make([]bf16.BF16, len(st))
+	for b := 0; b < NC*HV; b++ {
+		src, dst := st[b*dHead*dHead:][:dHead*dHead], out[b*dHead*dHead:][:dHead*dHead]
+		for key := 0; key < dHead; key++ {
+			for col := 0; col < dHead; col++ {
+				dst[col*dHead+key] = bf16.Float32ToBF16(src[key*dHead+col])
+			}
+		}
+	}
+	return out
+}
+
+// vnewT16 is the state walk's vnew16 of fp32 V' rows ([T, HV, 128]): a
+// [128 (feature)][64 (token)] block a (chunk, value head), rounded to
+// nearest even, tokens from the chunk's length on 0.
+func vnewT16(rows []float32, tok0, clen []int32, HV int) []bf16.BF16 {
+	out := make([]bf16.BF16, len(tok0)*HV*dHead*64)
+	for ci := range tok0 {
+		for h := 0; h < HV; h++ {
+			blk := out[(ci*HV+h)*dHead*64:][:dHead*64]
+			for f := 0; f < dHead; f++ {
+				for i := 0; i < int(clen[ci]); i++ {
+					blk[f*64+i] = bf16.Float32ToBF16(rows[((int(tok0[ci])+i)*HV+h)*dHead+f])
+				}
+			}
+		}
+	}
+	return out
 }

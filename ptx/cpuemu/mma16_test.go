@@ -334,30 +334,35 @@ func addOutput16(j *job, d *gdnData, in *outInputs, h16, vnew16 []byte, probe bo
 	j.launch("output_mma16g", "gdn_output_mma16g", grid3(l.NC, HQK, 1), 256, "kOutputMMA16Smem", tail("og")...)
 	// The normalising form: the raw bf16 q and k rows (the l2norm's inputs, laid out like qn and kn but
 	// with a padded row stride), normalised in the kernel; checkOutput16 requires gdn_output_mma16g's bits.
-	qs := HQK*dHead + 8
-	qraw, kraw := make([]bf16.BF16, g.T*qs), make([]bf16.BF16, g.T*qs)
-	for i := range qraw {
-		qraw[i], kraw[i] = bf16.BF16(poisonBF16), bf16.BF16(poisonBF16) // NaN: gap rows and padding never read
-	}
-	for ci := 0; ci < l.NC; ci++ {
-		t0, n := int(l.chunkTok0[ci]), int(l.chunkLen[ci])
-		tg := t0 + gapRows*ci
-		for i := 0; i < n; i++ {
-			copy(qraw[(tg+i)*qs:(tg+i)*qs+HQK*dHead], d.qkv[d.qOff+(t0+i)*d.qStride:])
-			copy(kraw[(tg+i)*qs:(tg+i)*qs+HQK*dHead], d.qkv[d.kOff+(t0+i)*d.qStride:])
-		}
-	}
+	// Twice: rows 16-byte aligned (stride + 8: staged by cp.async) and only 8-byte aligned (stride + 4:
+	// loaded from global memory).
 	l2 := 0
 	if c.l2norm {
 		l2 = 1
 	}
-	j.bf16("qraw", qraw)
-	j.bf16("kraw", kraw)
-	j.out("ogn", 2*g.T*HV*dHead)
-	j.poison("ogn", poisonBF16x2)
-	j.launch("output_mma16gn", "gdn_output_mma16gn", grid3(l.NC, HQK, 1), 256, "kOutputMMA16Smem",
-		buf("qraw"), buf("kraw"), i32a(qs), i32a(qs), i32a(l2), buf("gcum"), buf("vnew16"), buf("h16"), buf("chunk_tok0"),
-		buf("chunk_len"), buf("ogn"), i32a(HQK), i32a(HV), f32a(d.scale))
+	for _, v := range []struct{ sfx, pad int }{{0, 8}, {1, 4}} {
+		qs := HQK*dHead + v.pad
+		qraw, kraw := make([]bf16.BF16, g.T*qs), make([]bf16.BF16, g.T*qs)
+		for i := range qraw {
+			qraw[i], kraw[i] = bf16.BF16(poisonBF16), bf16.BF16(poisonBF16) // NaN: gap rows and padding never read
+		}
+		for ci := 0; ci < l.NC; ci++ {
+			t0, n := int(l.chunkTok0[ci]), int(l.chunkLen[ci])
+			tg := t0 + gapRows*ci
+			for i := 0; i < n; i++ {
+				copy(qraw[(tg+i)*qs:(tg+i)*qs+HQK*dHead], d.qkv[d.qOff+(t0+i)*d.qStride:])
+				copy(kraw[(tg+i)*qs:(tg+i)*qs+HQK*dHead], d.qkv[d.kOff+(t0+i)*d.qStride:])
+			}
+		}
+		sfx := []string{"", "_u8"}[v.sfx]
+		j.bf16("qraw"+sfx, qraw)
+		j.bf16("kraw"+sfx, kraw)
+		j.out("ogn"+sfx, 2*g.T*HV*dHead)
+		j.poison("ogn"+sfx, poisonBF16x2)
+		j.launch("output_mma16gn"+sfx, "gdn_output_mma16gn", grid3(l.NC, HQK, 1), 256, "kOutputMMA16Smem",
+			buf("qraw"+sfx), buf("kraw"+sfx), i32a(qs), i32a(qs), i32a(l2), buf("gcum"), buf("vnew16"), buf("h16"),
+			buf("chunk_tok0"), buf("chunk_len"), buf("ogn"+sfx), i32a(HQK), i32a(HV), f32a(d.scale))
+	}
 	if probe {
 		j.out("o32", 4*g.T*HV*dHead)
 		j.poison("o32", poisonF32)
@@ -429,9 +434,12 @@ func checkOutput16(t *testing.T, et *errTable, d *gdnData, in *outInputs, g *gap
 	// and nothing in the gaps.
 	require.Equal(t, res.raw["o"], ungap(t, d, g, r.raw["og"], 2, poisonBF16x2, "og"),
 		"gdn_output_mma16g: not gdn_output_mma16's bits")
-	// gdn_output_mma16gn (q, k normalised in the kernel from their bf16 rows) writes the same rows too.
+	// gdn_output_mma16gn (q, k normalised in the kernel from their bf16 rows) writes the same rows too,
+	// whether its rows are staged by cp.async (16-byte aligned) or loaded from global memory.
 	require.Equal(t, res.raw["o"], ungap(t, d, g, r.raw["ogn"], 2, poisonBF16x2, "ogn"),
 		"gdn_output_mma16gn: not gdn_output_mma16g's bits")
+	require.Equal(t, res.raw["o"], ungap(t, d, g, r.raw["ogn_u8"], 2, poisonBF16x2, "ogn_u8"),
+		"gdn_output_mma16gn (8-byte aligned rows): not gdn_output_mma16g's bits")
 	var o32 []float32
 	if probe { // first: its fp32 shows the kernel's own error
 		res.raw["o32"] = ungap(t, d, g, r.raw["o32"], 4, poisonF32, "o32")

@@ -22,3 +22,13 @@ func tokenSlots(rows []float32, tok0, clen []int32, HV int) []byte {
 	}
 	return f32Bytes(out)
 }
+
+// reverseOrder is a dispatch order (dispatch_cta in ptx/src/mma.cuh) of n
+// CTAs that runs them last to first.
+func reverseOrder(n int) []int32 {
+	o := make([]int32, n)
+	for i := range o {
+		o[i] = int32(n - 1 - i)
+	}
+	return o
+}

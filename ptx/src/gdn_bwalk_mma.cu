@@ -330,7 +330,7 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 	                                     const float* dvl, const bf16* dout, const int* chunk_tok0,
 	                                     const int* chunk_len, int ch0, int nch, int h, int HQK, int HV, int c0,
 	                                     float scale, bool withDO, float* d_chunk, float* dvnew,
-	                                     float* dvnewp = nullptr) {
+	                                     float* dvnewp = nullptr, bf16* dvnew16 = nullptr) {
 		if (nch <= 0) return;
 		int c = ch0 + nch - 1;
 		issue(w, kt, qn, dout, chunk_tok0[c], chunk_len[c], h, HQK, HV, c0, withDO);
@@ -347,6 +347,7 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 				dvprime(n);
 				if (dvnew != nullptr) this->store_vprime(dvnew, chunk_tok0[c], n, h, HV, c0);
 				if (dvnewp != nullptr) this->store_vprime_slots(dvnewp + ((long long)c * HV + h) * kD * kC, n, c0);
+				if (dvnew16 != nullptr) this->store_vprime16(dvnew16 + ((long long)c * HV + h) * kD * kC, n, c0);
 				dupdate(n, withDO);
 			}
 			if (!next) break;
@@ -364,16 +365,18 @@ __device__ __forceinline__ void offset_walk_mma(float* smem, const float* w, con
                                                 const float* gcum, const float* dvl, const bf16* dout,
                                                 const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
                                                 const int* seg_nchunk, const int* list, float* out_pt, float* out_r,
-                                                int HQK, int HV, float scale) {
+                                                int HQK, int HV, float scale, const int* order) {
 	BWalker<VH> wk(smem);
 	const int tiles = kD / VH;
-	const bool isP = (int)blockIdx.x >= tiles;
-	const int c0 = (isP ? (int)blockIdx.x - tiles : (int)blockIdx.x) * VH;
-	const int li = blockIdx.y, h = blockIdx.z, seg = list[li];
+	int x, li, h;
+	tc::dispatch_cta(order, x, li, h);
+	const bool isP = x >= tiles;
+	const int c0 = (isP ? x - tiles : x) * VH;
+	const int seg = list[li];
 	wk.init_state(nullptr, isP, c0);
 	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0,
 	        scale, !isP, nullptr, nullptr);
-	wk.store_state((isP ? out_pt : out_r) + ((long long)ctaid_y() * HV + ctaid_z()) * kD * kD, c0);
+	wk.store_state((isP ? out_pt : out_r) + ((long long)li * HV + h) * kD * kD, c0);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
@@ -382,23 +385,23 @@ gdn_offset_walk_mma(const float* __restrict__ w, const float* __restrict__ kt, c
                     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
                     const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
                     const int* __restrict__ seg_nchunk, const int* __restrict__ list, float* __restrict__ out_pt,
-                    float* __restrict__ out_r, int HQK, int HV, int vh, float scale) {
+                    float* __restrict__ out_r, int HQK, int HV, int vh, float scale, const int* __restrict__ order) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 #if defined(GDNKCP_HAS_WGMMA)
 	// sm_90a: the wgmma body (gdn_bwalk_wgmma.cu), same arguments, grid, block and shared memory.
 	if (vh == 64)
 		bwalkwg::offset_walk<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
-		                         out_pt, out_r, HQK, HV, scale);
+		                         out_pt, out_r, HQK, HV, scale, order);
 	else
 		bwalkwg::offset_walk<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
-		                          out_pt, out_r, HQK, HV, scale);
+		                          out_pt, out_r, HQK, HV, scale, order);
 #else
 	if (vh == 64)
 		offset_walk_mma<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
-		                    out_pt, out_r, HQK, HV, scale);
+		                    out_pt, out_r, HQK, HV, scale, order);
 	else
 		offset_walk_mma<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list,
-		                     out_pt, out_r, HQK, HV, scale);
+		                     out_pt, out_r, HQK, HV, scale, order);
 #endif
 }
 
@@ -407,13 +410,15 @@ __device__ __forceinline__ void tape_walk_mma(float* smem, const float* w, const
                                               const float* gcum, const float* dvl, const bf16* dout,
                                               const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
                                               const int* seg_nchunk, const float* dend, float* d_chunk, float* dvnew, float* dvnewp,
-                                              float* dstart, int HQK, int HV, float scale) {
+                                              bf16* dvnew16, float* dstart, int HQK, int HV, float scale, const int* order) {
 	BWalker<VH> wk(smem);
-	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
+	int x, seg, h;
+	tc::dispatch_cta(order, x, seg, h);
+	const int c0 = x * VH;
 	wk.init_state(dend + ((long long)seg * HV + h) * kD * kD, false, c0);
 	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0,
-	        scale, true, d_chunk, dvnew, dvnewp);
-	wk.store_state(dstart + ((long long)ctaid_y() * HV + ctaid_z()) * kD * kD, c0);
+	        scale, true, d_chunk, dvnew, dvnewp, dvnew16);
+	wk.store_state(dstart + ((long long)seg * HV + h) * kD * kD, c0);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
@@ -423,7 +428,7 @@ gdn_tape_walk_mma(const float* __restrict__ w, const float* __restrict__ kt, con
                   const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
                   const int* __restrict__ seg_nchunk, const float* __restrict__ dend, float* __restrict__ d_chunk,
                   float* __restrict__ dvnew, float* __restrict__ dstart, int HQK, int HV, int vh, float scale,
-                  float* __restrict__ dvnewp) {
+                  float* __restrict__ dvnewp, __nv_bfloat16* __restrict__ dvnew16, const int* __restrict__ order) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 #if defined(GDNKCP_HAS_WGMMA)
 	// sm_90a: the wgmma body (gdn_bwalk_wgmma.cu), same arguments, grid, block and shared memory.
@@ -431,17 +436,17 @@ gdn_tape_walk_mma(const float* __restrict__ w, const float* __restrict__ kt, con
 	              "the wgmma tape walk must fit the mma.sync walk's shared memory");
 	if (vh == 64)
 		bwalkwg::tape_walk<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                       d_chunk, dvnew, dvnewp, dstart, HQK, HV, scale);
+		                       d_chunk, dvnew, dvnewp, dvnew16, dstart, HQK, HV, scale, order);
 	else
 		bwalkwg::tape_walk<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                        d_chunk, dvnew, dvnewp, dstart, HQK, HV, scale);
+		                        d_chunk, dvnew, dvnewp, dvnew16, dstart, HQK, HV, scale, order);
 #else
 	if (vh == 64)
 		tape_walk_mma<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                  d_chunk, dvnew, dvnewp, dstart, HQK, HV, scale);
+		                  d_chunk, dvnew, dvnewp, dvnew16, dstart, HQK, HV, scale, order);
 	else
 		tape_walk_mma<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                   d_chunk, dvnew, dvnewp, dstart, HQK, HV, scale);
+		                   d_chunk, dvnew, dvnewp, dvnew16, dstart, HQK, HV, scale, order);
 #endif
 }
 

@@ -258,7 +258,7 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 	                                     const float* dvl, const bf16* dout, const int* chunk_tok0,
 	                                     const int* chunk_len, int ch0, int nch, int h, int HQK, int HV, int c0,
 	                                     float scale, float* d_chunk, float* dvnew,
-	                                     float* dvnewp = nullptr) {
+	                                     float* dvnewp = nullptr, bf16* dvnew16 = nullptr) {
 		if (nch <= 0) return;
 		const int last = ch0 + nch - 1;
 		issue(w, kt, qn, dout, chunk_tok0[last], chunk_len[last], h, HQK, HV, c0);
@@ -290,6 +290,7 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 				GDNKCP_TAPE_MARK(4, last - c);  // state: dV' split, D decayed, (2) issued
 				if (dvnew != nullptr) this->store_vprime(dvnew, chunk_tok0[c], n, h, HV, c0);  // dV' under (2)
 				if (dvnewp != nullptr) this->store_vprime_slots(dvnewp + blk * kD * kC, n, c0);
+				if (dvnew16 != nullptr) this->store_vprime16(dvnew16 + blk * kD * kC, n, c0);
 				GDNKCP_TAPE_MARK(5, last - c);  // state: dV' stores issued
 				wg::wait<0>();
 				wg::fence_operand(s);
@@ -317,12 +318,14 @@ __device__ __forceinline__ void tape_walk(float* smem, const float* w, const flo
                                           const float* gcum, const float* dvl, const bf16* dout,
                                           const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
                                           const int* seg_nchunk, const float* dend, float* d_chunk, float* dvnew, float* dvnewp,
-                                          float* dstart, int HQK, int HV, float scale) {
+                                          bf16* dvnew16, float* dstart, int HQK, int HV, float scale, const int* order) {
 	WGBWalker<VH, true> wk(smem);
-	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
+	int x, seg, h;
+	tc::dispatch_cta(order, x, seg, h);
+	const int c0 = x * VH;
 	wk.init_state(dend + ((long long)seg * HV + h) * kD * kD, c0);
 	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0,
-	        scale, d_chunk, dvnew, dvnewp);
+	        scale, d_chunk, dvnew, dvnewp, dvnew16);
 	wk.store_state(dstart + ((long long)seg * HV + h) * kD * kD, c0);
 }
 
@@ -345,11 +348,13 @@ __device__ __forceinline__ void offset_walk(float* smem, const float* w, const f
                                             const float* gcum, const float* dvl, const bf16* dout,
                                             const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
                                             const int* seg_nchunk, const int* list, float* out_pt, float* out_r,
-                                            int HQK, int HV, float scale) {
+                                            int HQK, int HV, float scale, const int* order) {
 	const int tiles = kD / VH;
-	const bool isP = (int)blockIdx.x >= tiles;
-	const int c0 = (isP ? (int)blockIdx.x - tiles : (int)blockIdx.x) * VH;
-	const int li = blockIdx.y, h = blockIdx.z, seg = list[li];
+	int x, li, h;
+	tc::dispatch_cta(order, x, li, h);
+	const bool isP = x >= tiles;
+	const int c0 = (isP ? x - tiles : x) * VH;
+	const int seg = list[li];
 	const long long blk = ((long long)li * HV + h) * kD * kD;
 	if (isP)
 		offset_walk_form<VH, false>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg],

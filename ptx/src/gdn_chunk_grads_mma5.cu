@@ -10,6 +10,10 @@
 //   gdn_chunk_grads_mma7   mma6 with every product on the bf16 hi halves of its operands alone (one mma.sync
 //                          where mma6 runs two or three; no lo planes, no lo fragments; B fragments of two
 //                          n tiles an ldmatrix.x4): gradients good to bf16, not fp32 (precision below)
+//   gdn_chunk_grads_mma8   mma7 on the state walk's bf16 h16, vnew16 and the tape walk's dvnew16 (rn(H),
+//                          rn(V'), rn(dV'): mma7's hi halves) in place of fp32 H and the V', dV' slots: V'
+//                          and dV' copied in S1 (hi and lo units), H^T beside D's plane in S2, nothing
+//                          copied or split in S3 (two barriers fewer a head); mma7's bits but dg's <D, H>
 // ABI: gdn_chunk_grads_mma5(qn, kn, v bf16, int v_stride, gcum, beta, h, vnew, d_chunk, dvnew, dout bf16,
 //   chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, int dq_stride, dv, int dv_stride, dg, dbeta, int HQK, int HV,
 //   float scale, int l2norm, dq16 bf16, dk16 bf16, dv16 bf16); q_rstd, k_rstd fp32 [Tr, HQK] (read only when
@@ -73,6 +77,8 @@
 // which is what bf16 operands give (2^-9 of each, rounded once) and leaves the gradients' end-to-end budget
 // (1e-2 for dq, dk, dv; 5e-3 for dg, dbeta) to the rest of the backward. Its bf16 dq, dk, dv add their own
 // rounding (~1.1e-3) on top, as mma5's do.
+// gdn_chunk_grads_mma8 gives mma7's dq, dk, dv, dbeta bit for bit (the same cases, both launches); its dg
+// (<D, H> with H as bf16) is within 1.1e-3 of mma7's and at worst 2.40e-3 of float64 (max/rms 1.9e-2).
 //
 // ---- Registers ----------------------------------------------------------------------------------------------
 // DQ and DK (64 registers) live across the whole head loop (in gdn_chunk_grads_mma DQ dies at S3), so S3 (qg, wa,
@@ -266,11 +272,13 @@ __device__ __forceinline__ int tp_pos(int f, int u, int hl) { return f * 256 + (
 
 // tp_a: the A fragments, hi and lo, of (m = token m0 .. m0 + 15, k = feature 16 k8 ..): plane_a's values,
 // by two ldmatrix.x4.trans (matrix mi: features 16 k8 + 8 (mi / 2) .., tokens m0 + 8 (mi % 2) ..); LO false:
-// hi only, al zero.
-template <bool LO = true>
+// hi only, al zero, from the units HL (0: the hi units; 1: the lo units, where gdn_chunk_grads_mma8 keeps a
+// second bf16 tile).
+template <bool LO = true, int HL = 0>
 __device__ __forceinline__ void tp_a(const unsigned char* x, int m0, int k8, int lane, unsigned ah[4], unsigned al[4]) {
+	static_assert(HL == 0 || !LO, "a second tile in the lo units: hi products only");
 	const int mi = lane >> 3, f = 16 * k8 + 8 * (mi >> 1) + (lane & 7), u = (m0 >> 3) + (mi & 1);
-	tc::ldmatrix_x4_trans(ah, x + tp_pos(f, u, 0));
+	tc::ldmatrix_x4_trans(ah, x + tp_pos(f, u, HL));
 	if (LO)
 		tc::ldmatrix_x4_trans(al, x + tp_pos(f, u, 1));
 	else
@@ -288,11 +296,12 @@ __device__ __forceinline__ void tp_b(const unsigned char* x, int n0, int k8, int
 
 // tp_bt: the B fragments, hi (b[0], b[1]) and lo (b[2], b[3]), of (k = token 16 k8 .., n = feature n0 ..
 // n0 + 7): plane_bt's values, by one ldmatrix.x4. HI2: the hi of features n0 .. n0 + 7 (b[0], b[1]) and
-// n0 + 8 .. n0 + 15 (b[2], b[3]).
-template <bool HI2 = false>
+// n0 + 8 .. n0 + 15 (b[2], b[3]), from the units HL (as tp_a).
+template <bool HI2 = false, int HL = 0>
 __device__ __forceinline__ void tp_bt(const unsigned char* x, int n0, int k8, int lane, unsigned b[4]) {
+	static_assert(HL == 0 || HI2, "a second tile in the lo units: hi products only");
 	const int mi = lane >> 3;
-	tc::ldmatrix_x4(b, x + (HI2 ? tp_pos(n0 + 8 * (mi >> 1) + (lane & 7), 2 * k8 + (mi & 1), 0)
+	tc::ldmatrix_x4(b, x + (HI2 ? tp_pos(n0 + 8 * (mi >> 1) + (lane & 7), 2 * k8 + (mi & 1), HL)
 	                            : tp_pos(n0 + (lane & 7), 2 * k8 + (mi & 1), mi >> 1)));
 }
 
@@ -326,13 +335,98 @@ __device__ __forceinline__ void slots_to_planes(unsigned char* x, int tid) {
 	}
 }
 
+// ---- The forward's bf16 H^T and V'^T (gdn_chunk_grads_mma8) ---------------------------------------------
+// mma7 uses only the bf16 hi halves of H and V', rn(H) and rn(V'): exactly the forward state walk's h16
+// ([128 (column)][128 (key)] a (chunk, value head), rn) and vnew16 ([128 (feature)][64 (token)], rn, tokens
+// from the chunk's length on 0), which the output kernel reads. mma8 reads those instead of fp32 H and V'
+// token slots, so a forward that keeps states for a core-stage backward writes neither fp32 H nor V' slots.
+//
+// ht_pos: the byte of 16-byte unit a (keys 8 a .. 8 a + 7) of H^T's row v (a column of H) in shared memory:
+// 256 bytes a row, unit a at a ^ ((v ^ (v >> 2)) % 8). The 8 rows v0 .. v0 + 7 (v0 % 8 = 0) of one ldmatrix
+// matrix take 8 distinct positions (ht_b2), and so do split_d_ht's 8-thread store phases.
+__device__ __forceinline__ int ht_pos(int v, int a) { return v * 256 + ((a ^ ((v ^ (v >> 2)) & 7)) << 4); }
+
+// ht_b2: the hi B fragments of (k = column 16 k8 .., n = key n0 .. n0 + 7) (b[0], b[1]) and of keys n0 + 8 ..
+// n0 + 15 (b[2], b[3]) from H^T's units at x, by one ldmatrix.x4.trans: h_frag_row<32768, true>'s values
+// (element (k, n) = H[n][k] = H^T[k][n]).
+__device__ __forceinline__ void ht_b2(const unsigned char* x, int n0, int k8, int lane, unsigned b[4]) {
+	const int mi = lane >> 3, v = 16 * k8 + 8 * (mi & 1) + (lane & 7);
+	tc::ldmatrix_x4_trans(b, x + ht_pos(v, (n0 >> 3) + (mi >> 1)));
+}
+
+// copy_v16: cp.async of one (chunk, value head) block of vnew16 or dvnew16 (V'^T or dV'^T bf16, 128 bytes
+// a feature row) into the units HL of tp_pos' layout: V' into the hi units, which then hold the bits of
+// mma7's slots_to_planes<false>, dV' into the lo units (mma7 leaves them dead), read back by tp_a /
+// tp_bt with HL 1. Thread tid takes the units tid + 256 x (x = 0..3) (not committed).
+template <int HL>
+__device__ __forceinline__ void copy_v16(unsigned char* dst, const __nv_bfloat16* src, int tid) {
+#pragma unroll
+	for (int x = 0; x < 4; ++x) {
+		const int e = tid + kThreads * x;
+		tc::cp_async16(dst + tp_pos(e >> 3, e & 7, HL), src + 8 * e);
+	}
+}
+
+// u4_word: word i (0..3) of v; with i a compile-time constant, a register.
+__device__ __forceinline__ unsigned u4_word(const uint4& v, int i) {
+	return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// split_d_ht: thread tid's share of a chunk's D (global fp32 [128 (key)][128 (column)]) and H^T (global
+// bf16, h16's block): D's hi plane at x (split_h's layout: the bits split_h<true, false> writes), H^T's
+// units at x + 32768 (ht_pos), and the warp's <D, H> partial with H as its bf16 (rn) value, which is all
+// the kernel has of H. Tiles of 8 keys x 2 columns: e = tid + 256 j (j = 0..3), key block a = 2 (e >> 7) +
+// e % 2, column pair p = (e >> 1) % 64, so a warp reads 16 column pairs of 2 key blocks: D's rows as
+// 128-byte runs, H^T's rows as 32-byte runs. Lanes of odd a visit D's rows in the order r ^ 4, so that the
+// two key blocks' 4-byte stores land in distinct banks. The sum: j, then r, then the pair's two columns,
+// by fmaf, then the xor butterfly (d_dot_h's), a fixed order.
+__device__ __forceinline__ float split_d_ht(unsigned char* x, const float* __restrict__ d,
+                                            const __nv_bfloat16* __restrict__ ht, int tid) {
+	float dh = 0.f;
+#pragma unroll 1
+	for (int j = 0; j < 4; ++j) {
+		const int e = tid + kThreads * j, a = 2 * (e >> 7) + (e & 1), p = (e >> 1) & 63, rx = 4 * (e & 1);
+		uint4 hv[2];
+		float2 f[8];
+#pragma unroll
+		for (int s = 0; s < 2; ++s) hv[s] = *reinterpret_cast<const uint4*>(ht + (2 * p + s) * kD + 8 * a);
+#pragma unroll
+		for (int r = 0; r < 8; ++r) f[r] = *reinterpret_cast<const float2*>(d + (8 * a + (r ^ rx)) * kD + 2 * p);
+#pragma unroll
+		for (int s = 0; s < 2; ++s) *reinterpret_cast<uint4*>(x + 32768 + ht_pos(2 * p + s, a)) = hv[s];
+#pragma unroll
+		for (int r = 0; r < 8; ++r) {
+			const int key = 8 * a + (r ^ rx);
+			// H[key][2 p + s]: element key % 8 = r ^ rx of H^T row 2 p + s's unit, word (r ^ rx) / 2 (both word
+			// indices compile-time constants: the select keeps hv in registers)
+			const unsigned x0 = rx ? u4_word(hv[0], (r >> 1) ^ 2) : u4_word(hv[0], r >> 1);
+			const unsigned x1 = rx ? u4_word(hv[1], (r >> 1) ^ 2) : u4_word(hv[1], r >> 1);
+			const float h0 = __uint_as_float((r & 1) ? (x0 & 0xffff0000u) : (x0 << 16));
+			const float h1 = __uint_as_float((r & 1) ? (x1 & 0xffff0000u) : (x1 << 16));
+			dh = fmaf(f[r].x, h0, dh);
+			dh = fmaf(f[r].y, h1, dh);
+			unsigned hi, lo;
+			tc::split_bf16x2(f[r].x, f[r].y, hi, lo);
+			*reinterpret_cast<unsigned*>(x + key * 256 + (((p >> 2) ^ (key & 7)) << 4) + 4 * (p & 3)) = hi;
+		}
+	}
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1) dh += __shfl_xor_sync(0xffffffffu, dh, off);
+	return dh;
+}
+
 // grads5: the body of gdn_chunk_grads_mma5 (TP false: fp32 vnew, dvnew rows, split by split_rows) and of
 // gdn_chunk_grads_mma6 (TP true: vnew, dvnew are token-slot blocks, copied by cp.async and split in place). Everything else,
 // and every product and its order, is the same code: the two give the same bits on the same values.
 // LO false (gdn_chunk_grads_mma7): every product takes the bf16 hi halves of its operands alone (one
 // mma.sync where LO runs two or three; the lo halves are neither loaded nor formed, the lo planes not
 // written), and the B operands of the plane products come two n tiles an ldmatrix.x4 (mma_b4).
-template <bool TP, bool LO = true>
+// B16 (gdn_chunk_grads_mma8; TP and not LO): h_state, vnew and dvnew are h16, vnew16 and dvnew16 (bf16,
+// passed as float pointers): V' and dV' are copied in S1, into the hi and the lo units of VP (copy_v16),
+// H^T beside D's plane in S2 (split_d_ht), and S3 copies and splits nothing and needs neither barrier 6
+// nor 7 (nothing is written between S2's products and S3's); every product sees mma7's operands, only
+// <D, H> takes H as bf16.
+template <bool TP, bool LO = true, bool B16 = false>
 __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
                      int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
                      const float* __restrict__ h_state, const float* __restrict__ vnew,
@@ -343,6 +437,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
                      float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
                      int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
                      __nv_bfloat16* __restrict__ dv16) {
+	static_assert(!B16 || (TP && !LO), "B16: token slots (dV') and hi products only");
 	float* KF = smem;                                       // [64][kP] k, all along
 	float* QF = KF + kTP;                                   // [64][kP] q, all along
 	float* VF = QF + kTP;  // V' (S1-S2), dV' (S3-S4) as split_rows' bf16 hi / lo planes (32 KB); dKK [64][kQ] (S5-S6)
@@ -421,6 +516,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		const int h = qh * grp + hj;
 		const float* hs = h_state + ((long long)c * HV + h) * kD * kD;
 		const float* ds = d_chunk + ((long long)c * HV + h) * kD * kD;
+		const __nv_bfloat16* hts = reinterpret_cast<const __nv_bfloat16*>(h_state) + ((long long)c * HV + h) * kD * kD;
 
 		// ---- S1: stage V', dO; beta, gamma ----
 		unsigned char* const VP = reinterpret_cast<unsigned char*>(VF);  // V' (S1-S2), dV' (S3-S4): bf16 planes
@@ -436,7 +532,11 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			}
 		}
 		tc::cp_async_commit();
-		if (TP) {
+		if (B16) {  // V' and dV' at once: the hi and the lo units
+			copy_v16<0>(VP, reinterpret_cast<const __nv_bfloat16*>(vnew) + ((long long)c * HV + h) * kD * kC, tid);
+			copy_v16<1>(VP, reinterpret_cast<const __nv_bfloat16*>(dvnew) + ((long long)c * HV + h) * kD * kC, tid);
+			tc::cp_async_commit();
+		} else if (TP) {
 			copy_block32k(VP, vnew + ((long long)c * HV + h) * kD * kC, tid);
 			tc::cp_async_commit();
 		} else {
@@ -448,7 +548,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
 		}
 		tc::cp_async_wait<0>();
-		if (TP) slots_to_planes<LO>(VP, tid);
+		if (TP && !B16) slots_to_planes<LO>(VP, tid);
 		__syncthreads();  // barrier 1
 		const float glast = gam[n - 1];
 		if (tid < kC) {
@@ -564,7 +664,8 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		// D is split once into bf16 hi / lo planes over BIG (split_h's layout), and <D, H> is formed from
 		// the same loads in d_dot_h's order; dKt's B fragments are then ldmatrix.x4 loads.
 		{
-			const float dh = split_h<true, LO>(reinterpret_cast<unsigned char*>(BIG), ds, hs, tid);
+			const float dh = B16 ? split_d_ht(reinterpret_cast<unsigned char*>(BIG), ds, hts, tid)
+			                     : split_h<true, LO>(reinterpret_cast<unsigned char*>(BIG), ds, hs, tid);
 			if (lane == 0) red[w] = dh;
 		}
 		__syncthreads();  // barrier 5: the D planes written
@@ -602,25 +703,28 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			}
 			rowpart(part + (1 * 2 + ch) * kC, i0, i1, p0, p1, t);
 		}
-		__syncthreads();  // barrier 6: D and V' dead
+		if (!B16) __syncthreads();  // barrier 6: D and V' dead (B16: nothing overwrites them before barrier 8)
 
 		// ---- S3: H, dV'; dQg = dO H^T, dW = -dV' H^T ----
 		// H is split once into bf16 hi / lo planes over BIG (the B operand of both products, which every
 		// warp of a column half reads), each [128 keys][128 columns] with its 16-byte units XOR-swizzled by
 		// key % 8, so that the B fragments are ldmatrix.x4 loads (hi and lo of an n tile in one) instead of
 		// fp32 loads split again by every warp for every product: the same hi / lo values, the same bits.
-		if (TP) {  // dV' lands while H is split
-			copy_block32k(VP, dvnew + ((long long)c * HV + h) * kD * kC, tid);
-			tc::cp_async_commit();
-		} else {
-			split_rows(VP, dvnew + ((long long)t0 * HV + h) * kD, vrow, n, tid);
+		// B16: dV' (VP's lo units, since S1) and H^T (BIG + 32 KB, since S2) are in place.
+		if (!B16) {
+			if (TP) {  // dV' lands while H is split
+				copy_block32k(VP, dvnew + ((long long)c * HV + h) * kD * kC, tid);
+				tc::cp_async_commit();
+			} else {
+				split_rows(VP, dvnew + ((long long)t0 * HV + h) * kD, vrow, n, tid);
+			}
+			split_h<false, LO>(reinterpret_cast<unsigned char*>(BIG), hs, nullptr, tid);
+			if (TP) {
+				tc::cp_async_wait<0>();
+				slots_to_planes<LO>(VP, tid);
+			}
+			__syncthreads();  // barrier 7
 		}
-		split_h<false, LO>(reinterpret_cast<unsigned char*>(BIG), hs, nullptr, tid);
-		if (TP) {
-			tc::cp_async_wait<0>();
-			slots_to_planes<LO>(VP, tid);
-		}
-		__syncthreads();  // barrier 7
 		float wa[8][4] = {};
 		{
 			float qg[8][4] = {};
@@ -628,13 +732,16 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 				unsigned oa[4], ah[4], al[4];
 				frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
 				if (TP)
-					tp_a<LO>(VP, 16 * rt, k8, lane, ah, al);
+					tp_a<LO, B16>(VP, 16 * rt, k8, lane, ah, al);
 				else
 					plane_a<LO>(VP, 16 * rt, k8, lane, ah, al);
 #pragma unroll
 				for (int nt = 0; nt < 8; nt += LO ? 1 : 2) {
 					unsigned b4[4];  // (k, n) = H[n][k]: hi (k 0-7, 8-15), lo (k 0-7, 8-15); !LO: hi of nt, nt + 1
-					tc::ldmatrix_x4(b4, h_frag_row<32768, !LO>(reinterpret_cast<const unsigned char*>(BIG), 64 * ch + 8 * nt, k8, lane));
+					if (B16)
+						ht_b2(reinterpret_cast<const unsigned char*>(BIG) + 32768, 64 * ch + 8 * nt, k8, lane, b4);
+					else
+						tc::ldmatrix_x4(b4, h_frag_row<32768, !LO>(reinterpret_cast<const unsigned char*>(BIG), 64 * ch + 8 * nt, k8, lane));
 					mma_b4<LO, false, 8>(qg, nt, oa, oa, b4);
 					mma_b4<LO, true, 8>(wa, nt, ah, al, b4);
 				}
@@ -690,7 +797,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 				for (int nt = 0; nt < 8; nt += LO ? 1 : 2) {
 					unsigned b4[4];  // (k, n) = dV'[j][d]
 					if (TP)
-						tp_bt<!LO>(VP, 64 * ch + 8 * nt, k8, lane, b4);
+						tp_bt<!LO, B16>(VP, 64 * ch + 8 * nt, k8, lane, b4);
 					else
 						plane_bt<!LO>(VP, 64 * ch + 8 * nt, k8, lane, b4);
 					mma_b4<LO, true, 8>(xu, nt, ah, al, b4);
@@ -754,7 +861,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 				for (int k8 = 0; k8 < kD / 16; ++k8) {
 					unsigned dh[4], dl[4], wh[4], wl[4];
 					if (TP)
-						tp_a<LO>(VP, 16 * rt, k8, lane, dh, dl);
+						tp_a<LO, B16>(VP, 16 * rt, k8, lane, dh, dl);
 					else
 						plane_a<LO>(VP, 16 * rt, k8, lane, dh, dl);
 					frag_a<true, kP, false>(WF + 16 * rt * kP + 16 * k8, g, t, wh, wl);
@@ -981,6 +1088,32 @@ gdn_chunk_grads_mma7(const float* __restrict__ qn, const float* __restrict__ kn,
                      __nv_bfloat16* __restrict__ dv16) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	grads5<true, false>(smem, qn, kn, v, v_stride, gcum, beta, h_state, vnewp, d_chunk, dvnewp, dout, chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16, dk16, dv16);
+}
+
+// gdn_chunk_grads_mma8: gdn_chunk_grads_mma7 on bf16 H^T, V'^T and dV'^T (grads5<true, false, true>):
+// h16 [NC, HV, 128 (column), 128 (key)] and vnew16 [NC, HV, 128 (feature), 64 (token)] as the state walk
+// writes them for the output, dvnew16 (dV'^T, vnew16's layout) as the tape walk writes it (rn; tokens from
+// chunk_len on 0) in place of h_state, vnewp and dvnewp; the other arguments, grid, block, shared memory
+// and outputs are mma7's. Every product sees mma7's operands
+// (rn(H), rn(V') are mma7's hi halves), so dq, dk, dv, dbeta and the in-chunk dgamma terms are mma7's bits;
+// only <D, H>, the last row's dgamma term, takes H as bf16 and sums in split_d_ht's order.
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+gdn_chunk_grads_mma8(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
+                     int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
+                     const __nv_bfloat16* __restrict__ h16, const __nv_bfloat16* __restrict__ vnew16,
+                     const float* __restrict__ d_chunk, const __nv_bfloat16* __restrict__ dvnew16,
+                     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                     const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
+                     const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
+                     float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
+                     int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
+                     __nv_bfloat16* __restrict__ dv16) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	grads5<true, false, true>(smem, qn, kn, v, v_stride, gcum, beta, reinterpret_cast<const float*>(h16),
+	                          reinterpret_cast<const float*>(vnew16), d_chunk, reinterpret_cast<const float*>(dvnew16),
+	                          dout, chunk_tok0, chunk_len,
+	                          q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16,
+	                          dk16, dv16);
 }
 
 }  // namespace gradmma

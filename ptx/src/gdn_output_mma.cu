@@ -665,21 +665,77 @@ __device__ __forceinline__ void out16_norm_tile(float* tile, const bf16* x, long
 	}
 }
 
-// out16_stage_norm: out16_stage for gdn_output_mma16gn: H^T (group 1) and V'^T (group 2) by cp.async,
-// gamma, Q's and K's rows normalised into their tiles under the copies (out16_norm_tile), then H^T waited
-// for, a __syncthreads (the tiles are written by other threads than copy_tile's owners) and Q split in place.
+// rows_al16: whether every row at base + r stride (bf16 elements) is 16-byte aligned (cp.async's unit).
+__device__ __forceinline__ bool rows_al16(const bf16* base, long long stride) {
+	return ((reinterpret_cast<unsigned long long>(base) | (unsigned long long)(2 * stride)) & 15) == 0;
+}
+
+// copy_rows16: cp.async of the chunk's rows < n of x (row stride xs elements, 128 bf16 a row) into dst
+// as plain 256-byte rows; thread tid takes the units tid + 256 j (j = 0..3), a warp two whole rows
+// (not committed). Rows from n on are not written.
+__device__ __forceinline__ void copy_rows16(bf16* dst, const bf16* x, long long xs, int n) {
+#pragma unroll
+	for (int j = 0; j < kC * kD / 8 / kThreads; ++j) {
+		const int e = threadIdx.x + kThreads * j, r = e >> 4, u = e & 15;
+		if (r < n) tc::cp_async16(dst + r * kD + 8 * u, x + (long long)r * xs + 8 * u);
+	}
+}
+
+// out16_norm_staged: out16_norm_tile from rows staged in shared memory by copy_rows16 (row r at rows +
+// 128 r; rows from n on read as row n - 1, as out16_norm_tile's loads): the same values, so the same tile.
+// Each warp loads its eight rows before it normalises them; with SYNC a __syncthreads follows the loads
+// (the tile overlaps the staged rows: every warp must have read them before any writes).
+template <bool SYNC>
+__device__ __forceinline__ void out16_norm_staged(float* tile, const bf16* rows, int l2norm, int n) {
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	float v[8][4];
+#pragma unroll
+	for (int r = 0; r < 8; ++r) fwd::load_row4(rows + min(warp + 8 * r, n - 1) * kD, lane, true, v[r]);
+	if (SYNC) __syncthreads();
+#pragma unroll
+	for (int r = 0; r < 8; ++r) {
+		const int i = warp + 8 * r;
+		fwd::l2norm_lane(v[r], l2norm);  // every lane of the warp: its shuffles
+		*reinterpret_cast<float4*>(tile + hslot(i, lane >> 1, lane & 1)) =
+		    i < n ? make_float4(v[r][0], v[r][1], v[r][2], v[r][3]) : make_float4(0.f, 0.f, 0.f, 0.f);
+	}
+}
+
+// out16_stage_norm: out16_stage for gdn_output_mma16gn. Where q's and k's rows are 16-byte aligned (every
+// buffer kcp passes): their bf16 rows by cp.async into K's tile region (q's in its first 16 KB, k's in
+// the second; group 1), H^T (group 2), V'^T (group 3), gamma; group 1 waited for and published; Q's rows
+// normalised from there into Q's tile, K's into K's tile once every warp has read them (out16_norm_staged).
+// Otherwise H^T and V'^T only, and the rows loaded and normalised from global memory under the copies
+// (out16_norm_tile; two round trips of synchronous loads at the CTA's start, ~0.09 ms at 32K against
+// gdn_output_mma16g's cp.async of fp32 rows). Either way the same tiles; then H^T waited for, a
+// __syncthreads (the tiles are written by other threads than copy_tile's owners) and Q split in place.
 __device__ __forceinline__ void out16_stage_norm(float* QR, float* XR, bf16* VT, float* KR, float* gam, const bf16* q,
                                                  const bf16* k, long long qs, long long ks, int l2norm,
                                                  const float* gcum, const bf16* h16b, const bf16* v16b, int t0, int n,
                                                  int h, int HV) {
 	const int tid = threadIdx.x;
+	const bool async = rows_al16(q, qs) && rows_al16(k, ks);
+	bf16* const qst = reinterpret_cast<bf16*>(KR);  // staged rows: q's, then k's (16 KB each)
+	bf16* const kst = qst + kC * kD;
+	if (async) {
+		copy_rows16(qst, q, qs, n);
+		copy_rows16(kst, k, ks, n);
+	}
+	tc::cp_async_commit();  // group 1: q's and k's rows (empty without async)
 	copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16b);
-	tc::cp_async_commit();
+	tc::cp_async_commit();  // group 2: H^T
 	copy_bf16_tile<kD, kC / 8>(VT, v16b);
-	tc::cp_async_commit();
+	tc::cp_async_commit();  // group 3: V'^T
 	if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
-	out16_norm_tile(QR, q, qs, l2norm, n);
-	out16_norm_tile(KR, k, ks, l2norm, n);
+	if (async) {
+		tc::cp_async_wait<2>();  // this thread's rows
+		__syncthreads();         // every thread's rows
+		out16_norm_staged<false>(QR, qst, l2norm, n);
+		out16_norm_staged<true>(KR, kst, l2norm, n);
+	} else {
+		out16_norm_tile(QR, q, qs, l2norm, n);
+		out16_norm_tile(KR, k, ks, l2norm, n);
+	}
 	tc::cp_async_wait<1>();  // H^T (V'^T may still be in flight)
 	__syncthreads();         // Q's and K's tiles
 	convert_tile<kC, true>(QR);

@@ -2,6 +2,9 @@
 // target from one source:
 //   gdn_state_walk_planes     grid (128/vh, NS, HV), block 256, dynamic shared memory walk_planes_smem(vh)
 //   gdn_summary_walk_planes   grid (2 x 128/vh, |list|, HV), the same block and shared memory
+// Their last argument `order` (int32, one entry a block, may be null): block i runs as CTA order[i] of the
+// launch order (tc::dispatch_cta), kcp's dispatch order (sched.DispatchOrder), which the GPU, handing CTAs
+// out by block index, then follows; the outputs are the same bits.
 // gdn_state_walk_mma16's and gdn_summary_walk_mma16's outputs and layouts, with the planes wp (64 KB a chunk
 // and value head: -W and Kt^T as bf16 hi / lo) in place of fp32 w, kn and HQK. On sm_90a the products are
 // wgmma (wgmma.cuh); elsewhere (the other cubins, the compute_80 PTX, the CPU emulator's default build) they
@@ -343,9 +346,11 @@ __device__ __forceinline__ void state_walk(float* smem, const unsigned char* wp,
                                            const float* gcum, const int* chunk_tok0, const int* chunk_len,
                                            const int* seg_chunk0, const int* seg_nchunk, const float* start, float* h_out,
                                            float* vnew, float* final_state, bf16* h16, bf16* vnew16, int HQK, int HV,
-                                           float* vnewp) {
+                                           float* vnewp, const int* order) {
 	PlaneWalker<VH> wk(smem);
-	const int c0 = blockIdx.x * VH, seg = blockIdx.y, h = blockIdx.z;
+	int x, seg, h;
+	tc::dispatch_cta(order, x, seg, h);
+	const int c0 = x * VH;
 	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, c0);
 	wk.walk(wp, wkp, u, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, HQK, c0, h_out, vnew, h16,
 	        vnew16, vnewp);
@@ -358,12 +363,15 @@ template <int VH>
 __device__ __forceinline__ void summary_walk(float* smem, const unsigned char* wp, const unsigned char* wkp,
                                              const float* u, const float* gcum, const int* chunk_tok0,
                                              const int* chunk_len, const int* seg_chunk0, const int* seg_nchunk,
-                                             const int* list, float* out_p, float* out_q, int HQK, int HV) {
+                                             const int* list, float* out_p, float* out_q, int HQK, int HV,
+                                             const int* order) {
 	PlaneWalker<VH> wk(smem);
 	const int tiles = kD / VH;
-	const bool isP = (int)blockIdx.x >= tiles;
-	const int c0 = (isP ? (int)blockIdx.x - tiles : (int)blockIdx.x) * VH;
-	const int li = blockIdx.y, h = blockIdx.z, seg = list[li];
+	int x, li, h;
+	tc::dispatch_cta(order, x, li, h);
+	const bool isP = x >= tiles;
+	const int c0 = (isP ? x - tiles : x) * VH;
+	const int seg = list[li];
 	wk.init_state(nullptr, c0, isP);
 	wk.walk(wp, wkp, isP ? nullptr : u, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, HQK, c0,
 	        nullptr, nullptr, nullptr, nullptr);
@@ -376,16 +384,17 @@ gdn_state_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16*
                       const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
                       const int* __restrict__ seg_nchunk, const float* __restrict__ start, float* __restrict__ h_out,
                       float* __restrict__ vnew, float* __restrict__ final_state, __nv_bfloat16* __restrict__ h16,
-                      __nv_bfloat16* __restrict__ vnew16, int HQK, int HV, int vh, float* __restrict__ vnewp) {
+                      __nv_bfloat16* __restrict__ vnew16, int HQK, int HV, int vh, float* __restrict__ vnewp,
+                      const int* __restrict__ order) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
 	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
 	if (vh == 64)
 		state_walk<64>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew, final_state,
-		               h16, vnew16, HQK, HV, vnewp);
+		               h16, vnew16, HQK, HV, vnewp, order);
 	else
 		state_walk<128>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
-		                final_state, h16, vnew16, HQK, HV, vnewp);
+		                final_state, h16, vnew16, HQK, HV, vnewp, order);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -394,14 +403,16 @@ gdn_summary_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat1
                         const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
                         const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk,
                         const int* __restrict__ list, float* __restrict__ out_p, float* __restrict__ out_q, int HQK,
-                        int HV, int vh) {
+                        int HV, int vh, const int* __restrict__ order) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
 	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
 	if (vh == 64)
-		summary_walk<64>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV);
+		summary_walk<64>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV,
+		                 order);
 	else
-		summary_walk<128>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV);
+		summary_walk<128>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV,
+		                  order);
 }
 
 }  // namespace walkp

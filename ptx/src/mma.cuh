@@ -146,6 +146,23 @@ __device__ __forceinline__ void bar_sync(int id, int count) {
 #endif
 }
 
+// dispatch_cta: the block coordinates (x, y, z) a walk CTA works as: its own where order is null, else
+// those of CTA order[its linear block index] of the launch order (x fastest, then y, then z): the walks'
+// dispatch order (kcp, sched.DispatchOrder), which makes the GPU, handing CTAs out by linear index, run
+// them in that order. A CTA's work does not depend on when it runs: no arithmetic changes.
+__device__ __forceinline__ void dispatch_cta(const int* order, int& x, int& y, int& z) {
+	x = static_cast<int>(blockIdx.x);
+	y = static_cast<int>(blockIdx.y);
+	z = static_cast<int>(blockIdx.z);
+	if (order != nullptr) {
+		const int gx = static_cast<int>(gridDim.x), gy = static_cast<int>(gridDim.y);
+		const int j = order[x + gx * (y + gy * z)];
+		x = j % gx;
+		y = (j / gx) % gy;
+		z = j / (gx * gy);
+	}
+}
+
 // pack_bf16x2: rn(lo) in the low 16 bits, rn(hi) in the high 16 bits.
 __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
 	return static_cast<unsigned>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |

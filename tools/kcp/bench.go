@@ -23,6 +23,7 @@ type benchOptions struct {
 	reps, warmup               int
 	copyTBs, mmaTFLOPs         float64
 	json, splitGrads           bool
+	launchOrder                bool
 	forceVH                    int
 }
 
@@ -83,7 +84,8 @@ on the CUDA cores).`,
 	f.Float64Var(&o.mmaTFLOPs, "mma-tflops", 758, "bf16 matrix rate for the compute floor, TFLOP/s")
 	f.BoolVar(&o.json, "json", false, "write JSON to stdout")
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at this width (64 or 128) instead of the plan's decision; 0: the decision")
-	f.BoolVar(&o.splitGrads, "split-grads", false, "v5, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma7, ~3e-3, 1.5 ms faster at 32K); the module stage runs mma6 either way")
+	f.BoolVar(&o.launchOrder, "launch-order", false, "v5: run the walks' CTAs in launch order instead of kcp's dispatch order (same bits; to measure what the order saves where segments differ in length)")
+	f.BoolVar(&o.splitGrads, "split-grads", false, "v5, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, 1.5 ms faster at 32K, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
 	return cmd
 }
 
@@ -100,6 +102,7 @@ type benchRow struct {
 	StageOrder   []string           `json:"stages"`
 	PeakBytes    int64              `json:"peak_bytes,omitempty"`
 	SplitGrads   bool               `json:"split_grads,omitempty"`
+	LaunchOrder  bool               `json:"launch_order,omitempty"`
 	MemFloor     float64            `json:"memory_floor_ms"`
 	FlopFloor    float64            `json:"compute_floor_ms"`
 	StateVH      int                `json:"state_walk_vh,omitempty"`
@@ -263,6 +266,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		return benchRow{}, fmt.Errorf("--kernels: %w", err)
 	}
 	gopts.SplitGrads = o.splitGrads
+	gopts.LaunchOrder = o.launchOrder
 	g, err := kcp.NewGPU(plan, gopts)
 	if err != nil {
 		if errors.Is(err, loader.ErrNoDriver) || loader.IsCode(err, loader.ErrorNoDevice) {
@@ -272,7 +276,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 	}
 	defer g.Close()
 	row := benchRow{Kernels: kernels, Mode: mode, Tokens: plan.Tokens, Docs: plan.Config.Docs, Reps: o.reps, Stages: map[string]float64{},
-		ForceVH: o.forceVH, SplitGrads: o.splitGrads && kernels == "v5" && stage == kcp.StageCore}
+		ForceVH: o.forceVH, SplitGrads: o.splitGrads && kernels == "v5" && stage == kcp.StageCore, LaunchOrder: o.launchOrder}
 	stageTimes := map[string][]float64{}
 	var totals []float64
 	for i := 0; i < o.warmup+o.reps; i++ {
@@ -332,6 +336,9 @@ func writeBench(w io.Writer, rows []benchRow) error {
 		}
 		if r.SplitGrads {
 			b.WriteString("; chunk gradients on hi / lo products (--split-grads)")
+		}
+		if r.LaunchOrder {
+			b.WriteString("; walks in launch order (--launch-order)")
 		}
 		switch {
 		case r.ForceVH != 0:

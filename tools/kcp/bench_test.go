@@ -23,10 +23,12 @@ func TestWriteBench(t *testing.T) {
 		{"decided", 64, 0, "; state walk at vh 64\n", "forced"},
 		{"forced", 64, 128, "; every walk at vh 128 (forced)\n", "state walk at"},
 		{"unknown", 0, 0, "peak device memory 4.00 GiB\n", "vh"},
+		{"launch order", 64, 0, "; walks in launch order (--launch-order); state walk at vh 64\n", "forced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := base
 			r.StateVH, r.ForceVH = tc.stateVH, tc.force
+			r.LaunchOrder = tc.name == "launch order"
 			var b strings.Builder
 			require.NoError(t, writeBench(&b, []benchRow{r}))
 			out := b.String()

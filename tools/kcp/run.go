@@ -98,7 +98,7 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	f.IntVar(&o.sms, "sms", 0, "SM count for the width rule (default: the architecture's)")
 	f.StringVar(&o.rule, "rule", "b", "width rule: a or b")
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at vh 64 or 128 instead of the rule's width")
-	f.BoolVar(&o.splitGrads, "split-grads", false, "GPU backend, v5 kernels, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma7, ~3e-3, faster); the module stage runs mma6 either way")
+	f.BoolVar(&o.splitGrads, "split-grads", false, "GPU backend, v5 kernels, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, faster, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
 	f.StringVar(&o.dump, "dump", "", "write inputs, outputs and gradients as .npy files and meta.json into this folder")
 	f.StringVar(&o.inputs, "inputs", "", "read the inputs from .npy files in this folder")
 	f.BoolVar(&o.checkFinite, "check-finite", true, "reject inputs holding NaN or Inf")

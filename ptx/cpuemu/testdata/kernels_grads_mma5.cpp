@@ -15,6 +15,7 @@ emu::Registrar grads_mma5_kernels(
         EMU_KERNEL(gdnkcp::gradmma, gdn_chunk_grads_mma5),
         EMU_KERNEL(gdnkcp::gradmma, gdn_chunk_grads_mma6),
         EMU_KERNEL(gdnkcp::gradmma, gdn_chunk_grads_mma7),
+        EMU_KERNEL(gdnkcp::gradmma, gdn_chunk_grads_mma8),
     },
     {
         {"kGradMMA5Smem", gdnkcp::gradmma::kGradMMA5Smem},
