@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -95,8 +96,10 @@ type Decision struct {
 	// Makespan1 is LPT(jobs1) and Makespan2 is LPT(jobs2), over 2*SM slots.
 	Makespan1, Makespan2 int
 	// CostSlots, CostMakespan1 and CostMakespan2 are filled in where the
-	// variant has a CostRule: its slots (CTAsPerSM*SM) and the launch-order
-	// makespans (ListMakespan) of the vh = 128 and the vh = 64 CTAs over them.
+	// variant has a CostRule: its slots (CTAsPerSM*SM) and the makespans of
+	// the vh = 128 and the vh = 64 CTAs over them, in the variant's CTA order
+	// (DispatchOrder where CostRule.Dispatch is set, else ListMakespan's launch
+	// order).
 	CostSlots, CostMakespan1, CostMakespan2 int
 	// OneWave: 2*n_walk*HV <= 2*SM. TwoWaves: 2*n_walk*HV <= 4*SM.
 	// ChainFit: LPT(jobs2) <= LongestChain.
@@ -188,10 +191,21 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 			tiles = 2
 		}
 		d.CostSlots = cost.CTAsPerSM * prof.SMs
-		d.CostMakespan1 = ListMakespan(chains, hv, tiles, d.CostSlots)
-		d.CostMakespan2 = ListMakespan(chains, hv, 2*tiles, d.CostSlots)
+		lptPool.Put(lp)
+		if cost.Dispatch {
+			var err1, err2 error
+			_, d.CostMakespan1, err1 = DispatchOrder(chains, hv, tiles, d.CostSlots)
+			_, d.CostMakespan2, err2 = DispatchOrder(chains, hv, 2*tiles, d.CostSlots)
+			if err := errors.Join(err1, err2); err != nil {
+				return Decision{}, fmt.Errorf("sched: %s walk: %w", kind, err)
+			}
+		} else {
+			d.CostMakespan1 = ListMakespan(chains, hv, tiles, d.CostSlots)
+			d.CostMakespan2 = ListMakespan(chains, hv, 2*tiles, d.CostSlots)
+		}
+	} else {
+		lptPool.Put(lp)
 	}
-	lptPool.Put(lp)
 
 	ctas := 2 * d.NWalk * hv
 	d.OneWave = ctas <= 2*prof.SMs
@@ -220,8 +234,12 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 		cc := cost.For(kind)
 		a, b := d.CostMakespan2*cc.Narrow, d.CostMakespan1*cc.Wide
 		narrow = a <= b
-		why = fmt.Sprintf("measured cost rule: M64 = %d x %d = %d %s M128 = %d x %d = %d (launch-order makespans over %d slots)",
-			d.CostMakespan2, cc.Narrow, a, leq(narrow), d.CostMakespan1, cc.Wide, b, d.CostSlots)
+		order := "launch-order"
+		if cost.Dispatch {
+			order = "dispatch-order"
+		}
+		why = fmt.Sprintf("measured cost rule: M64 = %d x %d = %d %s M128 = %d x %d = %d (%s makespans over %d slots)",
+			d.CostMakespan2, cc.Narrow, a, leq(narrow), d.CostMakespan1, cc.Wide, b, order, d.CostSlots)
 	case kind.Forward():
 		switch {
 		case d.OneWave:

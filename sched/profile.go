@@ -64,12 +64,14 @@ var variants = map[string]VariantRules{
 	},
 	VariantSM90a: {
 		DefaultSMs: 132,
-		Cost:       &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, Backward: ChunkCost{Narrow: 2, Wide: 3}},
-		Measured:   true,
+		Cost: &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, Backward: ChunkCost{Narrow: 3, Wide: 5},
+			Dispatch: true},
+		Measured: true,
 		Note: "Hopper (H100/H200, 132 SMs): measured on an H200 with the v5 kernels (docs/perf-notes.md, " +
 			"\"Width rule on sm_90a\"): one walk CTA an SM; a vh = 128 CTA's chunk costs 9/4 of a vh = 64 CTA's in " +
-			"the forward's plane walks (summary, state) and 3/2 in the backward walks (offset, tape); " +
-			"vh = 64 iff Narrow*M64 <= Wide*M128, M the makespan of the CTAs in launch order over SM slots",
+			"the forward's plane walks (summary, state) and 5/3 in the backward walks (offset, tape); " +
+			"vh = 64 iff Narrow*M64 <= Wide*M128, M the makespan of the CTAs over SM slots in the walks' dispatch " +
+			"order (DispatchOrder)",
 	},
 	VariantGeneric: {
 		Note: "any other GPU: not measured; uses rule B as written for sm_103a until measured; give the SM count",
@@ -81,10 +83,11 @@ var variants = map[string]VariantRules{
 // walk kernels hold CTAsPerSM CTAs an SM (their shared memory), and a vh = 128
 // CTA takes Wide/Narrow times as long a chunk as a vh = 64 CTA, a ratio of
 // each walk kind's kernels (For). A walk's time is then the makespan of its
-// CTAs as the GPU hands them out, in launch order (the column tile fastest,
-// then the segment in walk-list order, then the value head), each to the
-// first of CTAsPerSM*SM slots to come free (ListMakespan), times its CTAs'
-// chunk cost:
+// CTAs as the GPU hands them out, each to the first of CTAsPerSM*SM slots to
+// come free, in launch order (the column tile fastest, then the segment in
+// walk-list order, then the value head: ListMakespan) or, where Dispatch is
+// set, in the order the walks take from DispatchOrder (its makespan), times
+// its CTAs' chunk cost:
 //
 //	vh = 64  iff  M64 * Narrow <= M128 * Wide
 //
@@ -98,6 +101,10 @@ type CostRule struct {
 	CTAsPerSM int       // walk CTAs resident on one SM
 	Forward   ChunkCost // the summary and state walks
 	Backward  ChunkCost // the offset and tape walks
+	// Dispatch: the variant's walks run their CTAs in DispatchOrder's order
+	// (kcp passes it to the v5 walks), so the makespans compared are
+	// DispatchOrder's; otherwise launch order's (ListMakespan).
+	Dispatch bool
 }
 
 // ChunkCost is the relative cost of a chunk step of a vh = 64 CTA (Narrow) and

@@ -22,11 +22,12 @@ func TestProfiles(t *testing.T) {
 	assert.Nil(t, r.Cost)
 	r, _ = RulesFor(VariantSM90a)
 	assert.True(t, r.Measured)
-	assert.Equal(t, &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, Backward: ChunkCost{Narrow: 2, Wide: 3}}, r.Cost)
+	assert.Equal(t, &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, Backward: ChunkCost{Narrow: 3, Wide: 5},
+		Dispatch: true}, r.Cost)
 	assert.Equal(t, ChunkCost{Narrow: 4, Wide: 9}, r.Cost.For(State))
 	assert.Equal(t, ChunkCost{Narrow: 4, Wide: 9}, r.Cost.For(Summary))
-	assert.Equal(t, ChunkCost{Narrow: 2, Wide: 3}, r.Cost.For(Offset))
-	assert.Equal(t, ChunkCost{Narrow: 2, Wide: 3}, r.Cost.For(Tape))
+	assert.Equal(t, ChunkCost{Narrow: 3, Wide: 5}, r.Cost.For(Offset))
+	assert.Equal(t, ChunkCost{Narrow: 3, Wide: 5}, r.Cost.For(Tape))
 	assert.Contains(t, r.Note, "measured on an H200")
 	for _, v := range []string{VariantSM100a, VariantSM103a, VariantSM107a} {
 		r, _ := RulesFor(v)
