@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # grads-verify.sh: one device call that checks the installed blobs' backward after a chunk-gradient change:
 # the kcp GPU backward tests (every layout and R, core and module, sm_90a and the compute_80 PTX; the v5 set's
-# core stage on gdn_chunk_grads_mma7 and with SplitGrads on mma6), then kcp bench at 32,768 and 120,908 tokens
+# core stage on gdn_chunk_grads_mma8 and with SplitGrads on mma6), then kcp bench at 32,768 and 120,908 tokens
 # (core+bwd and module-b1, with and without --split-grads). Here: scripts/gpu.sh build && scripts/gpu.sh pack
 # kcp kcp.test; there: run(command="bash scripts/grads-verify.sh", carry=[".gpu/pack.tgz"]).
 # Env: TESTS (a -test.run regex), TEST_TIMEOUT (default 330s), DOCS2 (default 40000,45000,35908; empty skips).
@@ -14,25 +14,10 @@ t0=$(date +%s)
 	-test.v -test.timeout "${TEST_TIMEOUT:-330s}" >"$out/kcp-tests.log" 2>&1)
 echo "kcp GPU tests: rc=$? ($(( $(date +%s) - t0 )) s): $(grep -c -- '--- PASS' "$out/kcp-tests.log") PASS lines, $(grep -c -- '--- FAIL' "$out/kcp-tests.log") FAIL, $(grep -c -- '--- SKIP' "$out/kcp-tests.log") SKIP"
 grep -E '^(--- |ok|FAIL|panic)' "$out/kcp-tests.log" | grep -v '^    ' | tail -8
-# The worst checked errors a gradient, by kernel set (the word before " kernels" in the test's log line; the
-# lines without one are TestGPUBackward's fp32 set) and stage (module lines carry dconv_w). Lines logged but not
-# checked (a 3-token pack whose bf16 conv output dominates) are left out.
-python3 - "$out/kcp-tests.log" <<'PY'
-import re, sys
-worst = {}
-for line in open(sys.argv[1]):
-    if ' dq ' not in line or 'dominates' in line:
-        continue
-    m = re.search(r'(\S+) kernels', line)
-    tag = '%s %s' % (m.group(1) if m else 'fp32', 'module' if 'dconv_w' in line else 'core')
-    for name, v in re.findall(r'\b(dq|dk|dv|dg|dbeta|dconv_w) ([0-9.e+-]+)', line):
-        worst[(tag, name)] = max(worst.get((tag, name), 0.0), float(v))
-for tag in sorted({k[0] for k in worst}):
-    print('worst errors, %-22s' % tag, ' '.join('%s %.3g' % (n, worst[(tag, n)]) for n in ['dq', 'dk', 'dv', 'dg', 'dbeta', 'dconv_w'] if (tag, n) in worst))
-PY
+python3 scripts/grad-errors.py "$out/kcp-tests.log"
 for d in 32768 ${DOCS2-40000,45000,35908}; do
 	for f in "" --split-grads; do
 		timeout 200 .gpu/kcp bench --docs $d --kernels v5 --modes core+bwd,module-b1 --reps 5 --warmup 2 $f 2>/dev/null |
-			grep -E 'median|chunk grads' | sed "s/^/${f:-mma7} /"
+			grep -E 'median|chunk grads' | sed "s/^/${f:-mma8} /"
 	done
 done
