@@ -164,71 +164,47 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 	}
 	outs := []out{{"dq", T * dqStride, HQK * dHead}, {"dk", T * dqStride, HQK * dHead}, {"dv", T * dvStride, HV * dHead},
 		{"dg", T * HV, HV}, {"dbeta", T * HV, HV}}
-	for _, sfx := range []string{"", "_fp32"} {
+	// launches declares, poisoned, the outputs of one kernel's two launches:
+	// fp32 (every output, suffix f32), and bf16 dq, dk, dv (suffix b16; the
+	// fp32 pointers null: written, they would fault) with dg, dbeta of their
+	// own (suffix gates).
+	launches := func(f32, b16, gates string) {
 		for _, o := range outs {
-			j.out(o.name+sfx, 4*o.elems)
-			j.poison(o.name+sfx, poisonF32)
+			j.out(o.name+f32, 4*o.elems)
+			j.poison(o.name+f32, poisonF32)
+		}
+		for _, o := range outs[:3] {
+			j.out(o.name+b16, 2*o.elems+2*(o.elems%2))
+			j.poison(o.name+b16, poisonBF16x2)
+		}
+		for _, o := range outs[3:] {
+			j.out(o.name+gates, 4*o.elems)
+			j.poison(o.name+gates, poisonF32)
 		}
 	}
-	// The same launch with bf16 dq, dk, dv (dq16, dk16, dv16; the fp32 pointers
-	// null: written, they would fault) and dg, dbeta of its own.
-	for _, o := range outs[:3] {
-		j.out(o.name+"16", 2*o.elems+2*(o.elems%2))
-		j.poison(o.name+"16", poisonBF16x2)
-	}
-	for _, o := range outs[3:] {
-		j.out(o.name+"_b", 4*o.elems)
-		j.poison(o.name+"_b", poisonF32)
+	// gdn_chunk_grads_mma5: suffixes "" (fp32) and 16 / _b (bf16); the
+	// ungrouped gdn_chunk_grads + gdn_qk_bwd: _fp32.
+	launches("", "16", "_b")
+	for _, o := range outs {
+		j.out(o.name+"_fp32", 4*o.elems)
+		j.poison(o.name+"_fp32", poisonF32)
 	}
 	// gdn_chunk_grads_mma6 on V' and dV' as token slots made here from the same
 	// fp32 rows, both launches again: outputs with the suffixes _6 (fp32) and
 	// 16_6 / _b6 (bf16), which must be the mma5 launches' bits.
 	j.load("vnewp", tokenSlots(vnew, tok0, clen, HV))
 	j.load("dvnewp", tokenSlots(dvnew, tok0, clen, HV))
-	for _, o := range outs {
-		j.out(o.name+"_6", 4*o.elems)
-		j.poison(o.name+"_6", poisonF32)
-	}
-	for _, o := range outs[:3] {
-		j.out(o.name+"16_6", 2*o.elems+2*(o.elems%2))
-		j.poison(o.name+"16_6", poisonBF16x2)
-	}
-	for _, o := range outs[3:] {
-		j.out(o.name+"_b6", 4*o.elems)
-		j.poison(o.name+"_b6", poisonF32)
-	}
+	launches("_6", "16_6", "_b6")
 	// gdn_chunk_grads_mma7 (bf16 hi products) on the same token slots, both
 	// launches: suffixes _7 (fp32) and 16_7 / _b7 (bf16).
-	for _, o := range outs {
-		j.out(o.name+"_7", 4*o.elems)
-		j.poison(o.name+"_7", poisonF32)
-	}
-	for _, o := range outs[:3] {
-		j.out(o.name+"16_7", 2*o.elems+2*(o.elems%2))
-		j.poison(o.name+"16_7", poisonBF16x2)
-	}
-	for _, o := range outs[3:] {
-		j.out(o.name+"_b7", 4*o.elems)
-		j.poison(o.name+"_b7", poisonF32)
-	}
+	launches("_7", "16_7", "_b7")
 	// gdn_chunk_grads_mma8 (mma7 on bf16 H^T, V'^T and dV'^T, made here as the
 	// state walk makes h16 and vnew16 and the tape walk dvnew16), both
 	// launches: suffixes _8 and 16_8 / _b8.
 	j.bf16("h16", stateT16(hst, NC, HV))
 	j.bf16("vnew16", vnewT16(vnew, tok0, clen, HV))
 	j.bf16("dvnew16", vnewT16(dvnew, tok0, clen, HV))
-	for _, o := range outs {
-		j.out(o.name+"_8", 4*o.elems)
-		j.poison(o.name+"_8", poisonF32)
-	}
-	for _, o := range outs[:3] {
-		j.out(o.name+"16_8", 2*o.elems+2*(o.elems%2))
-		j.poison(o.name+"16_8", poisonBF16x2)
-	}
-	for _, o := range outs[3:] {
-		j.out(o.name+"_b8", 4*o.elems)
-		j.poison(o.name+"_b8", poisonF32)
-	}
+	launches("_8", "16_8", "_b8")
 	j.out("dqv", 4*T*HV*dHead)
 	j.out("dkv", 4*T*HV*dHead)
 	common := []string{buf("qn"), buf("kn"), buf("v"), i32a(vStride), buf("gcum"), buf("beta"), buf("h"), buf("vnew"),
