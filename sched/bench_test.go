@@ -17,6 +17,18 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
+// BenchmarkDecideSM90a is the same decision on sm_90a, whose cost rule
+// compares the dispatch orders' makespans (two DispatchOrder calls).
+func BenchmarkDecideSM90a(b *testing.B) {
+	prof := Profile{VariantSM90a, 132}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decide(State, p1cp8d, 48, prof, RuleB); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkLPTJobs2 is LPT of that walk list's 1152 two-CTA jobs, given as a
 // plain job list, over 296 slots.
 func BenchmarkLPTJobs2(b *testing.B) {

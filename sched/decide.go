@@ -146,7 +146,9 @@ var lptPool = sync.Pool{New: func() any { return new(lptState) }}
 //
 // An empty chains launches nothing (VH 0). Errors: an unknown kind or rule,
 // an invalid profile (unknown variant, SMs < 1), hv < 1, a chain below 1
-// chunk. Both makespans are filled in under either rule.
+// chunk, and, under a cost rule with Dispatch, more CTAs than an int32
+// indexes (DispatchOrder's error). Both makespans are filled in under
+// either rule.
 func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decision, error) {
 	if kind >= NumWalkKinds {
 		return Decision{}, fmt.Errorf("sched: unknown walk kind %d", uint8(kind))
@@ -184,6 +186,7 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 	lp := lptPool.Get().(*lptState)
 	d.Makespan1 = lptRepeated(lp, sorted, hv, slots)
 	d.Makespan2 = lptRepeated(lp, sorted, 2*hv, slots)
+	lptPool.Put(lp)
 	cost := vr.Cost
 	if cost != nil {
 		tiles := 1
@@ -191,7 +194,6 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 			tiles = 2
 		}
 		d.CostSlots = cost.CTAsPerSM * prof.SMs
-		lptPool.Put(lp)
 		if cost.Dispatch {
 			var err1, err2 error
 			_, d.CostMakespan1, err1 = DispatchOrder(chains, hv, tiles, d.CostSlots)
@@ -203,8 +205,6 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 			d.CostMakespan1 = ListMakespan(chains, hv, tiles, d.CostSlots)
 			d.CostMakespan2 = ListMakespan(chains, hv, 2*tiles, d.CostSlots)
 		}
-	} else {
-		lptPool.Put(lp)
 	}
 
 	ctas := 2 * d.NWalk * hv
