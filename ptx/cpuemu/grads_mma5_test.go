@@ -53,10 +53,12 @@ type gradsMMA5Case struct {
 // value heads a QK head) with cp.async landing only at its wait
 // (EMU_CP_ASYNC=deferred); one chunk of 33 rows without the l2norm (q_rstd,
 // k_rstd all NaN: never read) and with an odd v stride (v's bf16 pairs then
-// take two 2-byte loads; the other cases one 4-byte load a pair). 24
-// value-head passes of ~0.7 s each.
+// take two 2-byte loads). v's rows: the first case's stride is even but not
+// a multiple of 8 (one 4-byte load a pair), the second's a multiple of 8
+// (16-byte units, four a thread loaded together). 24 value-head passes of
+// ~0.7 s each.
 var gradsMMA5Cases = []gradsMMA5Case{
-	{name: "hqk1_hv2_immediate", lens: []int{1, 63, 64, 17, 40}, hqk: 1, hv: 2, vPad: 8, dvPad: 6, dqPad: 5, l2norm: true, seed: 51},
+	{name: "hqk1_hv2_immediate", lens: []int{1, 63, 64, 17, 40}, hqk: 1, hv: 2, vPad: 6, dvPad: 6, dqPad: 5, l2norm: true, seed: 51},
 	{name: "hqk2_hv6_deferred", lens: []int{64, 5}, hqk: 2, hv: 6, dqPad: 3, deferred: true, l2norm: true, seed: 52},
 	{name: "hqk1_hv2_nol2norm", lens: []int{33}, hqk: 1, hv: 2, vPad: 3, dvPad: 2, dqPad: 2, seed: 53},
 }

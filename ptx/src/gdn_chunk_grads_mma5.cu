@@ -384,30 +384,41 @@ __device__ __forceinline__ float split_d_ht(unsigned char* x, const float* __res
                                             const __nv_bfloat16* __restrict__ ht, int tid) {
 	float dh = 0.f;
 #pragma unroll 1
-	for (int j = 0; j < 4; ++j) {
-		const int e = tid + kThreads * j, a = 2 * (e >> 7) + (e & 1), p = (e >> 1) & 63, rx = 4 * (e & 1);
-		uint4 hv[2];
-		float2 f[8];
+	for (int jj = 0; jj < 4; jj += 2) {
+		// tiles j = jj and jj + 1: both tiles' loads issued before either's use (one round trip for two; ncu
+		// had the first use of each tile's loads at a tenth of mma8's stall samples)
+		uint4 hv2[2][2];
+		float2 f2[2][8];
 #pragma unroll
-		for (int s = 0; s < 2; ++s) hv[s] = *reinterpret_cast<const uint4*>(ht + (2 * p + s) * kD + 8 * a);
+		for (int q = 0; q < 2; ++q) {
+			const int e = tid + kThreads * (jj + q), a = 2 * (e >> 7) + (e & 1), p = (e >> 1) & 63, rx = 4 * (e & 1);
 #pragma unroll
-		for (int r = 0; r < 8; ++r) f[r] = *reinterpret_cast<const float2*>(d + (8 * a + (r ^ rx)) * kD + 2 * p);
+			for (int s = 0; s < 2; ++s) hv2[q][s] = *reinterpret_cast<const uint4*>(ht + (2 * p + s) * kD + 8 * a);
 #pragma unroll
-		for (int s = 0; s < 2; ++s) *reinterpret_cast<uint4*>(x + 32768 + ht_pos(2 * p + s, a)) = hv[s];
+			for (int r = 0; r < 8; ++r) f2[q][r] = *reinterpret_cast<const float2*>(d + (8 * a + (r ^ rx)) * kD + 2 * p);
+		}
 #pragma unroll
-		for (int r = 0; r < 8; ++r) {
-			const int key = 8 * a + (r ^ rx);
-			// H[key][2 p + s]: element key % 8 = r ^ rx of H^T row 2 p + s's unit, word (r ^ rx) / 2 (both word
-			// indices compile-time constants: the select keeps hv in registers)
-			const unsigned x0 = rx ? u4_word(hv[0], (r >> 1) ^ 2) : u4_word(hv[0], r >> 1);
-			const unsigned x1 = rx ? u4_word(hv[1], (r >> 1) ^ 2) : u4_word(hv[1], r >> 1);
-			const float h0 = __uint_as_float((r & 1) ? (x0 & 0xffff0000u) : (x0 << 16));
-			const float h1 = __uint_as_float((r & 1) ? (x1 & 0xffff0000u) : (x1 << 16));
-			dh = fmaf(f[r].x, h0, dh);
-			dh = fmaf(f[r].y, h1, dh);
-			unsigned hi, lo;
-			tc::split_bf16x2(f[r].x, f[r].y, hi, lo);
-			*reinterpret_cast<unsigned*>(x + key * 256 + (((p >> 2) ^ (key & 7)) << 4) + 4 * (p & 3)) = hi;
+		for (int q = 0; q < 2; ++q) {
+			const int e = tid + kThreads * (jj + q), a = 2 * (e >> 7) + (e & 1), p = (e >> 1) & 63, rx = 4 * (e & 1);
+			const uint4* hv = hv2[q];
+			const float2* f = f2[q];
+#pragma unroll
+			for (int s = 0; s < 2; ++s) *reinterpret_cast<uint4*>(x + 32768 + ht_pos(2 * p + s, a)) = hv[s];
+#pragma unroll
+			for (int r = 0; r < 8; ++r) {
+				const int key = 8 * a + (r ^ rx);
+				// H[key][2 p + s]: element key % 8 = r ^ rx of H^T row 2 p + s's unit, word (r ^ rx) / 2 (both word
+				// indices compile-time constants: the select keeps hv in registers)
+				const unsigned x0 = rx ? u4_word(hv[0], (r >> 1) ^ 2) : u4_word(hv[0], r >> 1);
+				const unsigned x1 = rx ? u4_word(hv[1], (r >> 1) ^ 2) : u4_word(hv[1], r >> 1);
+				const float h0 = __uint_as_float((r & 1) ? (x0 & 0xffff0000u) : (x0 << 16));
+				const float h1 = __uint_as_float((r & 1) ? (x1 & 0xffff0000u) : (x1 << 16));
+				dh = fmaf(f[r].x, h0, dh);
+				dh = fmaf(f[r].y, h1, dh);
+				unsigned hi, lo;
+				tc::split_bf16x2(f[r].x, f[r].y, hi, lo);
+				*reinterpret_cast<unsigned*>(x + key * 256 + (((p >> 2) ^ (key & 7)) << 4) + 4 * (p & 3)) = hi;
+			}
 		}
 	}
 #pragma unroll
@@ -771,19 +782,36 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			st2(WF + rp0 + col, -wa[nt][0], -wa[nt][1]);
 			st2(WF + rp1 + col, -wa[nt][2], -wa[nt][3]);
 		}
-		// v rows as bf16 pairs, zeros past n: one 4-byte load a pair where v and v_stride keep pairs 4-byte
-		// aligned (every buffer kcp passes), else two 2-byte loads; the same word either way.
+		// v rows as bf16 pairs, zeros past n: where v and v_stride keep rows 16-byte aligned (every buffer kcp
+		// passes), a thread's four 16-byte units (8 bf16 each) loaded together, then stored (one round trip;
+		// ncu had the 4-byte loads' stores at 6% of mma8's stall samples); else one 4-byte load a pair where
+		// pairs are 4-byte aligned, else two 2-byte loads; the same words every way.
+		const bool vquad = ((reinterpret_cast<unsigned long long>(v) & 15) | (v_stride & 7)) == 0;
 		const bool vpair = ((reinterpret_cast<unsigned long long>(v) & 3) | (v_stride & 1)) == 0;
-		for (int e = tid; e < kC * (kD / 2); e += kThreads) {
-			const int r = e >> 6, wd = e & 63;
-			unsigned word = 0u;
-			if (r < n) {
-				const __nv_bfloat16* p = v + (long long)(t0 + r) * v_stride + h * kD + 2 * wd;
-				word = vpair ? *reinterpret_cast<const unsigned*>(p)
-				             : static_cast<unsigned>(__bfloat16_as_ushort(p[0])) |
-				                   (static_cast<unsigned>(__bfloat16_as_ushort(p[1])) << 16);
+		if (vquad) {
+			uint4 q[4] = {};
+#pragma unroll
+			for (int x = 0; x < 4; ++x) {  // unit u of row r: words 4 u .. 4 u + 3 of VB's row
+				const int e = tid + kThreads * x, r = e >> 4, u = e & 15;
+				if (r < n) q[x] = *reinterpret_cast<const uint4*>(v + (long long)(t0 + r) * v_stride + h * kD + 8 * u);
 			}
-			VB[r * kW + wd] = word;
+#pragma unroll
+			for (int x = 0; x < 4; ++x) {
+				const int e = tid + kThreads * x, r = e >> 4, u = e & 15;
+				*reinterpret_cast<uint4*>(VB + r * kW + 4 * u) = q[x];
+			}
+		} else {
+			for (int e = tid; e < kC * (kD / 2); e += kThreads) {
+				const int r = e >> 6, wd = e & 63;
+				unsigned word = 0u;
+				if (r < n) {
+					const __nv_bfloat16* p = v + (long long)(t0 + r) * v_stride + h * kD + 2 * wd;
+					word = vpair ? *reinterpret_cast<const unsigned*>(p)
+					             : static_cast<unsigned>(__bfloat16_as_ushort(p[0])) |
+					                   (static_cast<unsigned>(__bfloat16_as_ushort(p[1])) << 16);
+				}
+				VB[r * kW + wd] = word;
+			}
 		}
 		__syncthreads();  // barrier 9: dW, v
 
