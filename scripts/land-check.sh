@@ -18,7 +18,8 @@
 #   4. with WIDTH=1, scripts/width-sweep.sh on B's blobs (both widths on seven one-rank packs: whether the
 #      sm_90a width rule, sched.CostRule, still picks the faster width with the new kernels).
 #   5. with NCU_B=REGEX, scripts/ncu-source.sh on B's blobs: per-instruction stall samples of one launch of
-#      the kernel REGEX names in a 32K-token core+bwd bench ($OUT/<REGEX>-sass.csv and its summary).
+#      the kernel REGEX names in a 32K-token bench of NCU_MODES (default core+bwd; $OUT/<REGEX>-sass.csv and its
+#      summary).
 # B's blobs come back as $OUT/blobs-b.tar.gz: install them (scripts/blobs-local.sh install) only where every
 # check passed and no stage got slower. Env: DOCS2 (default 40000,45000,35908; empty skips step 3), B_TESTS,
 # WALK=0 skips step 1, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them), ALT_SRC: the sources
@@ -60,5 +61,5 @@ if [ "${WIDTH:-0}" = 1 ] && [ -d /tmp/gdnkcp-blobs-b ]; then
 fi
 if [ -n "${NCU_B:-}" ] && [ -d /tmp/gdnkcp-blobs-b ]; then
 	echo "== ncu source counters: $NCU_B (B's blobs)"
-	GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b KERNEL=$NCU_B bash scripts/ncu-source.sh --docs 32768 --kernels v5 --modes core+bwd 2>&1 | tail -${NCU_LINES:-45}
+	GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b KERNEL=$NCU_B bash scripts/ncu-source.sh --docs 32768 --kernels v5 --modes "${NCU_MODES:-core+bwd}" 2>&1 | tail -${NCU_LINES:-45}
 fi
