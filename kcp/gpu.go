@@ -130,11 +130,11 @@ const (
 	entryGradsMMA7 = "gdn_chunk_grads_mma7"
 	// entryGradsMMA8 is gdn_chunk_grads_mma7 reading the forward's bf16
 	// H^T and V'^T (h16, vnew16: the state walk writes them for the output)
-	// and the tape walk's bf16 dV'^T (dvnew16) in place of fp32 H and the
-	// V' and dV' token slots, which mma7 rounds to exactly those values:
-	// mma7's arguments with h16, vnew16 and dvnew16 in h's, vnew's and
-	// dvnew's places, mma7's bits except dg, whose <D, H> term takes H as
-	// bf16 (kernelSet.statesBF16).
+	// and the tape walk's bf16 D^T and dV'^T (d16, dvnew16) in place of
+	// fp32 H, D and the V' and dV' token slots, which mma7 rounds to exactly
+	// those values: mma7's arguments with h16, vnew16, d16 and dvnew16 in
+	// h's, vnew's, d_chunk's and dvnew's places, mma7's bits except dg,
+	// whose <D, H> term takes D and H as bf16 (kernelSet.statesBF16).
 	entryGradsMMA8 = "gdn_chunk_grads_mma8"
 
 	// prepMMASmem is kPrepMMASmem (gdn_prep_mma.cu): k fp32, L / the
@@ -289,10 +289,10 @@ type kernelSet struct {
 	tokenSlots bool
 	// statesBF16: the core stage's chunk gradients (gdn_chunk_grads_mma8)
 	// read the forward's bf16 H^T and V'^T (h16, vnew16) and the tape walk's
-	// bf16 dV'^T (dvnew16), so a forward kept for a core-stage backward
-	// writes neither fp32 H nor V' token slots (fp32States) and the tape
-	// walk writes dV' as bf16 only (bf16States); the module stage's
-	// (gdn_chunk_grads_mma6) still reads the fp32 ones.
+	// bf16 D^T and dV'^T (d16, dvnew16), so a forward kept for a core-stage
+	// backward writes neither fp32 H nor V' token slots (fp32States) and the
+	// tape walk writes D and dV' as bf16 only (bf16States); the module
+	// stage's (gdn_chunk_grads_mma6) still reads the fp32 ones.
 	statesBF16 bool
 	// normQK: a forward that keeps nothing for a backward (no Kt written)
 	// runs gdn_prep_mma_gn and gdn_output_mma16gn, which normalise q and k
@@ -367,8 +367,8 @@ func (ks kernelSet) fp32States(keep bool, stage Stage) bool {
 
 // bf16States reports whether stage's chunk gradients are
 // gdn_chunk_grads_mma8, which read the forward's bf16 H^T and V'^T (h16,
-// vnew16) and the tape walk's bf16 dV'^T (dvnew16) in place of fp32 H and
-// the V' and dV' token slots.
+// vnew16) and the tape walk's bf16 D^T and dV'^T (d16, dvnew16) in place of
+// fp32 H, D and the V' and dV' token slots.
 func (ks kernelSet) bf16States(stage Stage) bool { return ks.statesBF16 && stage == StageCore }
 
 // prepFor returns the prep entry, its shared memory and whether it runs a

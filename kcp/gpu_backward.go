@@ -388,10 +388,13 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 	// With token slots dV' is a 32 KB block a (chunk, value head): the same
 	// bytes as fp32 rows of full chunks; as bf16 dV'^T (bf16States) half
 	// of that.
+	// The chunk adjoints D: fp32, or as bf16 D^T (bf16States) half of that.
 	dvnewLen, dvnewName := Tr*nv, "dvnew"
+	dchunkLen, dchunkName := NC*summarySlot(HV), "chunk adjoints"
 	switch ks := b.rk.dev.ks; {
 	case ks.bf16States(b.f.stage):
 		dvnewLen, dvnewName = NC*ChunkSize*nv/2, "dvnew bf16"
+		dchunkLen, dchunkName = NC*summarySlot(HV)/2, "chunk adjoints bf16"
 	case ks.tokenSlots:
 		dvnewLen = NC * ChunkSize * nv
 	}
@@ -401,7 +404,7 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		n   int
 	}{
 		{&b.dvl, "dvl", Tr * nv}, {&b.dend, "terminal adjoints", NS * summarySlot(HV)},
-		{&b.dchunk, "chunk adjoints", NC * summarySlot(HV)}, {&b.dvnew, dvnewName, dvnewLen},
+		{&b.dchunk, dchunkName, dchunkLen}, {&b.dvnew, dvnewName, dvnewLen},
 		{&b.dstart, "start adjoints", NS * summarySlot(HV)}, {&b.dg, "dg", Tr * HV}, {&b.dbeta, "dbeta", Tr * HV},
 	}
 	if !b.rk.dev.ks.grads5 { // the per-value-head dq, dk that gdn_qk_bwd sums
@@ -543,10 +546,10 @@ func (b *bwdRun) tapeAndGrads() error {
 	ks := rk.dev.ks
 	tapeArgs := argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())
 	if ks.tape == entryTapeMMA {
-		dvnew, dvnewp, dvnew16 := b.dvnew.Ptr(), uintptr(0), uintptr(0)
+		dchunk, dvnew, dvnewp, dvnew16, d16 := b.dchunk.Ptr(), b.dvnew.Ptr(), uintptr(0), uintptr(0), uintptr(0)
 		switch {
-		case ks.bf16States(b.f.stage): // b.dvnew holds bf16 dV'^T (gdn_chunk_grads_mma8's)
-			dvnew, dvnew16 = 0, b.dvnew.Ptr()
+		case ks.bf16States(b.f.stage): // b.dvnew, b.dchunk hold bf16 dV'^T, D^T (gdn_chunk_grads_mma8's)
+			dchunk, dvnew, dvnew16, d16 = 0, 0, b.dvnew.Ptr(), b.dchunk.Ptr()
 		case ks.tokenSlots: // b.dvnew holds token slots (gdn_chunk_grads_mma6's dV')
 			dvnew, dvnewp = 0, b.dvnew.Ptr()
 		}
@@ -554,7 +557,7 @@ func (b *bwdRun) tapeAndGrads() error {
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
-		tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), dvnew, b.dstart.Ptr(), dvnewp, dvnew16, order.Ptr())
+		tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
 	}
 	if err := b.launch(ks.tape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.bwdWalkSmem(vh), tapeArgs); err != nil {
 		return err
@@ -598,7 +601,7 @@ func (b *bwdRun) tapeAndGrads() error {
 		if direct { // the bf16 outputs, rounded as gdn_f32_to_bf16 would (toBF16 then has nothing to do)
 			a5.dq16, a5.dk16, a5.dv16 = b.dq16.Ptr(), b.dk16.Ptr(), b.dv16.Ptr()
 		}
-		if ks.bf16States(b.f.stage) { // the forward's bf16 H^T and V'^T, the tape walk's dV'^T (in b.dvnew)
+		if ks.bf16States(b.f.stage) { // the forward's bf16 H^T and V'^T, the tape walk's D^T and dV'^T (b.dchunk, b.dvnew)
 			if rk.h16 == nil || rk.vnew16 == nil {
 				return fmt.Errorf("rank %d: chunk gradients: %s reads the forward's bf16 states, which it did not keep", rk.rank, entryGradsMMA8)
 			}

@@ -53,12 +53,14 @@ func argsTape(a bwdWalkArgs, dend, dChunk, dvnew, dstart uintptr) *loader.Args {
 	return a.tail(a.head().DevicePtr(dend).DevicePtr(dChunk).DevicePtr(dvnew).DevicePtr(dstart))
 }
 
-// argsTapeMMA: gdn_tape_walk_mma(argsTape's arguments, dvnewp, dvnew16,
+// argsTapeMMA: gdn_tape_walk_mma(argsTape's arguments, dvnewp, dvnew16, d16,
 // order): dV' also (or only, with dvnew 0) as token slots at dvnewp and as
 // bf16 dV'^T blocks (the state walk's vnew16 layout) at dvnew16 (0: none);
-// order: the CTAs' dispatch order (walkOrder; 0: launch order).
-func argsTapeMMA(a bwdWalkArgs, dend, dChunk, dvnew, dstart, dvnewp, dvnew16, order uintptr) *loader.Args {
-	return argsTape(a, dend, dChunk, dvnew, dstart).DevicePtr(dvnewp).DevicePtr(dvnew16).DevicePtr(order)
+// each chunk's D also (or only, with dChunk 0) as bf16 D^T (the state walk's
+// h16 layout) at d16 (0: none); order: the CTAs' dispatch order (walkOrder;
+// 0: launch order).
+func argsTapeMMA(a bwdWalkArgs, dend, dChunk, dvnew, dstart, dvnewp, dvnew16, d16, order uintptr) *loader.Args {
+	return argsTape(a, dend, dChunk, dvnew, dstart).DevicePtr(dvnewp).DevicePtr(dvnew16).DevicePtr(d16).DevicePtr(order)
 }
 
 // chunkGradArgs are the arguments of gdn_chunk_grads.
@@ -157,7 +159,7 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryOffset:      argsOffset(bwdWalkArgs{}, 0, 0, 0),
 		entryTape:        argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
 		entryOffsetMMA:   argsOffsetMMA(bwdWalkArgs{}, 0, 0, 0, 0),
-		entryTapeMMA:     argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0),
+		entryTapeMMA:     argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryChunkGrads:  argsChunkGrads(chunkGradArgs{}),
 		entryDVLocalMMA:  argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDVLocalMMAG: argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
@@ -165,7 +167,7 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryGradsMMA5:   argsChunkGrads5(chunkGrad5Args{}),
 		entryGradsMMA6:   argsChunkGrads5(chunkGrad5Args{}), // vnew, dvnew: token slots
 		entryGradsMMA7:   argsChunkGrads5(chunkGrad5Args{}), // mma6's arguments
-		entryGradsMMA8:   argsChunkGrads5(chunkGrad5Args{}), // h16, vnew16 in h's and vnew's places
+		entryGradsMMA8:   argsChunkGrads5(chunkGrad5Args{}), // h16, vnew16, d16, dvnew16 in h's, vnew's, d_chunk's, dvnew's places
 		entryQKBwd:       argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
 		entryConvBwd:     argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDWReduce:    argsDWReduce(0, 0, 0, 0),

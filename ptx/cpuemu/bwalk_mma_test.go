@@ -151,6 +151,8 @@ func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {
 		j.poison("dvnewp"+vhName(vh), poisonF32)
 		j.out("dvnew16"+vhName(vh), l.NC*HV*tokenSlotBlock/2)
 		j.poison("dvnew16"+vhName(vh), poisonBF16x2)
+		j.out("d16"+vhName(vh), l.NC*HV*dHead*dHead*2)
+		j.poison("d16"+vhName(vh), poisonBF16x2)
 	}
 	scale := f32a(d.scale)
 	launchL2NormPrep(j, d)
@@ -175,7 +177,7 @@ func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {
 		j.launch("tape_mma"+sfx, "gdn_tape_walk_mma", grid3(dHead/vh, l.NS, HV), 256, smemOf("bwalk_mma_smem", vh),
 			buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"),
 			buf("seg_chunk0"), buf("seg_nchunk"), buf("dend"), buf("d_chunk"+sfx), buf("dvnew"+sfx), buf("dstart"+sfx),
-			i32a(HQK), i32a(HV), i32a(vh), scale, buf("dvnewp"+sfx), buf("dvnew16"+sfx), order)
+			i32a(HQK), i32a(HV), i32a(vh), scale, buf("dvnewp"+sfx), buf("dvnew16"+sfx), buf("d16"+sfx), order)
 	}
 }
 
@@ -195,12 +197,15 @@ func checkBWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, dend []fl
 	// walk's own fp32 dV', bit for bit, at both widths.
 	// dV'^T as bf16 (gdn_chunk_grads_mma8's input): the walk's own fp32 dV'
 	// rounded to nearest even, tokens past a chunk's end 0, every element
-	// written, at both widths.
+	// written, at both widths; D^T as bf16 (the same kernel's d16): the
+	// walk's own fp32 D transposed and rounded, every element written.
 	for _, vh := range []string{"64", "128"} {
 		require.Equal(t, tokenSlots(r.f32s("dvnew"+vh), l.chunkTok0, l.chunkLen, HV), r.raw["dvnewp"+vh],
 			"dvnewp%s: not the token slots of the walk's own dV'", vh)
 		require.Equal(t, bf16.Bytes(vnewT16(r.f32s("dvnew"+vh), l.chunkTok0, l.chunkLen, HV)), r.raw["dvnew16"+vh],
 			"dvnew16%s: not the walk's own dV'^T rounded to bf16", vh)
+		require.Equal(t, bf16.Bytes(stateT16(r.f32s("d_chunk"+vh), l.NC, HV)), r.raw["d16"+vh],
+			"d16%s: not the walk's own D^T rounded to bf16", vh)
 	}
 	f := &fwdOut{}
 	for _, p := range []struct {

@@ -200,10 +200,11 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 	// gdn_chunk_grads_mma7 (bf16 hi products) on the same token slots, both
 	// launches: suffixes _7 (fp32) and 16_7 / _b7 (bf16).
 	launches("_7", "16_7", "_b7")
-	// gdn_chunk_grads_mma8 (mma7 on bf16 H^T, V'^T and dV'^T, made here as the
-	// state walk makes h16 and vnew16 and the tape walk dvnew16), both
-	// launches: suffixes _8 and 16_8 / _b8.
+	// gdn_chunk_grads_mma8 (mma7 on bf16 H^T, D^T, V'^T and dV'^T, made here
+	// as the state walk makes h16 and vnew16 and the tape walk d16 and
+	// dvnew16), both launches: suffixes _8 and 16_8 / _b8.
 	j.bf16("h16", stateT16(hst, NC, HV))
+	j.bf16("d16", stateT16(dch, NC, HV))
 	j.bf16("vnew16", vnewT16(vnew, tok0, clen, HV))
 	j.bf16("dvnew16", vnewT16(dvnew, tok0, clen, HV))
 	launches("_8", "16_8", "_b8")
@@ -238,7 +239,7 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 			nullBuf(), i32a(dvStride), buf("dg_b7"), buf("dbeta_b7"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
 			buf("dq16_7"), buf("dk16_7"), buf("dv16_7"))...)
 	common8 := append([]string{}, common6...)
-	common8[6], common8[7], common8[9] = buf("h16"), buf("vnew16"), buf("dvnew16")
+	common8[6], common8[7], common8[8], common8[9] = buf("h16"), buf("vnew16"), buf("d16"), buf("dvnew16")
 	j.launch("grads_mma8", "gdn_chunk_grads_mma8", grid3(NC, HQK, 1), 256, "kGradMMA5Smem",
 		append(append([]string{}, common8...), buf("q_rstd"), buf("k_rstd"), buf("dq_8"), buf("dk_8"), i32a(dqStride),
 			buf("dv_8"), i32a(dvStride), buf("dg_8"), buf("dbeta_8"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
@@ -317,9 +318,9 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 	}
 
 	// gdn_chunk_grads_mma8: mma7's products on the same operand values (rn(H),
-	// rn(V') are mma7's hi halves), so every output but dg is mma7's, bit for
-	// bit, poison included; dg differs only through <D, H> (H as bf16, summed
-	// in another order), checked against float64 below.
+	// rn(D), rn(V') are mma7's hi halves), so every output but dg is mma7's,
+	// bit for bit, poison included; dg differs only through <D, H> (D and H as
+	// bf16, summed in another order), checked against float64 below.
 	for _, o := range outs {
 		if o.name != "dg" {
 			require.Equal(t, r.raw[o.name+"_7"], r.raw[o.name+"_8"], "%s: gdn_chunk_grads_mma8 differs from gdn_chunk_grads_mma7", o.name)

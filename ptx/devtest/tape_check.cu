@@ -116,7 +116,7 @@ static void launch(const Problem& p, const Dev& d, int vh, bool planes = false) 
 	gdnkcp::bwalkmma::gdn_tape_walk_mma<<<grid, 256, gdnkcp::bwalkmma::bwalk_mma_smem(vh)>>>(
 	    d.w, d.kt, d.qn, d.gcum, d.dvl, reinterpret_cast<const __nv_bfloat16*>(d.dout), d.tok0, d.len, d.seg0, d.segn,
 	    d.dend, d.dchunk, planes ? nullptr : d.dvnew, d.dstart, p.HQK, p.HV, vh, p.scale,
-	    planes ? d.dvnewp : nullptr, nullptr, nullptr);
+	    planes ? d.dvnewp : nullptr, nullptr, nullptr, nullptr);
 }
 
 #ifdef GDNKCP_WALK_TIMELINE

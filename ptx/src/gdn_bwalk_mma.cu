@@ -325,12 +325,12 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 	}
 
 	// walk runs the chunks [ch0, ch0 + nch) in reverse from D in the registers; with d_chunk set (the
-	// tape walk) it writes D at each chunk's end and dV'.
+	// tape walk) it writes D at each chunk's end (with d16, D^T as bf16) and dV'.
 	__device__ __forceinline__ void walk(const float* w, const float* kt, const float* qn, const float* gcum,
 	                                     const float* dvl, const bf16* dout, const int* chunk_tok0,
 	                                     const int* chunk_len, int ch0, int nch, int h, int HQK, int HV, int c0,
 	                                     float scale, bool withDO, float* d_chunk, float* dvnew,
-	                                     float* dvnewp = nullptr, bf16* dvnew16 = nullptr) {
+	                                     float* dvnewp = nullptr, bf16* dvnew16 = nullptr, bf16* d16 = nullptr) {
 		if (nch <= 0) return;
 		int c = ch0 + nch - 1;
 		issue(w, kt, qn, dout, chunk_tok0[c], chunk_len[c], h, HQK, HV, c0, withDO);
@@ -344,6 +344,7 @@ struct BWalker : walkmma::Walker<VH, false, true> {
 			if (next) issue(w, kt, qn, dout, chunk_tok0[c - 1], chunk_len[c - 1], h, HQK, HV, c0, withDO);
 			if (holds()) {
 				if (d_chunk != nullptr) this->store_state(d_chunk + ((long long)c * HV + h) * kD * kD, c0);
+				if (d16 != nullptr) this->store_state16(d16 + ((long long)c * HV + h) * kD * kD, c0);
 				dvprime(n);
 				if (dvnew != nullptr) this->store_vprime(dvnew, chunk_tok0[c], n, h, HV, c0);
 				if (dvnewp != nullptr) this->store_vprime_slots(dvnewp + ((long long)c * HV + h) * kD * kC, n, c0);
@@ -410,17 +411,22 @@ __device__ __forceinline__ void tape_walk_mma(float* smem, const float* w, const
                                               const float* gcum, const float* dvl, const bf16* dout,
                                               const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
                                               const int* seg_nchunk, const float* dend, float* d_chunk, float* dvnew, float* dvnewp,
-                                              bf16* dvnew16, float* dstart, int HQK, int HV, float scale, const int* order) {
+                                              bf16* dvnew16, bf16* d16, float* dstart, int HQK, int HV, float scale,
+                                              const int* order) {
 	BWalker<VH> wk(smem);
 	int x, seg, h;
 	tc::dispatch_cta(order, x, seg, h);
 	const int c0 = x * VH;
 	wk.init_state(dend + ((long long)seg * HV + h) * kD * kD, false, c0);
 	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0,
-	        scale, true, d_chunk, dvnew, dvnewp, dvnew16);
+	        scale, true, d_chunk, dvnew, dvnewp, dvnew16, d16);
 	wk.store_state(dstart + ((long long)seg * HV + h) * kD * kD, c0);
 }
 
+// gdn_tape_walk_mma: gdn_tape_walk's arguments, then dvnewp (dV'^T token slots), dvnew16 (dV'^T bf16, the state
+// walk's vnew16 layout), d16 (each chunk's end adjoint D transposed as bf16, rounded to nearest even: [NC, HV,
+// 128 (column)][128 (key)], the state walk's h16 layout) and order (sched's dispatch order). Any of d_chunk,
+// dvnew, dvnewp, dvnew16, d16 may be null (that store is skipped).
 extern "C" __global__ void __launch_bounds__(kThreads)
 gdn_tape_walk_mma(const float* __restrict__ w, const float* __restrict__ kt, const float* __restrict__ qn,
                   const float* __restrict__ gcum, const float* __restrict__ dvl,
@@ -428,7 +434,8 @@ gdn_tape_walk_mma(const float* __restrict__ w, const float* __restrict__ kt, con
                   const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
                   const int* __restrict__ seg_nchunk, const float* __restrict__ dend, float* __restrict__ d_chunk,
                   float* __restrict__ dvnew, float* __restrict__ dstart, int HQK, int HV, int vh, float scale,
-                  float* __restrict__ dvnewp, __nv_bfloat16* __restrict__ dvnew16, const int* __restrict__ order) {
+                  float* __restrict__ dvnewp, __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16,
+                  const int* __restrict__ order) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 #if defined(GDNKCP_HAS_WGMMA)
 	// sm_90a: the wgmma body (gdn_bwalk_wgmma.cu), same arguments, grid, block and shared memory.
@@ -436,17 +443,17 @@ gdn_tape_walk_mma(const float* __restrict__ w, const float* __restrict__ kt, con
 	              "the wgmma tape walk must fit the mma.sync walk's shared memory");
 	if (vh == 64)
 		bwalkwg::tape_walk<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                       d_chunk, dvnew, dvnewp, dvnew16, dstart, HQK, HV, scale, order);
+		                       d_chunk, dvnew, dvnewp, dvnew16, d16, dstart, HQK, HV, scale, order);
 	else
 		bwalkwg::tape_walk<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                        d_chunk, dvnew, dvnewp, dvnew16, dstart, HQK, HV, scale, order);
+		                        d_chunk, dvnew, dvnewp, dvnew16, d16, dstart, HQK, HV, scale, order);
 #else
 	if (vh == 64)
 		tape_walk_mma<64>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                  d_chunk, dvnew, dvnewp, dvnew16, dstart, HQK, HV, scale, order);
+		                  d_chunk, dvnew, dvnewp, dvnew16, d16, dstart, HQK, HV, scale, order);
 	else
 		tape_walk_mma<128>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		                   d_chunk, dvnew, dvnewp, dvnew16, dstart, HQK, HV, scale, order);
+		                   d_chunk, dvnew, dvnewp, dvnew16, d16, dstart, HQK, HV, scale, order);
 #endif
 }
 

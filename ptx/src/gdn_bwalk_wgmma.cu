@@ -258,7 +258,7 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 	                                     const float* dvl, const bf16* dout, const int* chunk_tok0,
 	                                     const int* chunk_len, int ch0, int nch, int h, int HQK, int HV, int c0,
 	                                     float scale, float* d_chunk, float* dvnew,
-	                                     float* dvnewp = nullptr, bf16* dvnew16 = nullptr) {
+	                                     float* dvnewp = nullptr, bf16* dvnew16 = nullptr, bf16* d16 = nullptr) {
 		if (nch <= 0) return;
 		const int last = ch0 + nch - 1;
 		issue(w, kt, qn, dout, chunk_tok0[last], chunk_len[last], h, HQK, HV, c0);
@@ -281,6 +281,7 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 				dvprime_issue(ah, al);
 				GDNKCP_TAPE_MARK(1, last - c);  // state: D split, (1) issued
 				if (d_chunk != nullptr) this->store_state(d_chunk + blk * kD * kD, c0);  // D under (1)
+				if (d16 != nullptr) this->store_state16(d16 + blk * kD * kD, c0);  // or D^T as bf16
 				if (walkwg::kDecayEarly) this->decay_state();
 				GDNKCP_TAPE_MARK(2, last - c);  // state: D stores issued
 				dvprime_wait();
@@ -318,14 +319,15 @@ __device__ __forceinline__ void tape_walk(float* smem, const float* w, const flo
                                           const float* gcum, const float* dvl, const bf16* dout,
                                           const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
                                           const int* seg_nchunk, const float* dend, float* d_chunk, float* dvnew, float* dvnewp,
-                                          bf16* dvnew16, float* dstart, int HQK, int HV, float scale, const int* order) {
+                                          bf16* dvnew16, bf16* d16, float* dstart, int HQK, int HV, float scale,
+                                          const int* order) {
 	WGBWalker<VH, true> wk(smem);
 	int x, seg, h;
 	tc::dispatch_cta(order, x, seg, h);
 	const int c0 = x * VH;
 	wk.init_state(dend + ((long long)seg * HV + h) * kD * kD, c0);
 	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0,
-	        scale, d_chunk, dvnew, dvnewp, dvnew16);
+	        scale, d_chunk, dvnew, dvnewp, dvnew16, d16);
 	wk.store_state(dstart + ((long long)seg * HV + h) * kD * kD, c0);
 }
 

@@ -10,10 +10,11 @@
 //   gdn_chunk_grads_mma7   mma6 with every product on the bf16 hi halves of its operands alone (one mma.sync
 //                          where mma6 runs two or three; no lo planes, no lo fragments; B fragments of two
 //                          n tiles an ldmatrix.x4): gradients good to bf16, not fp32 (precision below)
-//   gdn_chunk_grads_mma8   mma7 on the state walk's bf16 h16, vnew16 and the tape walk's dvnew16 (rn(H),
-//                          rn(V'), rn(dV'): mma7's hi halves) in place of fp32 H and the V', dV' slots: V'
-//                          and dV' copied in S1 (hi and lo units), H^T beside D's plane in S2, nothing
-//                          copied or split in S3 (two barriers fewer a head); mma7's bits but dg's <D, H>
+//   gdn_chunk_grads_mma8   mma7 on the state walk's bf16 h16, vnew16 and the tape walk's dvnew16 and d16
+//                          (rn(H), rn(V'), rn(dV'), rn(D): mma7's hi halves) in place of fp32 H, D and the
+//                          V', dV' slots: V' and dV' copied in S1 (hi and lo units), D^T and H^T copied
+//                          whole in S2, nothing copied or split in S3 (two barriers fewer a head); mma7's
+//                          bits but dg's <D, H>
 // ABI: gdn_chunk_grads_mma5(qn, kn, v bf16, int v_stride, gcum, beta, h, vnew, d_chunk, dvnew, dout bf16,
 //   chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, int dq_stride, dv, int dv_stride, dg, dbeta, int HQK, int HV,
 //   float scale, int l2norm, dq16 bf16, dk16 bf16, dv16 bf16); q_rstd, k_rstd fp32 [Tr, HQK] (read only when
@@ -38,7 +39,8 @@
 //   1a  dP = dO V'^T only (2 products); L, G1, E from dP and SKK.                                barrier 2
 //   1b  DQ += G1 K, DK += G1^T Q; diagonal blocks of A; E's sums.                               barrier 3
 //   1c  A's blocks below the diagonal.                                                          barrier 4
-//   S2  D over BIG as bf16 hi / lo planes with <D, H> from the same loads (split_h); barrier 5;
+//   S2  D over BIG as bf16 hi / lo planes with <D, H> from the same loads (split_h; mma8: D^T and H^T
+//       copied, <D, H> from the copies); barrier 5;
 //       dKt = V' D^T (B fragments by ldmatrix): DK += tail dKt, row dots.                       barrier 6
 //   S3  H over BIG as bf16 hi / lo planes (split_h: split once, B fragments by ldmatrix), dV' over V';
 //       barrier 7; dQg, dW: DQ += e^gamma scale dQg (not stored), row dots.
@@ -343,7 +345,7 @@ __device__ __forceinline__ void slots_to_planes(unsigned char* x, int tid) {
 //
 // ht_pos: the byte of 16-byte unit a (keys 8 a .. 8 a + 7) of H^T's row v (a column of H) in shared memory:
 // 256 bytes a row, unit a at a ^ ((v ^ (v >> 2)) % 8). The 8 rows v0 .. v0 + 7 (v0 % 8 = 0) of one ldmatrix
-// matrix take 8 distinct positions (ht_b2), and so do split_d_ht's 8-thread store phases.
+// matrix take 8 distinct positions (ht_b2); D^T (mma8's d16) takes the same layout.
 __device__ __forceinline__ int ht_pos(int v, int a) { return v * 256 + ((a ^ ((v ^ (v >> 2)) & 7)) << 4); }
 
 // ht_b2: the hi B fragments of (k = column 16 k8 .., n = key n0 .. n0 + 7) (b[0], b[1]) and of keys n0 + 8 ..
@@ -372,53 +374,34 @@ __device__ __forceinline__ unsigned u4_word(const uint4& v, int i) {
 	return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// split_d_ht: thread tid's share of a chunk's D (global fp32 [128 (key)][128 (column)]) and H^T (global
-// bf16, h16's block): D's hi plane at x (split_h's layout: the bits split_h<true, false> writes), H^T's
-// units at x + 32768 (ht_pos), and the warp's <D, H> partial with H as its bf16 (rn) value, which is all
-// the kernel has of H. Tiles of 8 keys x 2 columns: e = tid + 256 j (j = 0..3), key block a = 2 (e >> 7) +
-// e % 2, column pair p = (e >> 1) % 64, so a warp reads 16 column pairs of 2 key blocks: D's rows as
-// 128-byte runs, H^T's rows as 32-byte runs. Lanes of odd a visit D's rows in the order r ^ 4, so that the
-// two key blocks' 4-byte stores land in distinct banks. The sum: j, then r, then the pair's two columns,
-// by fmaf, then the xor butterfly (d_dot_h's), a fixed order.
-__device__ __forceinline__ float split_d_ht(unsigned char* x, const float* __restrict__ d,
-                                            const __nv_bfloat16* __restrict__ ht, int tid) {
+// copy_dht: cp.async of one (chunk, value head) block of d16 (D^T bf16, as the tape walk writes it) to x and of
+// h16's (H^T) to x + 32768, both in ht_pos' layout (not committed): thread tid takes the 16-byte units
+// e = tid + 256 j (j = 0..7) of each, row v = e / 16, unit a = e % 16 (16 threads a 256-byte row: coalesced).
+__device__ __forceinline__ void copy_dht(unsigned char* x, const __nv_bfloat16* __restrict__ dt,
+                                         const __nv_bfloat16* __restrict__ ht, int tid) {
+#pragma unroll
+	for (int j = 0; j < 8; ++j) {
+		const int e = tid + kThreads * j, v = e >> 4, a = e & 15;
+		tc::cp_async16(x + ht_pos(v, a), dt + v * kD + 8 * a);
+		tc::cp_async16(x + 32768 + ht_pos(v, a), ht + v * kD + 8 * a);
+	}
+}
+
+// dot_dht: the warp's <D, H> partial over the units thread tid copied (copy_dht, landed: a thread reads only
+// its own copies, so no barrier): D^T and H^T share one layout, so the same position holds D[key][col] and
+// H[key][col]. The sum: j ascending, then the unit's 8 elements ascending, by fmaf, then the xor butterfly
+// (d_dot_h's), a fixed order.
+__device__ __forceinline__ float dot_dht(const unsigned char* x, int tid) {
 	float dh = 0.f;
-#pragma unroll 1
-	for (int jj = 0; jj < 4; jj += 2) {
-		// tiles j = jj and jj + 1: both tiles' loads issued before either's use (one round trip for two; ncu
-		// had the first use of each tile's loads at a tenth of mma8's stall samples)
-		uint4 hv2[2][2];
-		float2 f2[2][8];
 #pragma unroll
-		for (int q = 0; q < 2; ++q) {
-			const int e = tid + kThreads * (jj + q), a = 2 * (e >> 7) + (e & 1), p = (e >> 1) & 63, rx = 4 * (e & 1);
+	for (int j = 0; j < 8; ++j) {
+		const int e = tid + kThreads * j, pos = ht_pos(e >> 4, e & 15);
+		const uint4 du = *reinterpret_cast<const uint4*>(x + pos), hu = *reinterpret_cast<const uint4*>(x + 32768 + pos);
 #pragma unroll
-			for (int s = 0; s < 2; ++s) hv2[q][s] = *reinterpret_cast<const uint4*>(ht + (2 * p + s) * kD + 8 * a);
-#pragma unroll
-			for (int r = 0; r < 8; ++r) f2[q][r] = *reinterpret_cast<const float2*>(d + (8 * a + (r ^ rx)) * kD + 2 * p);
-		}
-#pragma unroll
-		for (int q = 0; q < 2; ++q) {
-			const int e = tid + kThreads * (jj + q), a = 2 * (e >> 7) + (e & 1), p = (e >> 1) & 63, rx = 4 * (e & 1);
-			const uint4* hv = hv2[q];
-			const float2* f = f2[q];
-#pragma unroll
-			for (int s = 0; s < 2; ++s) *reinterpret_cast<uint4*>(x + 32768 + ht_pos(2 * p + s, a)) = hv[s];
-#pragma unroll
-			for (int r = 0; r < 8; ++r) {
-				const int key = 8 * a + (r ^ rx);
-				// H[key][2 p + s]: element key % 8 = r ^ rx of H^T row 2 p + s's unit, word (r ^ rx) / 2 (both word
-				// indices compile-time constants: the select keeps hv in registers)
-				const unsigned x0 = rx ? u4_word(hv[0], (r >> 1) ^ 2) : u4_word(hv[0], r >> 1);
-				const unsigned x1 = rx ? u4_word(hv[1], (r >> 1) ^ 2) : u4_word(hv[1], r >> 1);
-				const float h0 = __uint_as_float((r & 1) ? (x0 & 0xffff0000u) : (x0 << 16));
-				const float h1 = __uint_as_float((r & 1) ? (x1 & 0xffff0000u) : (x1 << 16));
-				dh = fmaf(f[r].x, h0, dh);
-				dh = fmaf(f[r].y, h1, dh);
-				unsigned hi, lo;
-				tc::split_bf16x2(f[r].x, f[r].y, hi, lo);
-				*reinterpret_cast<unsigned*>(x + key * 256 + (((p >> 2) ^ (key & 7)) << 4) + 4 * (p & 3)) = hi;
-			}
+		for (int i = 0; i < 4; ++i) {
+			const unsigned dw = u4_word(du, i), hw = u4_word(hu, i);
+			dh = fmaf(__uint_as_float(dw << 16), __uint_as_float(hw << 16), dh);
+			dh = fmaf(__uint_as_float(dw & 0xffff0000u), __uint_as_float(hw & 0xffff0000u), dh);
 		}
 	}
 #pragma unroll
@@ -434,9 +417,10 @@ __device__ __forceinline__ float split_d_ht(unsigned char* x, const float* __res
 // written), and the B operands of the plane products come two n tiles an ldmatrix.x4 (mma_b4).
 // B16 (gdn_chunk_grads_mma8; TP and not LO): h_state, vnew and dvnew are h16, vnew16 and dvnew16 (bf16,
 // passed as float pointers): V' and dV' are copied in S1, into the hi and the lo units of VP (copy_v16),
-// H^T beside D's plane in S2 (split_d_ht), and S3 copies and splits nothing and needs neither barrier 6
-// nor 7 (nothing is written between S2's products and S3's); every product sees mma7's operands, only
-// <D, H> takes H as bf16.
+// d_chunk is d16 (D^T bf16, the tape walk's): D^T and H^T are copied whole in S2 (copy_dht) and <D, H> read
+// back from them (dot_dht); S3 copies and splits nothing and needs neither barrier 6 nor 7 (nothing is
+// written between S2's products and S3's); every product sees mma7's operands, only <D, H> takes D and H as
+// bf16.
 template <bool TP, bool LO = true, bool B16 = false>
 __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
                      int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
@@ -528,6 +512,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		const float* hs = h_state + ((long long)c * HV + h) * kD * kD;
 		const float* ds = d_chunk + ((long long)c * HV + h) * kD * kD;
 		const __nv_bfloat16* hts = reinterpret_cast<const __nv_bfloat16*>(h_state) + ((long long)c * HV + h) * kD * kD;
+		const __nv_bfloat16* dts = reinterpret_cast<const __nv_bfloat16*>(d_chunk) + ((long long)c * HV + h) * kD * kD;
 
 		// ---- S1: stage V', dO; beta, gamma ----
 		unsigned char* const VP = reinterpret_cast<unsigned char*>(VF);  // V' (S1-S2), dV' (S3-S4): bf16 planes
@@ -674,9 +659,14 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		// ---- S2: D; <D, H>; dKt = V' D^T ----
 		// D is split once into bf16 hi / lo planes over BIG (split_h's layout), and <D, H> is formed from
 		// the same loads in d_dot_h's order; dKt's B fragments are then ldmatrix.x4 loads.
-		{
-			const float dh = B16 ? split_d_ht(reinterpret_cast<unsigned char*>(BIG), ds, hts, tid)
-			                     : split_h<true, LO>(reinterpret_cast<unsigned char*>(BIG), ds, hs, tid);
+		if (B16) {  // D^T and H^T copied whole, in one layout (copy_dht)
+			copy_dht(reinterpret_cast<unsigned char*>(BIG), dts, hts, tid);
+			tc::cp_async_commit();
+			tc::cp_async_wait<0>();
+			const float dh = dot_dht(reinterpret_cast<const unsigned char*>(BIG), tid);
+			if (lane == 0) red[w] = dh;
+		} else {
+			const float dh = split_h<true, LO>(reinterpret_cast<unsigned char*>(BIG), ds, hs, tid);
 			if (lane == 0) red[w] = dh;
 		}
 		__syncthreads();  // barrier 5: the D planes written
@@ -691,7 +681,10 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 #pragma unroll
 				for (int nt = 0; nt < 8; nt += LO ? 1 : 2) {
 					unsigned b4[4];
-					tc::ldmatrix_x4(b4, h_frag_row<32768, !LO>(reinterpret_cast<const unsigned char*>(BIG), 64 * ch + 8 * nt, k8, lane));
+					if (B16)  // D^T's units: (k, n) = D^T[k][n]
+						ht_b2(reinterpret_cast<const unsigned char*>(BIG), 64 * ch + 8 * nt, k8, lane, b4);
+					else
+						tc::ldmatrix_x4(b4, h_frag_row<32768, !LO>(reinterpret_cast<const unsigned char*>(BIG), 64 * ch + 8 * nt, k8, lane));
 					mma_b4<LO, true, 8>(acc, nt, ah, al, b4);
 				}
 			}
@@ -1118,18 +1111,18 @@ gdn_chunk_grads_mma7(const float* __restrict__ qn, const float* __restrict__ kn,
 	grads5<true, false>(smem, qn, kn, v, v_stride, gcum, beta, h_state, vnewp, d_chunk, dvnewp, dout, chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16, dk16, dv16);
 }
 
-// gdn_chunk_grads_mma8: gdn_chunk_grads_mma7 on bf16 H^T, V'^T and dV'^T (grads5<true, false, true>):
+// gdn_chunk_grads_mma8: gdn_chunk_grads_mma7 on bf16 H^T, D^T, V'^T and dV'^T (grads5<true, false, true>):
 // h16 [NC, HV, 128 (column), 128 (key)] and vnew16 [NC, HV, 128 (feature), 64 (token)] as the state walk
-// writes them for the output, dvnew16 (dV'^T, vnew16's layout) as the tape walk writes it (rn; tokens from
-// chunk_len on 0) in place of h_state, vnewp and dvnewp; the other arguments, grid, block, shared memory
-// and outputs are mma7's. Every product sees mma7's operands
-// (rn(H), rn(V') are mma7's hi halves), so dq, dk, dv, dbeta and the in-chunk dgamma terms are mma7's bits;
-// only <D, H>, the last row's dgamma term, takes H as bf16 and sums in split_d_ht's order.
+// writes them for the output, d16 (D^T, h16's layout) and dvnew16 (dV'^T, vnew16's layout) as the tape walk
+// writes them (rn; dV' tokens from chunk_len on 0) in place of h_state, d_chunk, vnewp and dvnewp; the other
+// arguments, grid, block, shared memory and outputs are mma7's. Every product sees mma7's operands
+// (rn(H), rn(D), rn(V') are mma7's hi halves), so dq, dk, dv, dbeta and the in-chunk dgamma terms are
+// mma7's bits; only <D, H>, the last row's dgamma term, takes D and H as bf16 and sums in dot_dht's order.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 gdn_chunk_grads_mma8(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
                      int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
                      const __nv_bfloat16* __restrict__ h16, const __nv_bfloat16* __restrict__ vnew16,
-                     const float* __restrict__ d_chunk, const __nv_bfloat16* __restrict__ dvnew16,
+                     const __nv_bfloat16* __restrict__ d16, const __nv_bfloat16* __restrict__ dvnew16,
                      const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
                      const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
                      const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
@@ -1138,7 +1131,8 @@ gdn_chunk_grads_mma8(const float* __restrict__ qn, const float* __restrict__ kn,
                      __nv_bfloat16* __restrict__ dv16) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	grads5<true, false, true>(smem, qn, kn, v, v_stride, gcum, beta, reinterpret_cast<const float*>(h16),
-	                          reinterpret_cast<const float*>(vnew16), d_chunk, reinterpret_cast<const float*>(dvnew16),
+	                          reinterpret_cast<const float*>(vnew16), reinterpret_cast<const float*>(d16),
+	                          reinterpret_cast<const float*>(dvnew16),
 	                          dout, chunk_tok0, chunk_len,
 	                          q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16,
 	                          dk16, dv16);
