@@ -15,9 +15,9 @@ const ConvHalo = ConvWidth - 1
 
 func sigmoid(z float64) float64 { return 1 / (1 + math.Exp(-z)) }
 
-// convInput returns the T+3 rows the conv reads for a segment: halo (3 x C; nil means zeros, as at a
-// document's start) followed by x (T x C).
-func convInput(x, w, halo *mat.Dense) (*mat.Dense, error) {
+// convInput checks the shapes of a conv call and returns the T+3 rows the conv reads for a segment, as row
+// slices that share storage with halo (3 x C; nil means zeros, as at a document's start) and x (T x C).
+func convInput(x, w, halo *mat.Dense) ([][]float64, error) {
 	if x == nil || w == nil {
 		return nil, fmt.Errorf("gdnref: conv: x and w must be set")
 	}
@@ -28,30 +28,47 @@ func convInput(x, w, halo *mat.Dense) (*mat.Dense, error) {
 	if err := checkState("conv halo", halo, ConvHalo, ch); err != nil {
 		return nil, err
 	}
-	xp := mat.NewDense(t+ConvHalo, ch, nil)
-	if halo != nil {
-		rowsOf(xp, 0, ConvHalo).Copy(halo)
+	xp := make([][]float64, t+ConvHalo)
+	for r := 0; r < ConvHalo; r++ {
+		if halo != nil {
+			xp[r] = halo.RawRowView(r)
+		} else {
+			xp[r] = make([]float64, ch)
+		}
 	}
-	rowsOf(xp, ConvHalo, t+ConvHalo).Copy(x)
+	for r := 0; r < t; r++ {
+		xp[ConvHalo+r] = x.RawRowView(r)
+	}
 	return xp, nil
 }
 
-// convPre returns the pre-activation z_t[c] = sum_{i=0..3} w[c,i] xp_{t+i}[c], with xp the padded input
-// (xp_{t+i} = x_{t-3+i}).
-func convPre(xp, w *mat.Dense, t int) *mat.Dense {
-	_, ch := xp.Dims()
-	z := mat.NewDense(t, ch, nil)
-	for r := 0; r < t; r++ {
-		zr := z.RawRowView(r)
-		for c := range zr {
-			acc := 0.0
-			for i := 0; i < ConvWidth; i++ {
-				acc += w.At(c, i) * xp.At(r+i, c)
-			}
-			zr[c] = acc
-		}
+// convWeights returns w (C x 4) as one row-major slice: w[c,i] at c*ConvWidth+i.
+func convWeights(w *mat.Dense) []float64 {
+	raw := w.RawMatrix()
+	if raw.Stride == ConvWidth {
+		return raw.Data[:raw.Rows*ConvWidth]
 	}
-	return z
+	out := make([]float64, 0, raw.Rows*ConvWidth)
+	for c := 0; c < raw.Rows; c++ {
+		out = append(out, w.RawRowView(c)...)
+	}
+	return out
+}
+
+// convPreRow writes into z (C) the pre-activation of token r, z[c] = sum_{i=0..3} w[c,i] xp_{r+i}[c] (in
+// that order, from 0), with xp the padded input rows (xp_{r+i} = x_{r-3+i}).
+func convPreRow(z []float64, xp [][]float64, w []float64, r int) {
+	x0, x1, x2, x3 := xp[r][:len(z)], xp[r+1][:len(z)], xp[r+2][:len(z)], xp[r+3][:len(z)]
+	w = w[:ConvWidth*len(z)]
+	for c := range z {
+		wc := w[c*ConvWidth : c*ConvWidth+ConvWidth : c*ConvWidth+ConvWidth]
+		acc := 0.0
+		acc += wc[0] * x0[c]
+		acc += wc[1] * x1[c]
+		acc += wc[2] * x2[c]
+		acc += wc[3] * x3[c]
+		z[c] = acc
+	}
 }
 
 // Conv1dForward is the depthwise causal conv1d of width 4 with SiLU over the channels of one segment:
@@ -66,9 +83,16 @@ func Conv1dForward(x, w, halo *mat.Dense) (*mat.Dense, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, _ := x.Dims()
-	y := convPre(xp, w, t)
-	y.Apply(func(_, _ int, z float64) float64 { return z * sigmoid(z) }, y)
+	t, ch := x.Dims()
+	wd := convWeights(w)
+	y := mat.NewDense(t, ch, nil)
+	for r := 0; r < t; r++ {
+		yr := y.RawRowView(r)
+		convPreRow(yr, xp, wd, r)
+		for c, z := range yr {
+			yr[c] = z * sigmoid(z)
+		}
+	}
 	return y, nil
 }
 
@@ -89,25 +113,45 @@ func Conv1dBackward(x, w, halo, dy *mat.Dense) (dx, dhalo, dw *mat.Dense, err er
 	if err := checkOut("conv dy", dy, t, ch); err != nil {
 		return nil, nil, nil, err
 	}
-	dz := convPre(xp, w, t)
-	dz.Apply(func(r, c int, z float64) float64 {
-		sg := sigmoid(z)
-		return dy.At(r, c) * sg * (1 + z*(1-sg))
-	}, dz)
-	dxp := mat.NewDense(t+ConvHalo, ch, nil)
-	dw = mat.NewDense(ch, ConvWidth, nil)
+	wd := convWeights(w)
+	// dxp holds the gradients of the padded rows: the halo's (dhalo, or scratch when there is no halo)
+	// then x's (dx).
+	dh := mat.NewDense(ConvHalo, ch, nil)
+	dx = mat.NewDense(t, ch, nil)
+	dxp := make([][]float64, t+ConvHalo)
+	for r := 0; r < ConvHalo; r++ {
+		dxp[r] = dh.RawRowView(r)
+	}
 	for r := 0; r < t; r++ {
-		for c := 0; c < ch; c++ {
-			g := dz.At(r, c)
-			for i := 0; i < ConvWidth; i++ {
-				dxp.Set(r+i, c, dxp.At(r+i, c)+w.At(c, i)*g)
-				dw.Set(c, i, dw.At(c, i)+g*xp.At(r+i, c))
-			}
+		dxp[ConvHalo+r] = dx.RawRowView(r)
+	}
+	dw = mat.NewDense(ch, ConvWidth, nil)
+	dwd := dw.RawMatrix().Data[:ch*ConvWidth]
+	dz := make([]float64, ch)
+	for r := 0; r < t; r++ {
+		convPreRow(dz, xp, wd, r)
+		dyr := dy.RawRowView(r)[:ch]
+		for c, z := range dz {
+			sg := sigmoid(z)
+			dz[c] = dyr[c] * sg * (1 + z*(1-sg))
+		}
+		x0, x1, x2, x3 := xp[r][:ch], xp[r+1][:ch], xp[r+2][:ch], xp[r+3][:ch]
+		d0, d1, d2, d3 := dxp[r][:ch], dxp[r+1][:ch], dxp[r+2][:ch], dxp[r+3][:ch]
+		for c, g := range dz {
+			wc := wd[c*ConvWidth : c*ConvWidth+ConvWidth : c*ConvWidth+ConvWidth]
+			dwc := dwd[c*ConvWidth : c*ConvWidth+ConvWidth : c*ConvWidth+ConvWidth]
+			d0[c] += wc[0] * g
+			dwc[0] += g * x0[c]
+			d1[c] += wc[1] * g
+			dwc[1] += g * x1[c]
+			d2[c] += wc[2] * g
+			dwc[2] += g * x2[c]
+			d3[c] += wc[3] * g
+			dwc[3] += g * x3[c]
 		}
 	}
 	if halo != nil {
-		dhalo = mat.DenseCopyOf(rowsOf(dxp, 0, ConvHalo))
+		dhalo = dh
 	}
-	dx = mat.DenseCopyOf(rowsOf(dxp, ConvHalo, t+ConvHalo))
 	return dx, dhalo, dw, nil
 }

@@ -11,18 +11,41 @@ import (
 // states in between are recomputed block by block, so memory stays O(T/64 + 64) states.
 const naiveCheckpoint = 64
 
-// naiveStep applies token t to the state s in place:
+// naiveWork is the scratch vector of naiveStep, reused from token to token.
+type naiveWork struct {
+	u mat.VecDense // V
+}
+
+// naiveStep applies token t to the state src and writes the result to s (src may be s, for in place):
 //
-//	u = beta (v - exp(g) sᵀ k)            (V)
-//	s <- exp(g) s + k uᵀ                  (= exp(g)(I - beta k kᵀ) s + beta k vᵀ)
-func naiveStep(s *mat.Dense, k, v *mat.VecDense, g, beta float64) {
+//	u = beta (v - exp(g) srcᵀ k)          (V)
+//	s <- exp(g) src + k uᵀ                (= exp(g)(I - beta k kᵀ) src + beta k vᵀ)
+//
+// It allocates nothing: the scale of src into s and the rank-one update are gonum's vector scale and Dger,
+// the operations (and bits) of mat.Dense's Scale and RankOne on s.
+func naiveStep(s, src *mat.Dense, k, v *mat.VecDense, g, beta float64, w *naiveWork) {
 	a := math.Exp(g)
-	var u mat.VecDense
-	u.MulVec(s.T(), k)        // sᵀ k
-	u.AddScaledVec(v, -a, &u) // v - a sᵀk
-	u.ScaleVec(beta, &u)      // beta (v - a sᵀk)
-	s.Scale(a, s)             // a s
-	s.RankOne(s, 1, k, &u)    // + k uᵀ
+	u := &w.u
+	u.MulVec(src.T(), k)     // srcᵀ k
+	u.AddScaledVec(v, -a, u) // v - a srcᵀk
+	u.ScaleVec(beta, u)      // beta (v - a srcᵀk)
+	dst := flat(s)
+	if src == s {
+		dst.ScaleVec(a, dst) // a s
+	} else {
+		dst.ScaleVec(a, flat(src)) // a src
+	}
+	s.RankOne(s, 1, k, u) // + k uᵀ
+}
+
+// flat returns the elements of the contiguous matrix m as one vector that shares its storage.
+func flat(m *mat.Dense) *mat.VecDense {
+	raw := m.RawMatrix()
+	if raw.Stride != raw.Cols {
+		panic("gdnref: flat: the matrix is not contiguous")
+	}
+	n := raw.Rows * raw.Cols
+	return mat.NewVecDense(n, raw.Data[:n])
 }
 
 // Forward runs the recurrence token by token (DESIGN.md §2):
@@ -46,8 +69,9 @@ func Forward(h Head, s0 *mat.Dense, opt Options) (o, sFinal *mat.Dense, err erro
 	scale := opt.scaleFor(dk)
 	s := cloneOrZero(s0, dk, dv)
 	o = mat.NewDense(t, dv, nil)
+	var w naiveWork
 	for i := 0; i < t; i++ {
-		naiveStep(s, mat.NewVecDense(dk, k.RawRowView(i)), mat.NewVecDense(dv, h.V.RawRowView(i)), h.G[i], h.Beta[i])
+		naiveStep(s, s, mat.NewVecDense(dk, k.RawRowView(i)), mat.NewVecDense(dv, h.V.RawRowView(i)), h.G[i], h.Beta[i], &w)
 		o.RowView(i).(*mat.VecDense).MulVec(s.T(), mat.NewVecDense(dk, q.RawRowView(i)))
 	}
 	o.Scale(scale, o)
@@ -96,13 +120,21 @@ func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
 	vRow := func(i int) *mat.VecDense { return mat.NewVecDense(dv, h.V.RawRowView(i)) }
 
 	// Forward pass keeping the state before every naiveCheckpoint-th token.
-	var checkpoints []*mat.Dense
+	var (
+		checkpoints []*mat.Dense
+		w           naiveWork
+	)
 	s := cloneOrZero(s0, dk, dv)
 	for i := 0; i < t; i++ {
 		if i%naiveCheckpoint == 0 {
 			checkpoints = append(checkpoints, mat.DenseCopyOf(s))
 		}
-		naiveStep(s, kRow(i), vRow(i), h.G[i], h.Beta[i])
+		naiveStep(s, s, kRow(i), vRow(i), h.G[i], h.Beta[i], &w)
+	}
+	// states[j] holds S_{t0+j} while block t0 runs: naiveCheckpoint + 1 states, reused by every block.
+	states := make([]*mat.Dense, naiveCheckpoint+1)
+	for j := range states {
+		states[j] = mat.NewDense(dk, dv, nil)
 	}
 
 	gr := &Grads{
@@ -114,11 +146,9 @@ func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
 		// Recompute the states of this block: states[j] = S_{t0+j}, the state before token t0+j.
 		t0 := blk * naiveCheckpoint
 		t1 := min(t0+naiveCheckpoint, t)
-		states := []*mat.Dense{mat.DenseCopyOf(checkpoints[blk])}
+		states[0].Copy(checkpoints[blk])
 		for i := t0; i < t1; i++ {
-			next := mat.DenseCopyOf(states[len(states)-1])
-			naiveStep(next, kRow(i), vRow(i), h.G[i], h.Beta[i])
-			states = append(states, next)
+			naiveStep(states[i-t0+1], states[i-t0], kRow(i), vRow(i), h.G[i], h.Beta[i], &w)
 		}
 		for i := t1 - 1; i >= t0; i-- {
 			x, st := states[i-t0], states[i-t0+1] // S_{t-1}, S_t
@@ -147,7 +177,8 @@ func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
 			gr.DK.SetRow(i, dki.RawVector().Data)
 
 			d.RankOne(d, -b, ki, &dkD) // D - b k Dk^T
-			d.Scale(a, d)              // a (D - b k Dk^T)
+			df := flat(d)
+			df.ScaleVec(a, df) // a (D - b k Dk^T)
 		}
 	}
 	gr.DS0 = d
