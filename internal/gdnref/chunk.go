@@ -24,23 +24,25 @@ type Chunk struct {
 	Qg         *mat.Dense // Len x K: diag(exp(gamma)) Q
 }
 
-// gammaDiff returns Γ_ij = exp(gamma_i - gamma_j) for j <= i and 0 above the diagonal (Len x Len).
-func (c *Chunk) gammaDiff() *mat.Dense {
-	m := mat.NewDense(c.Len, c.Len, nil)
+// gammaDiff writes into m (Len x Len) Γ_ij = exp(gamma_i - gamma_j) for j <= i and 0 above the diagonal.
+func (c *Chunk) gammaDiff(m *mat.Dense) *mat.Dense {
 	for i := 0; i < c.Len; i++ {
+		row := m.RawRowView(i)[:c.Len]
 		for j := 0; j <= i; j++ {
-			m.Set(i, j, math.Exp(c.Gamma[i]-c.Gamma[j]))
+			row[j] = math.Exp(c.Gamma[i] - c.Gamma[j])
 		}
+		clear(row[i+1:])
 	}
 	return m
 }
 
-// attention returns the in-chunk attention (Q Kᵀ ⊙ Γ ⊙ causal), causal including the diagonal (Len x Len).
-func (c *Chunk) attention() *mat.Dense {
-	var qk mat.Dense
-	qk.Mul(c.Q, c.K.T())
-	qk.MulElem(&qk, c.gammaDiff()) // Γ is zero above the diagonal
-	return &qk
+// attention returns the in-chunk attention (Q Kᵀ ⊙ Γ ⊙ causal), causal including the diagonal (Len x Len),
+// on ws.
+func (c *Chunk) attention(ws *scratch) *mat.Dense {
+	qk := ws.dense(c.Len, c.Len)
+	mulNT(ws, qk, c.Q, c.K)
+	qk.MulElem(qk, c.gammaDiff(ws.dense(c.Len, c.Len))) // Γ is zero above the diagonal
+	return qk
 }
 
 // Segment is the chunk prep of one segment of one value head: the normalised q, k and the chunks.
@@ -72,6 +74,8 @@ func Prep(h Head, opt Options) (*Segment, error) {
 	}
 	s := &Segment{T: t, Dk: dk, Dv: dv, Scale: opt.scaleFor(dk), V: mat.DenseCopyOf(h.V)}
 	s.Q, s.K, s.QInv, s.KInv = normalisedQK(h, opt)
+	ws := getScratch()
+	defer putScratch(ws)
 	for start := 0; start < t; start += ChunkSize {
 		n := min(ChunkSize, t-start)
 		c := Chunk{
@@ -88,8 +92,9 @@ func Prep(h Head, opt Options) (*Segment, error) {
 		c.Decay = math.Exp(c.Gamma[n-1])
 
 		// L = strict_lower(diag(beta) K Kᵀ ⊙ Γ), then A = (I + L)⁻¹ by forward substitution.
-		var kk mat.Dense
-		kk.Mul(c.K, c.K.T())
+		ws.reset()
+		kk := ws.dense(n, n)
+		mulNT(ws, kk, c.K, c.K)
 		c.A = mat.NewDense(n, n, nil)
 		for i := 0; i < n; i++ {
 			ai := c.A.RawRowView(i)
@@ -101,18 +106,22 @@ func Prep(h Head, opt Options) (*Segment, error) {
 			}
 		}
 
-		bg := make([]float64, n)   // beta ⊙ exp(gamma)
-		tail := make([]float64, n) // exp(gamma_last - gamma)
-		eg := make([]float64, n)   // exp(gamma)
+		bg := ws.floats(n)   // beta ⊙ exp(gamma)
+		tail := ws.floats(n) // exp(gamma_last - gamma)
+		eg := ws.floats(n)   // exp(gamma)
 		for i := range bg {
 			eg[i] = math.Exp(c.Gamma[i])
 			bg[i] = c.Beta[i] * eg[i]
 			tail[i] = math.Exp(c.Gamma[n-1] - c.Gamma[i])
 		}
+		bk := ws.dense(n, dk)
+		scaleRowsTo(bk, bg, c.K)
 		c.W = mat.NewDense(n, dk, nil)
-		c.W.Mul(c.A, scaleRows(bg, c.K))
+		mulNN(c.W, c.A, bk)
+		bv := ws.dense(n, dv)
+		scaleRowsTo(bv, c.Beta, c.V)
 		c.U = mat.NewDense(n, dv, nil)
-		c.U.Mul(c.A, scaleRows(c.Beta, c.V))
+		mulNN(c.U, c.A, bv)
 		c.Kt = scaleRows(tail, c.K)
 		c.Qg = scaleRows(eg, c.Q)
 		s.Chunks = append(s.Chunks, c)

@@ -28,8 +28,9 @@ func ComposeForward(s0 *mat.Dense, sums []*Summary, dk, dv int) ([]*mat.Dense, e
 		if err := checkState(fmt.Sprintf("ComposeForward: summary %d Q", j), sum.Q, dk, dv); err != nil {
 			return nil, err
 		}
-		next := mul(sum.P, starts[j])
-		next.Add(next, sum.Q)
+		next := mat.NewDense(dk, dv, nil)
+		mulNN(next, sum.P, starts[j])
+		addTo(next, sum.Q)
 		starts = append(starts, next)
 	}
 	return starts, nil
@@ -61,8 +62,9 @@ func ComposeBackward(dSFinal *mat.Dense, offs []*Offset, dk, dv int) ([]*mat.Den
 		if err := checkState(fmt.Sprintf("ComposeBackward: offset %d R", j+1), off.R, dk, dv); err != nil {
 			return nil, err
 		}
-		prev := mul(off.PT, ends[j+1])
-		prev.Add(prev, off.R)
+		prev := mat.NewDense(dk, dv, nil)
+		mulNN(prev, off.PT, ends[j+1])
+		addTo(prev, off.R)
 		ends[j] = prev
 	}
 	return ends, nil

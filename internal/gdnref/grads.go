@@ -52,10 +52,13 @@ func ChunkGrads(s *Segment, st *States, tp *Tape, dO *mat.Dense) (*Grads, error)
 	dk := mat.NewDense(s.T, s.Dk, nil)
 	gr := &Grads{DV: mat.NewDense(s.T, s.Dv, nil), DG: make([]float64, s.T), DBeta: make([]float64, s.T),
 		DS0: mat.DenseCopyOf(tp.DStart)}
+	ws := getScratch()
+	defer putScratch(ws)
 	for ci := range s.Chunks {
 		c := &s.Chunks[ci]
 		r0, r1 := c.Start, c.Start+c.Len
-		chunkGrads(c, s.Scale, st.H[ci], rowsOf(st.VNew, r0, r1), tp.D[ci], rowsOf(tp.DVNew, r0, r1),
+		ws.reset()
+		chunkGrads(ws, c, s.Scale, st.H[ci], rowsOf(st.VNew, r0, r1), tp.D[ci], rowsOf(tp.DVNew, r0, r1),
 			rowsOf(dO, r0, r1), rowsOf(dq, r0, r1), rowsOf(dk, r0, r1), rowsOf(gr.DV, r0, r1), gr.DG[r0:r1], gr.DBeta[r0:r1])
 	}
 	gr.DQ, gr.DK = rawGradQK(s.Q, s.K, s.QInv, s.KInv, dq, dk)
@@ -63,92 +66,123 @@ func ChunkGrads(s *Segment, st *States, tp *Tape, dO *mat.Dense) (*Grads, error)
 }
 
 // chunkGrads writes the gradients of one chunk (see ChunkGrads) into dq, dk (w.r.t. the normalised q, k),
-// dv, dg and dbeta, all views of the chunk's rows.
-func chunkGrads(c *Chunk, scale float64, h, vnew, d, dvnew, dO, dq, dk, dv *mat.Dense, dg, dbeta []float64) {
+// dv, dg and dbeta, all views of the chunk's rows. Its temporaries live on ws.
+func chunkGrads(ws *scratch, c *Chunk, scale float64, h, vnew, d, dvnew, dO, dq, dk, dv *mat.Dense, dg, dbeta []float64) {
 	n := c.Len
-	gam := c.gammaDiff() // Γ ⊙ causal (incl. diagonal)
-	eg := make([]float64, n)
+	dkk, dvv := c.K.RawMatrix().Cols, c.V.RawMatrix().Cols
+	gam := c.gammaDiff(ws.dense(n, n)) // Γ ⊙ causal (incl. diagonal)
+	eg := ws.floats(n)
 	for i := range eg {
 		eg[i] = math.Exp(c.Gamma[i])
 	}
-	dgam := make([]float64, n)
+	dgam := ws.floats(n)
+	clear(dgam)
 	addRowSums := func(e *mat.Dense) { // dgamma_i += sum_j E_ij, dgamma_j -= sum_i E_ij
 		for i := 0; i < n; i++ {
-			for j := 0; j < n; j++ {
-				dgam[i] += e.At(i, j)
-				dgam[j] -= e.At(i, j)
+			row := e.RawRowView(i)[:n]
+			for j, v := range row {
+				dgam[i] += v
+				dgam[j] -= v
 			}
 		}
 	}
+	nk := ws.dense(n, dkk) // n x K temporaries, reused in turn
+	nn := ws.dense(n, n)   // n x n temporaries, reused in turn
+
 	// --- Output, inter-chunk term: O += scale Qg H.
-	dQg := mul(dO, h.T())
-	dQg.Scale(scale, dQg)
-	dq.Add(dq, scaleRows(eg, dQg))
-	for i, v := range rowDot(dQg, c.Qg) {
-		dgam[i] += v
+	dQg := ws.dense(n, dkk)
+	mulNT(ws, dQg, dO, h)
+	scaleTo(dQg, scale, dQg)
+	scaleRowsTo(nk, eg, dQg)
+	addTo(dq, nk)
+	for i := 0; i < n; i++ {
+		dgam[i] += dot(dQg.RawRowView(i), c.Qg.RawRowView(i))
 	}
 
 	// --- Output, intra-chunk term: O += scale (Q Kᵀ ⊙ Γ ⊙ causal) V'.
-	qk := mul(c.Q, c.K.T())
-	g1 := mul(dO, vnew.T())
-	g1.Scale(scale, g1)
+	qk := ws.dense(n, n)
+	mulNT(ws, qk, c.Q, c.K)
+	g1 := ws.dense(n, n)
+	mulNT(ws, g1, dO, vnew)
+	scaleTo(g1, scale, g1)
 	g1.MulElem(g1, gam) // zero above the diagonal
-	dq.Add(dq, mul(g1, c.K))
-	dk.Add(dk, mul(g1.T(), c.Q))
-	var e mat.Dense
-	e.MulElem(g1, qk)
-	addRowSums(&e)
+	mulNN(nk, g1, c.K)
+	addTo(dq, nk)
+	mulTN(nk, g1, c.Q)
+	addTo(dk, nk)
+	nn.MulElem(g1, qk) // E
+	addRowSums(nn)
 
 	// --- State update: H+ = exp(gamma_last) H + Ktᵀ V'.
-	dKt := mul(vnew, d.T())
-	tail := make([]float64, n)
+	dKt := ws.dense(n, dkk)
+	mulNT(ws, dKt, vnew, d)
+	tail := ws.floats(n)
 	for i := range tail {
 		tail[i] = math.Exp(c.Gamma[n-1] - c.Gamma[i])
 	}
-	dk.Add(dk, scaleRows(tail, dKt))
-	for i, v := range rowDot(dKt, c.Kt) {
+	scaleRowsTo(nk, tail, dKt)
+	addTo(dk, nk)
+	for i := 0; i < n; i++ {
+		v := dot(dKt.RawRowView(i), c.Kt.RawRowView(i))
 		dgam[i] -= v
 		dgam[n-1] += v
 	}
 	dgam[n-1] += c.Decay * frobenius(d, h)
 
 	// --- V' = U - W H with U = A diag(beta) V and W = A diag(beta exp(gamma)) K.
-	dW := mul(dvnew, h.T())
-	dW.Scale(-1, dW)
-	xu := mul(c.A.T(), dvnew) // Aᵀ dU
-	dv.Copy(scaleRows(c.Beta, xu))
-	for i, v := range rowDot(xu, c.V) {
-		dbeta[i] += v
+	dW := ws.dense(n, dkk)
+	mulNT(ws, dW, dvnew, h)
+	scaleTo(dW, -1, dW)
+	xu := ws.dense(n, dvv)
+	mulTN(xu, c.A, dvnew) // Aᵀ dU
+	scaleRowsTo(dv, c.Beta, xu)
+	for i := 0; i < n; i++ {
+		dbeta[i] += dot(xu.RawRowView(i), c.V.RawRowView(i))
 	}
-	xw := mul(c.A.T(), dW) // Aᵀ dW
-	bg := make([]float64, n)
+	xw := ws.dense(n, dkk)
+	mulTN(xw, c.A, dW) // Aᵀ dW
+	bg := ws.floats(n)
 	for i := range bg {
 		bg[i] = c.Beta[i] * eg[i]
 	}
-	dk.Add(dk, scaleRows(bg, xw))
-	for i, r := range rowDot(xw, c.K) {
+	scaleRowsTo(nk, bg, xw)
+	addTo(dk, nk)
+	for i := 0; i < n; i++ {
+		r := dot(xw.RawRowView(i), c.K.RawRowView(i))
 		dbeta[i] += eg[i] * r
 		dgam[i] += bg[i] * r
 	}
-	dA := mul(dvnew, scaleRows(c.Beta, c.V).T())
-	dA.Add(dA, mul(dW, scaleRows(bg, c.K).T()))
+	bv := ws.dense(n, dvv)
+	scaleRowsTo(bv, c.Beta, c.V)
+	dA := ws.dense(n, n)
+	mulNT(ws, dA, dvnew, bv)
+	scaleRowsTo(nk, bg, c.K)
+	mulNT(ws, nn, dW, nk)
+	addTo(dA, nn)
 
 	// --- A = (I + L)⁻¹: dL = -Aᵀ dA Aᵀ on the strict lower triangle.
-	dL := mul(mul(c.A.T(), dA), c.A.T())
-	dL.Scale(-1, dL)
-	kk := mul(c.K, c.K.T())
-	dKK := mat.NewDense(n, n, nil)
-	e2 := mat.NewDense(n, n, nil)
+	mulTN(nn, c.A, dA)
+	dL := ws.dense(n, n)
+	mulNT(ws, dL, nn, c.A)
+	scaleTo(dL, -1, dL)
+	kk := ws.dense(n, n)
+	mulNT(ws, kk, c.K, c.K)
+	dKK := ws.zeros(n, n)
+	e2 := ws.zeros(n, n)
 	for i := 0; i < n; i++ {
+		dLi, gi, kki := dL.RawRowView(i), gam.RawRowView(i), kk.RawRowView(i)
+		dKKi, e2i := dKK.RawRowView(i), e2.RawRowView(i)
 		for j := 0; j < i; j++ {
-			fij := dL.At(i, j) * gam.At(i, j)
-			dbeta[i] += fij * kk.At(i, j)
-			dKK.Set(i, j, c.Beta[i]*fij)
-			e2.Set(i, j, c.Beta[i]*fij*kk.At(i, j)) // dL_ij L_ij
+			fij := dLi[j] * gi[j]
+			dbeta[i] += fij * kki[j]
+			dKKi[j] = c.Beta[i] * fij
+			e2i[j] = c.Beta[i] * fij * kki[j] // dL_ij L_ij
 		}
 	}
-	dk.Add(dk, mul(dKK, c.K))
-	dk.Add(dk, mul(dKK.T(), c.K))
+	mulNN(nk, dKK, c.K)
+	addTo(dk, nk)
+	mulTN(nk, dKK, c.K)
+	addTo(dk, nk)
 	addRowSums(e2)
 
 	// --- gamma = in-chunk cumsum of g, so dg_j = sum_{i >= j} dgamma_i.

@@ -1,9 +1,11 @@
 package gdnref
 
 import (
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas64"
+	"sync"
+
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/gdnkcp/gdnkcp/internal/gemm"
 )
 
 // rowsOf returns the view of rows [r0, r1) of m (shares m's storage).
@@ -21,19 +23,98 @@ func colsOf(m *mat.Dense, c0, c1 int) *mat.Dense {
 // gemmNN computes c = alpha a b + beta c (b and c may be column views).
 //
 // The walks use only gemmNN and gemmTN, with the column-tiled matrix as b and c: each column of c then
-// depends on the same column of b alone, and gonum's Dgemm sums every element over the inner index in
-// order (serially or in parallel blocks of rows and columns, never splitting one element's sum across
-// workers), so a column's bits do not depend on the tile width. (A product with a transposed right operand,
-// a bᵀ, would not do: gonum computes it by dot products that its parallel path splits into blocks of the
-// inner index, and whether it takes that path depends on the number of columns.) This relies on gonum's own
-// BLAS implementation, the default; code that swaps it with blas64.Use must re-run the bitwise tests.
+// depends on the same column of b alone, as package gemm sums every element over the inner index in order,
+// the same way on every path (AVX2 or Go, any shape), so a column's bits do not depend on the tile width,
+// the thread count or the CPU. (A product with a transposed right operand, a bᵀ, through gonum would not
+// do: gonum computes it by dot products that its parallel path splits into blocks of the inner index, and
+// whether it takes that path depends on the number of columns.) The bits are those of gonum's Dgemm for
+// the same two forms (see package gemm).
 func gemmNN(alpha float64, a, b *mat.Dense, beta float64, c *mat.Dense) {
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, alpha, a.RawMatrix(), b.RawMatrix(), beta, c.RawMatrix())
+	gemm.NN(alpha, a.RawMatrix(), b.RawMatrix(), beta, c.RawMatrix())
 }
 
 // gemmTN computes c = alpha aᵀ b + beta c (b and c may be column views). See gemmNN.
 func gemmTN(alpha float64, a, b *mat.Dense, beta float64, c *mat.Dense) {
-	blas64.Gemm(blas.Trans, blas.NoTrans, alpha, a.RawMatrix(), b.RawMatrix(), beta, c.RawMatrix())
+	gemm.TN(alpha, a.RawMatrix(), b.RawMatrix(), beta, c.RawMatrix())
+}
+
+// mulNN sets c = a b (c must be sized, and must not share storage with a or b): gonum's a.Mul(a, b), bit
+// for bit (see package gemm).
+func mulNN(c, a, b *mat.Dense) { gemmNN(1, a, b, 0, c) }
+
+// mulTN sets c = aᵀ b, as mulNN.
+func mulTN(c, a, b *mat.Dense) { gemmTN(1, a, b, 0, c) }
+
+// mulNT sets c = a bᵀ (c must be sized): gonum's c.Mul(a, b.T()).
+func mulNT(_ *scratch, c, a, b *mat.Dense) { c.Mul(a, b.T()) }
+
+// addTo sets dst = dst + src elementwise (mat.Dense.Add's operations).
+func addTo(dst, src *mat.Dense) {
+	r, c := dst.Dims()
+	for i := 0; i < r; i++ {
+		d, s := dst.RawRowView(i)[:c], src.RawRowView(i)[:c]
+		for j, v := range s {
+			d[j] += v
+		}
+	}
+}
+
+// scaleRowsTo sets dst = diag(s) m (dst may be m): dst_ij = m_ij s_i, as scaleRows.
+func scaleRowsTo(dst *mat.Dense, s []float64, m *mat.Dense) {
+	r, c := m.Dims()
+	for i := 0; i < r; i++ {
+		d, x := dst.RawRowView(i)[:c], m.RawRowView(i)[:c]
+		for j, v := range x {
+			d[j] = v * s[i]
+		}
+	}
+}
+
+// scaleTo sets dst = f m elementwise (dst may be m), as mat.Dense.Scale.
+func scaleTo(dst *mat.Dense, f float64, m *mat.Dense) {
+	r, c := m.Dims()
+	for i := 0; i < r; i++ {
+		d, x := dst.RawRowView(i)[:c], m.RawRowView(i)[:c]
+		for j, v := range x {
+			d[j] = v * f
+		}
+	}
+}
+
+// scratch hands out matrices and vectors from one buffer that it reuses: after reset, every matrix it
+// handed out before may be handed out again, so a caller writes each one whole before reading it.
+type scratch struct {
+	buf []float64
+	off int
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func getScratch() *scratch  { return scratchPool.Get().(*scratch) }
+func putScratch(s *scratch) { s.reset(); scratchPool.Put(s) }
+
+func (s *scratch) reset() { s.off = 0 }
+
+// floats returns n values with arbitrary contents.
+func (s *scratch) floats(n int) []float64 {
+	if s.off+n > len(s.buf) {
+		// Earlier slices keep the old buffer; the new one starts empty.
+		s.buf = make([]float64, max(2*len(s.buf), n, 1<<16))
+		s.off = 0
+	}
+	x := s.buf[s.off : s.off+n : s.off+n]
+	s.off += n
+	return x
+}
+
+// dense returns an r x c matrix with arbitrary contents.
+func (s *scratch) dense(r, c int) *mat.Dense { return mat.NewDense(r, c, s.floats(r*c)) }
+
+// zeros returns an r x c zero matrix.
+func (s *scratch) zeros(r, c int) *mat.Dense {
+	x := s.floats(r * c)
+	clear(x)
+	return mat.NewDense(r, c, x)
 }
 
 // scaleRows returns diag(s) m as a new matrix.
@@ -46,16 +127,6 @@ func scaleRows(s []float64, m *mat.Dense) *mat.Dense {
 		for j := range row {
 			row[j] *= s[i]
 		}
-	}
-	return out
-}
-
-// rowDot returns the dot products of the rows of a and b: out_i = a_i · b_i.
-func rowDot(a, b *mat.Dense) []float64 {
-	r, _ := a.Dims()
-	out := make([]float64, r)
-	for i := range out {
-		out[i] = dot(a.RawRowView(i), b.RawRowView(i))
 	}
 	return out
 }

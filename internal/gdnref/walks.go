@@ -206,14 +206,17 @@ func Output(s *Segment, st *States) (*mat.Dense, error) {
 		return nil, err
 	}
 	o := mat.NewDense(s.T, s.Dv, nil)
+	ws := getScratch()
+	defer putScratch(ws)
 	for ci := range s.Chunks {
 		c := &s.Chunks[ci]
+		ws.reset()
 		oc := rowsOf(o, c.Start, c.Start+c.Len)
-		var intra mat.Dense
-		intra.Mul(c.attention(), rowsOf(st.VNew, c.Start, c.Start+c.Len))
-		oc.Mul(c.Qg, st.H[ci])
-		oc.Add(oc, &intra)
-		oc.Scale(s.Scale, oc)
+		intra := ws.dense(c.Len, s.Dv)
+		mulNN(intra, c.attention(ws), rowsOf(st.VNew, c.Start, c.Start+c.Len))
+		mulNN(oc, c.Qg, st.H[ci])
+		addTo(oc, intra)
+		scaleTo(oc, s.Scale, oc)
 	}
 	return o, nil
 }
@@ -228,11 +231,14 @@ func DVLocal(s *Segment, dO *mat.Dense) (*mat.Dense, error) {
 		return nil, err
 	}
 	dv := mat.NewDense(s.T, s.Dv, nil)
+	ws := getScratch()
+	defer putScratch(ws)
 	for ci := range s.Chunks {
 		c := &s.Chunks[ci]
+		ws.reset()
 		dvc := rowsOf(dv, c.Start, c.Start+c.Len)
-		dvc.Mul(c.attention().T(), rowsOf(dO, c.Start, c.Start+c.Len))
-		dvc.Scale(s.Scale, dvc)
+		mulTN(dvc, c.attention(ws), rowsOf(dO, c.Start, c.Start+c.Len))
+		scaleTo(dvc, s.Scale, dvc)
 	}
 	return dv, nil
 }

@@ -1,0 +1,43 @@
+//go:build amd64 && !purego
+
+package gemm
+
+import "golang.org/x/sys/cpu"
+
+// useAVX2 selects the AVX2 kernels; they give the same bits as kernelGo.
+var useAVX2 = cpu.X86.HasAVX2
+
+// kern4x8 updates nb blocks of 4 rows x 8 columns of c (at c, c+8, ...): c[r][j] += p[l*4+r] b[l][j] for l
+// in [0, k), in order, with separate multiplies and adds.
+//
+//go:noescape
+func kern4x8(k, nb int, p, b *float64, ldb int, c *float64, ldc int)
+
+// kern4x4 is kern4x8 for one block of 4 rows x 4 columns.
+//
+//go:noescape
+func kern4x4(k int, p, b *float64, ldb int, c *float64, ldc int)
+
+// kernel updates rows x n elements of c; see kernelGo.
+func kernel(rows, n, k int, p, b []float64, ldb int, c []float64, ldc int) {
+	if !useAVX2 || rows < rowGroup || n < 4 {
+		kernelGo(rows, n, k, p, b, ldb, c, ldc)
+		return
+	}
+	// Bounds: the kernels read b[l*ldb+j] for l < k, j < n and write c[r*ldc+j] for r < 4, j < n.
+	_ = b[(k-1)*ldb+n-1]
+	_ = c[(rowGroup-1)*ldc+n-1]
+	_ = p[k*rowGroup-1]
+	j := 0
+	if nb := n / 8; nb > 0 {
+		kern4x8(k, nb, &p[0], &b[0], ldb, &c[0], ldc)
+		j = nb * 8
+	}
+	if n-j >= 4 {
+		kern4x4(k, &p[0], &b[j], ldb, &c[j], ldc)
+		j += 4
+	}
+	if j < n {
+		kernelGo(rowGroup, n-j, k, p, b[j:], ldb, c[j:], ldc)
+	}
+}

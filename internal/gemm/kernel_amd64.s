@@ -1,0 +1,114 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func kern4x8(k, nb int, p, b *float64, ldb int, c *float64, ldc int)
+TEXT ·kern4x8(SB), NOSPLIT, $0-56
+	MOVQ k+0(FP), CX
+	MOVQ nb+8(FP), DX
+	MOVQ p+16(FP), SI
+	MOVQ b+24(FP), DI
+	MOVQ ldb+32(FP), R8
+	MOVQ c+40(FP), R9
+	MOVQ ldc+48(FP), R10
+	SHLQ $3, R8
+	SHLQ $3, R10
+	LEAQ (R10)(R10*2), R11
+
+block8:
+	VMOVUPD (R9), Y0
+	VMOVUPD 32(R9), Y1
+	VMOVUPD (R9)(R10*1), Y2
+	VMOVUPD 32(R9)(R10*1), Y3
+	VMOVUPD (R9)(R10*2), Y4
+	VMOVUPD 32(R9)(R10*2), Y5
+	VMOVUPD (R9)(R11*1), Y6
+	VMOVUPD 32(R9)(R11*1), Y7
+	MOVQ    SI, R12
+	MOVQ    DI, R13
+	MOVQ    CX, R14
+
+loop8:
+	VMOVUPD      (R13), Y8
+	VMOVUPD      32(R13), Y9
+	VBROADCASTSD (R12), Y10
+	VMULPD       Y8, Y10, Y14
+	VADDPD       Y14, Y0, Y0
+	VMULPD       Y9, Y10, Y15
+	VADDPD       Y15, Y1, Y1
+	VBROADCASTSD 8(R12), Y11
+	VMULPD       Y8, Y11, Y14
+	VADDPD       Y14, Y2, Y2
+	VMULPD       Y9, Y11, Y15
+	VADDPD       Y15, Y3, Y3
+	VBROADCASTSD 16(R12), Y12
+	VMULPD       Y8, Y12, Y14
+	VADDPD       Y14, Y4, Y4
+	VMULPD       Y9, Y12, Y15
+	VADDPD       Y15, Y5, Y5
+	VBROADCASTSD 24(R12), Y13
+	VMULPD       Y8, Y13, Y14
+	VADDPD       Y14, Y6, Y6
+	VMULPD       Y9, Y13, Y15
+	VADDPD       Y15, Y7, Y7
+	ADDQ         $32, R12
+	ADDQ         R8, R13
+	DECQ         R14
+	JNZ          loop8
+
+	VMOVUPD Y0, (R9)
+	VMOVUPD Y1, 32(R9)
+	VMOVUPD Y2, (R9)(R10*1)
+	VMOVUPD Y3, 32(R9)(R10*1)
+	VMOVUPD Y4, (R9)(R10*2)
+	VMOVUPD Y5, 32(R9)(R10*2)
+	VMOVUPD Y6, (R9)(R11*1)
+	VMOVUPD Y7, 32(R9)(R11*1)
+	ADDQ    $64, R9
+	ADDQ    $64, DI
+	DECQ    DX
+	JNZ     block8
+	VZEROUPPER
+	RET
+
+// func kern4x4(k int, p, b *float64, ldb int, c *float64, ldc int)
+TEXT ·kern4x4(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ ldb+24(FP), R8
+	MOVQ c+32(FP), R9
+	MOVQ ldc+40(FP), R10
+	SHLQ $3, R8
+	SHLQ $3, R10
+	LEAQ (R10)(R10*2), R11
+	VMOVUPD (R9), Y0
+	VMOVUPD (R9)(R10*1), Y2
+	VMOVUPD (R9)(R10*2), Y4
+	VMOVUPD (R9)(R11*1), Y6
+
+loop4:
+	VMOVUPD      (DI), Y8
+	VBROADCASTSD (SI), Y10
+	VMULPD       Y8, Y10, Y14
+	VADDPD       Y14, Y0, Y0
+	VBROADCASTSD 8(SI), Y11
+	VMULPD       Y8, Y11, Y15
+	VADDPD       Y15, Y2, Y2
+	VBROADCASTSD 16(SI), Y12
+	VMULPD       Y8, Y12, Y14
+	VADDPD       Y14, Y4, Y4
+	VBROADCASTSD 24(SI), Y13
+	VMULPD       Y8, Y13, Y15
+	VADDPD       Y15, Y6, Y6
+	ADDQ         $32, SI
+	ADDQ         R8, DI
+	DECQ         CX
+	JNZ          loop4
+
+	VMOVUPD Y0, (R9)
+	VMOVUPD Y2, (R9)(R10*1)
+	VMOVUPD Y4, (R9)(R10*2)
+	VMOVUPD Y6, (R9)(R11*1)
+	VZEROUPPER
+	RET
