@@ -45,8 +45,19 @@ func mulNN(c, a, b *mat.Dense) { gemmNN(1, a, b, 0, c) }
 // mulTN sets c = aᵀ b, as mulNN.
 func mulTN(c, a, b *mat.Dense) { gemmTN(1, a, b, 0, c) }
 
-// mulNT sets c = a bᵀ (c must be sized): gonum's c.Mul(a, b.T()).
-func mulNT(_ *scratch, c, a, b *mat.Dense) { c.Mul(a, b.T()) }
+// mulNT sets c = a bᵀ (c must be sized, and must not share storage with a or b): bᵀ is copied onto ws
+// and the product runs as mulNN, so every element sums over the inner index in order, like the others.
+func mulNT(ws *scratch, c, a, b *mat.Dense) {
+	r, k := b.Dims()
+	bt := ws.dense(k, r)
+	raw := bt.RawMatrix()
+	for i := 0; i < r; i++ {
+		for l, v := range b.RawRowView(i)[:k] {
+			raw.Data[l*raw.Stride+i] = v
+		}
+	}
+	mulNN(c, a, bt)
+}
 
 // addTo sets dst = dst + src elementwise (mat.Dense.Add's operations).
 func addTo(dst, src *mat.Dense) {
