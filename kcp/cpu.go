@@ -87,9 +87,9 @@ type cpuRank struct {
 // cpuSeg is one segment's forward state.
 type cpuSeg struct {
 	seg   *Segment
-	x     *mat.Dense // module: pre-conv tokens, Len x C
+	x     *mat.Dense // module, naive reference only: pre-conv tokens, Len x C (the backend rebuilds them)
 	halo  *mat.Dense // module: 3 x C halo, nil when the segment starts its document
-	y     *mat.Dense // module: post-conv tokens, Len x C
+	y     *mat.Dense // module: post-conv tokens, Len x C, from the conv until the chunk prep
 	heads []*cpuHead
 }
 
@@ -98,7 +98,6 @@ type cpuHead struct {
 	prep   *gdnref.Segment
 	start  *mat.Dense // true start state, K x V
 	states *gdnref.States
-	o      *mat.Dense // Len x V
 }
 
 // Forward runs the forward over every rank and keeps what the backward needs.

@@ -293,7 +293,7 @@ func (c *CPU) convBackward(ctx context.Context, cm comm.Communicator, cr *cpuRan
 				copy(row[2*nq+h*cfg.DV:], bw[s][h].grads.DV.RawRowView(j))
 			}
 		}
-		dx, dhalo, dw, err := gdnref.Conv1dBackward(cs.x, w, cs.halo, dy)
+		dx, dhalo, dw, err := gdnref.Conv1dBackward(c.preConv(cs.seg, in), w, cs.halo, dy)
 		if err != nil {
 			return fmt.Errorf("rank %d segment %d: conv backward: %w", cr.rp.Rank, s, err)
 		}

@@ -162,8 +162,7 @@ func (c *CPU) convForward(cr *cpuRank, in *Inputs) error {
 	w := c.convWeights(in)
 	return parallel(len(cr.segs), func(s int) error {
 		cs := cr.segs[s]
-		cs.x = c.preConv(cs.seg, in)
-		y, err := gdnref.Conv1dForward(cs.x, w, cs.halo)
+		y, err := gdnref.Conv1dForward(c.preConv(cs.seg, in), w, cs.halo)
 		if err != nil {
 			return fmt.Errorf("rank %d segment %d: conv: %w", cr.rp.Rank, s, err)
 		}
@@ -212,9 +211,15 @@ func (c *CPU) headInput(cs *cpuSeg, in *Inputs, h int) (gdnref.Head, error) {
 	return hd, nil
 }
 
-// prep runs the chunk prep of every segment and value head.
+// prep runs the chunk prep of every segment and value head, then drops the
+// conv output, which only the prep reads.
 func (c *CPU) prep(cr *cpuRank, in *Inputs) error {
 	hv := c.plan.Config.HV
+	defer func() {
+		for _, cs := range cr.segs {
+			cs.y = nil
+		}
+	}()
 	return parallel(len(cr.segs)*hv, func(i int) error {
 		cs, h := cr.segs[i/hv], i%hv
 		hd, err := c.headInput(cs, in, h)
@@ -416,7 +421,7 @@ func (c *CPU) stateWalk(cr *cpuRank, out *Output) error {
 		if err != nil {
 			return err
 		}
-		hd.states, hd.o = st, o
+		hd.states = st
 		for j := 0; j < cs.seg.Len; j++ {
 			t := cs.seg.Start + j
 			copy(out.O[(t*cfg.HV+h)*cfg.DV:(t*cfg.HV+h+1)*cfg.DV], o.RawRowView(j))

@@ -29,7 +29,12 @@ func L2Norm(x *mat.Dense) (y *mat.Dense, inv []float64) {
 //	dx_t = (dy_t - y_t (y_t · dy_t)) * inv_t.
 func L2NormBackward(y *mat.Dense, inv []float64, dy *mat.Dense) *mat.Dense {
 	r, c := y.Dims()
-	dx := mat.NewDense(r, c, nil)
+	return l2NormBackwardTo(mat.NewDense(r, c, nil), y, inv, dy)
+}
+
+// l2NormBackwardTo is L2NormBackward into dx, which may be dy, and returns dx.
+func l2NormBackwardTo(dx, y *mat.Dense, inv []float64, dy *mat.Dense) *mat.Dense {
+	r, _ := y.Dims()
 	for t := 0; t < r; t++ {
 		yt, dyt, dxt := y.RawRowView(t), dy.RawRowView(t), dx.RawRowView(t)
 		p := dot(yt, dyt)
@@ -51,10 +56,11 @@ func normalisedQK(h Head, opt Options) (q, k *mat.Dense, qInv, kInv []float64) {
 	return q, k, qInv, kInv
 }
 
-// rawGradQK maps gradients with respect to the normalised q, k back through the l2norm (identity without).
+// rawGradQK maps gradients with respect to the normalised q, k back through the l2norm (identity without),
+// in place: it returns dq and dk.
 func rawGradQK(q, k *mat.Dense, qInv, kInv []float64, dq, dk *mat.Dense) (*mat.Dense, *mat.Dense) {
 	if qInv == nil {
 		return dq, dk
 	}
-	return L2NormBackward(q, qInv, dq), L2NormBackward(k, kInv, dk)
+	return l2NormBackwardTo(dq, q, qInv, dq), l2NormBackwardTo(dk, k, kInv, dk)
 }

@@ -119,7 +119,10 @@ func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
 	kRow := func(i int) *mat.VecDense { return mat.NewVecDense(dk, k.RawRowView(i)) }
 	vRow := func(i int) *mat.VecDense { return mat.NewVecDense(dv, h.V.RawRowView(i)) }
 
-	// Forward pass keeping the state before every naiveCheckpoint-th token.
+	// Forward pass keeping the state before every naiveCheckpoint-th token. The checkpoints and the
+	// states of a block live on pooled scratch memory.
+	ws := getScratch()
+	defer putScratch(ws)
 	var (
 		checkpoints []*mat.Dense
 		w           naiveWork
@@ -127,14 +130,16 @@ func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
 	s := cloneOrZero(s0, dk, dv)
 	for i := 0; i < t; i++ {
 		if i%naiveCheckpoint == 0 {
-			checkpoints = append(checkpoints, mat.DenseCopyOf(s))
+			cp := ws.dense(dk, dv)
+			cp.Copy(s)
+			checkpoints = append(checkpoints, cp)
 		}
 		naiveStep(s, s, kRow(i), vRow(i), h.G[i], h.Beta[i], &w)
 	}
 	// states[j] holds S_{t0+j} while block t0 runs: naiveCheckpoint + 1 states, reused by every block.
 	states := make([]*mat.Dense, naiveCheckpoint+1)
 	for j := range states {
-		states[j] = mat.NewDense(dk, dv, nil)
+		states[j] = ws.dense(dk, dv)
 	}
 
 	gr := &Grads{

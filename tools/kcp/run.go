@@ -392,6 +392,10 @@ func (o *runOptions) runCPU(plan *kcp.Plan, name string, stage kcp.Stage, prof s
 		return nil, err
 	}
 	tBackend := time.Since(t0)
+	// Keep only the output and the decisions: the rest of the activations (every state of every chunk)
+	// need not stay live through the naive reference.
+	out, decisions := act.Out, act.Decisions
+	act = nil
 	var (
 		refOut   *kcp.Output
 		refGrads *kcp.Grads
@@ -406,13 +410,13 @@ func (o *runOptions) runCPU(plan *kcp.Plan, name string, stage kcp.Stage, prof s
 		tRef = time.Since(t1)
 	}
 	bar.finish()
-	rep, err := o.report("cpu", name, plan, stage, prof, rule, act.Decisions, nil, act.Out, grads, refOut, refGrads)
+	rep, err := o.report("cpu", name, plan, stage, prof, rule, decisions, nil, out, grads, refOut, refGrads)
 	if err != nil {
 		return nil, err
 	}
 	rep.SecondsBackend, rep.SecondsRef = tBackend.Seconds(), tRef.Seconds()
 	if o.dump != "" {
-		if err := dumpRun(o.dump, rep, plan, stage, in, dout, act.Out.O, "float64", grads); err != nil {
+		if err := dumpRun(o.dump, rep, plan, stage, in, dout, out.O, "float64", grads); err != nil {
 			return nil, err
 		}
 	}
