@@ -47,15 +47,21 @@ func Reference(ctx context.Context, p *Plan, in *Inputs, dout []float32, opts Op
 	}
 	opt := c.gdnOptions()
 	docs := make([]*cpuSeg, len(cfg.Docs))
-	for d, n := range cfg.Docs {
-		cs := &cpuSeg{seg: &Segment{Doc: d, Start: p.DocStarts[d], Len: n}}
-		if w != nil {
-			cs.x = c.preConv(cs.seg, in)
-			if cs.y, err = gdnref.Conv1dForward(cs.x, w, nil); err != nil {
-				return nil, nil, fmt.Errorf("kcp: reference: document %d: conv: %w", d, err)
-			}
-		}
+	err = parallel(len(docs), func(d int) error {
+		cs := &cpuSeg{seg: &Segment{Doc: d, Start: p.DocStarts[d], Len: cfg.Docs[d]}}
 		docs[d] = cs
+		if w == nil {
+			return nil
+		}
+		var err error
+		cs.x = c.preConv(cs.seg, in)
+		if cs.y, err = gdnref.Conv1dForward(cs.x, w, nil); err != nil {
+			return fmt.Errorf("kcp: reference: document %d: conv: %w", d, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	// One job per (document, value head); each writes only its own entries.
 	grads := make([][]*gdnref.Grads, len(docs))
@@ -72,25 +78,28 @@ func Reference(ctx context.Context, p *Plan, in *Inputs, dout []float32, opts Op
 		if err != nil {
 			return err
 		}
-		o, _, err := gdnref.Forward(hd, nil, opt)
-		if err != nil {
-			return fmt.Errorf("kcp: reference: document %d head %d: %w", d, h, err)
+		var (
+			o  *mat.Dense
+			gr *gdnref.Grads
+		)
+		if dout == nil {
+			if o, _, err = gdnref.Forward(hd, nil, opt); err != nil {
+				return fmt.Errorf("kcp: reference: document %d head %d: %w", d, h, err)
+			}
+		} else {
+			dO := mat.NewDense(cs.seg.Len, cfg.DV, nil)
+			for j := 0; j < cs.seg.Len; j++ {
+				t := cs.seg.Start + j
+				copyF32(dO.RawRowView(j), dout[(t*cfg.HV+h)*cfg.DV:(t*cfg.HV+h+1)*cfg.DV])
+			}
+			// Forward and Backward in one call (one forward pass fewer, the same bits).
+			if o, _, gr, err = gdnref.ForwardBackward(hd, nil, dO, nil, opt); err != nil {
+				return fmt.Errorf("kcp: reference: document %d head %d: %w", d, h, err)
+			}
 		}
 		for j := 0; j < cs.seg.Len; j++ {
 			t := cs.seg.Start + j
 			copy(out.O[(t*cfg.HV+h)*cfg.DV:(t*cfg.HV+h+1)*cfg.DV], o.RawRowView(j))
-		}
-		if dout == nil {
-			return nil
-		}
-		dO := mat.NewDense(cs.seg.Len, cfg.DV, nil)
-		for j := 0; j < cs.seg.Len; j++ {
-			t := cs.seg.Start + j
-			copyF32(dO.RawRowView(j), dout[(t*cfg.HV+h)*cfg.DV:(t*cfg.HV+h+1)*cfg.DV])
-		}
-		gr, err := gdnref.Backward(hd, nil, dO, nil, opt)
-		if err != nil {
-			return fmt.Errorf("kcp: reference: document %d head %d backward: %w", d, h, err)
 		}
 		grads[d][h] = gr
 		return nil
@@ -98,7 +107,11 @@ func Reference(ctx context.Context, p *Plan, in *Inputs, dout []float32, opts Op
 	if err != nil || dout == nil {
 		return out, nil, err
 	}
-	for d, cs := range docs {
+	// One job per document: each writes its own tokens' gradients and its
+	// conv weight gradient, which are then summed in document order.
+	dws := make([]*mat.Dense, len(docs))
+	err = parallel(len(docs), func(d int) error {
+		cs := docs[d]
 		cr := &cpuRank{segs: []*cpuSeg{cs}}
 		bw := [][]*bwdHead{make([]*bwdHead, cfg.HV)}
 		for h := range bw[0] {
@@ -106,22 +119,36 @@ func Reference(ctx context.Context, p *Plan, in *Inputs, dout []float32, opts Op
 		}
 		dqk, err := c.sumQK(cr, bw)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		c.writeGateGrads(cr, bw, g)
 		if w == nil {
 			c.writeQKVGrads(cr, bw, dqk, g)
+			return nil
+		}
+		if dws[d], err = c.refConvBackward(cs, bw[0], dqk[0], w, g); err != nil {
+			return fmt.Errorf("kcp: reference: document %d: %w", d, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, dw := range dws { // documents in order
+		if dw == nil {
 			continue
 		}
-		if err := c.refConvBackward(cs, bw[0], dqk[0], w, g); err != nil {
-			return nil, nil, fmt.Errorf("kcp: reference: document %d: %w", d, err)
+		for i, v := range dw.RawMatrix().Data {
+			g.DConvW[i] += v
 		}
 	}
 	return out, g, nil
 }
 
-// refConvBackward is the conv backward of one whole document (no halo).
-func (c *CPU) refConvBackward(cs *cpuSeg, bw []*bwdHead, dqk [2][]*mat.Dense, w *mat.Dense, g *Grads) error {
+// refConvBackward is the conv backward of one whole document (no halo): it
+// writes the document's tokens of dq, dk and dv and returns its conv weight
+// gradient.
+func (c *CPU) refConvBackward(cs *cpuSeg, bw []*bwdHead, dqk [2][]*mat.Dense, w *mat.Dense, g *Grads) (*mat.Dense, error) {
 	cfg := c.plan.Config
 	C := c.plan.ConvChannels()
 	nq, nv := cfg.HQK*cfg.DK, cfg.HV*cfg.DV
@@ -138,7 +165,7 @@ func (c *CPU) refConvBackward(cs *cpuSeg, bw []*bwdHead, dqk [2][]*mat.Dense, w 
 	}
 	dx, _, dw, err := gdnref.Conv1dBackward(cs.x, w, nil, dy)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for j := 0; j < cs.seg.Len; j++ {
 		t := cs.seg.Start + j
@@ -147,10 +174,7 @@ func (c *CPU) refConvBackward(cs *cpuSeg, bw []*bwdHead, dqk [2][]*mat.Dense, w 
 		copy(g.DK[t*nq:(t+1)*nq], row[nq:2*nq])
 		copy(g.DV[t*nv:(t+1)*nv], row[2*nq:])
 	}
-	for i, v := range dw.RawMatrix().Data {
-		g.DConvW[i] += v
-	}
-	return nil
+	return dw, nil
 }
 
 // RelErr is the norm-wise relative error ||got - want|| / ||want|| (0 when

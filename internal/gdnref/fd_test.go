@@ -158,3 +158,50 @@ func TestConvFiniteDifferences(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardBackwardBitwise: ForwardBackward returns Forward's outputs and final state and Backward's
+// gradients bit for bit, across checkpoint blocks, with and without an initial state and a final adjoint.
+func TestForwardBackwardBitwise(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		t, d      int
+		s0, dsf   bool
+		opt       Options
+		wantError string
+	}{
+		{name: "short", t: 9, d: 4},
+		{name: "blocks", t: 2*naiveCheckpoint + 5, d: 8, s0: true, dsf: true},
+		{name: "one block exactly", t: naiveCheckpoint, d: 16, dsf: true},
+		{name: "no l2norm", t: 70, d: 4, s0: true, opt: Options{NoL2Norm: true, Scale: 0.3}},
+		{name: "empty", t: 0, d: 4, wantError: "ForwardBackward: empty head"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(tc.t), 5))
+			h := Head{Q: &mat.Dense{}, K: &mat.Dense{}, V: &mat.Dense{}}
+			var dO, s0, dsf *mat.Dense
+			if tc.t > 0 {
+				h = randHead(rng, tc.t, tc.d, tc.d)
+				dO = randDense(rng, tc.t, tc.d, 1)
+			}
+			if tc.s0 {
+				s0 = randDense(rng, tc.d, tc.d, 1)
+			}
+			if tc.dsf {
+				dsf = randDense(rng, tc.d, tc.d, 1)
+			}
+			o, sf, g, err := ForwardBackward(h, s0, dO, dsf, tc.opt)
+			if tc.wantError != "" {
+				require.ErrorContains(t, err, tc.wantError)
+				return
+			}
+			require.NoError(t, err)
+			wantO, wantSF, err := Forward(h, s0, tc.opt)
+			require.NoError(t, err)
+			wantG, err := Backward(h, s0, dO, dsf, tc.opt)
+			require.NoError(t, err)
+			requireBitwise(t, "o", wantO, o)
+			requireBitwise(t, "final state", wantSF, sf)
+			requireBitwiseGrads(t, wantG, g)
+		})
+	}
+}

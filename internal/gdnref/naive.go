@@ -95,24 +95,36 @@ func Forward(h Head, s0 *mat.Dense, opt Options) (o, sFinal *mat.Dense, err erro
 //
 // and finally dS0 = D.
 func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
+	_, _, g, err := backward("Backward", h, s0, dO, dSFinal, opt, false)
+	return g, err
+}
+
+// ForwardBackward returns what Forward and then Backward return for the same arguments, bit for bit, with
+// one pass over the tokens fewer: the outputs come from Backward's own forward pass.
+func ForwardBackward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (o, sFinal *mat.Dense, g *Grads, err error) {
+	return backward("ForwardBackward", h, s0, dO, dSFinal, opt, true)
+}
+
+// backward is Backward; with outputs, its forward pass also computes Forward's outputs and final state.
+func backward(what string, h Head, s0, dO, dSFinal *mat.Dense, opt Options, outputs bool) (o, sFinal *mat.Dense, gr *Grads, err error) {
 	t, dk, dv, err := h.Dims()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if t == 0 {
-		return nil, fmt.Errorf("gdnref: Backward: empty head (T = 0)")
+		return nil, nil, nil, fmt.Errorf("gdnref: %s: empty head (T = 0)", what)
 	}
 	if err := checkState("initial state", s0, dk, dv); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if err := checkState("dSFinal", dSFinal, dk, dv); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if dO == nil {
-		return nil, fmt.Errorf("gdnref: Backward: dO must be set")
+		return nil, nil, nil, fmt.Errorf("gdnref: %s: dO must be set", what)
 	}
 	if r, c := dO.Dims(); r != t || c != dv {
-		return nil, fmt.Errorf("gdnref: Backward: dO is %dx%d, want %dx%d", r, c, t, dv)
+		return nil, nil, nil, fmt.Errorf("gdnref: %s: dO is %dx%d, want %dx%d", what, r, c, t, dv)
 	}
 	q, k, qInv, kInv := normalisedQK(h, opt)
 	scale := opt.scaleFor(dk)
@@ -128,6 +140,9 @@ func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
 		w           naiveWork
 	)
 	s := cloneOrZero(s0, dk, dv)
+	if outputs {
+		o = mat.NewDense(t, dv, nil)
+	}
 	for i := 0; i < t; i++ {
 		if i%naiveCheckpoint == 0 {
 			cp := ws.dense(dk, dv)
@@ -135,6 +150,13 @@ func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
 			checkpoints = append(checkpoints, cp)
 		}
 		naiveStep(s, s, kRow(i), vRow(i), h.G[i], h.Beta[i], &w)
+		if outputs { // as Forward
+			o.RowView(i).(*mat.VecDense).MulVec(s.T(), mat.NewVecDense(dk, q.RawRowView(i)))
+		}
+	}
+	if outputs {
+		o.Scale(scale, o)
+		sFinal = s
 	}
 	// states[j] holds S_{t0+j} while block t0 runs: naiveCheckpoint + 1 states, reused by every block.
 	states := make([]*mat.Dense, naiveCheckpoint+1)
@@ -142,7 +164,7 @@ func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
 		states[j] = ws.dense(dk, dv)
 	}
 
-	gr := &Grads{
+	gr = &Grads{
 		DQ: mat.NewDense(t, dk, nil), DK: mat.NewDense(t, dk, nil), DV: mat.NewDense(t, dv, nil),
 		DG: make([]float64, t), DBeta: make([]float64, t),
 	}
@@ -188,5 +210,5 @@ func Backward(h Head, s0, dO, dSFinal *mat.Dense, opt Options) (*Grads, error) {
 	}
 	gr.DS0 = d
 	gr.DQ, gr.DK = rawGradQK(q, k, qInv, kInv, gr.DQ, gr.DK)
-	return gr, nil
+	return o, sFinal, gr, nil
 }
