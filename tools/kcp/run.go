@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -396,6 +397,11 @@ func (o *runOptions) runCPU(plan *kcp.Plan, name string, stage kcp.Stage, prof s
 	// need not stay live through the naive reference.
 	out, decisions := act.Out, act.Decisions
 	act = nil
+	if o.check {
+		// Collect the backend's memory now, so that the naive reference reuses its
+		// pages (already mapped) instead of growing the heap onto fresh ones.
+		runtime.GC()
+	}
 	var (
 		refOut   *kcp.Output
 		refGrads *kcp.Grads
