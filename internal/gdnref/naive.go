@@ -5,6 +5,8 @@ import (
 	"math"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/gdnkcp/gdnkcp/internal/gemm"
 )
 
 // naiveCheckpoint is how often (in tokens) the naive backward keeps a state from its forward pass; the
@@ -21,31 +23,15 @@ type naiveWork struct {
 //	u = beta (v - exp(g) srcᵀ k)          (V)
 //	s <- exp(g) src + k uᵀ                (= exp(g)(I - beta k kᵀ) src + beta k vᵀ)
 //
-// It allocates nothing: the scale of src into s and the rank-one update are gonum's vector scale and Dger,
-// the operations (and bits) of mat.Dense's Scale and RankOne on s.
+// It allocates nothing. The scale of src and the rank-one update run as one pass (gemm.ScaleRankOne) with
+// the operations, and the bits, of mat.Dense's Scale and then RankOne on s.
 func naiveStep(s, src *mat.Dense, k, v *mat.VecDense, g, beta float64, w *naiveWork) {
 	a := math.Exp(g)
 	u := &w.u
-	u.MulVec(src.T(), k)     // srcᵀ k
-	u.AddScaledVec(v, -a, u) // v - a srcᵀk
-	u.ScaleVec(beta, u)      // beta (v - a srcᵀk)
-	dst := flat(s)
-	if src == s {
-		dst.ScaleVec(a, dst) // a s
-	} else {
-		dst.ScaleVec(a, flat(src)) // a src
-	}
-	s.RankOne(s, 1, k, u) // + k uᵀ
-}
-
-// flat returns the elements of the contiguous matrix m as one vector that shares its storage.
-func flat(m *mat.Dense) *mat.VecDense {
-	raw := m.RawMatrix()
-	if raw.Stride != raw.Cols {
-		panic("gdnref: flat: the matrix is not contiguous")
-	}
-	n := raw.Rows * raw.Cols
-	return mat.NewVecDense(n, raw.Data[:n])
+	u.MulVec(src.T(), k)                                                                            // srcᵀ k
+	u.AddScaledVec(v, -a, u)                                                                        // v - a srcᵀk
+	u.ScaleVec(beta, u)                                                                             // beta (v - a srcᵀk)
+	gemm.ScaleRankOne(s.RawMatrix(), src.RawMatrix(), a, 1, k.RawVector().Data, u.RawVector().Data) // a src + k uᵀ
 }
 
 // Forward runs the recurrence token by token (DESIGN.md §2):
@@ -203,9 +189,7 @@ func backward(what string, h Head, s0, dO, dSFinal *mat.Dense, opt Options, outp
 			dki.AddScaledVec(&dki, -a*b, &xdk)
 			gr.DK.SetRow(i, dki.RawVector().Data)
 
-			d.RankOne(d, -b, ki, &dkD) // D - b k Dk^T
-			df := flat(d)
-			df.ScaleVec(a, df) // a (D - b k Dk^T)
+			gemm.RankOneScale(d.RawMatrix(), -b, ki.RawVector().Data, dkD.RawVector().Data, a) // a (D - b k Dk^T)
 		}
 	}
 	gr.DS0 = d

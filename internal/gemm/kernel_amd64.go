@@ -41,3 +41,35 @@ func kernel(rows, n, k int, p, b []float64, ldb int, c []float64, ldc int) {
 		kernelGo(rowGroup, n-j, k, p, b[j:], ldb, c[j:], ldc)
 	}
 }
+
+// scaleAdd4 sets dst_j = s_j a + t y_j for j < n, n a positive multiple of 4.
+//
+//go:noescape
+func scaleAdd4(n int, dst, s *float64, a, t float64, y *float64)
+
+// addScale4 sets dst_j = (dst_j + t y_j) a for j < n, n a positive multiple of 4.
+//
+//go:noescape
+func addScale4(n int, dst *float64, t float64, y *float64, a float64)
+
+func scaleAddRow(dst, s []float64, a, t float64, y []float64) {
+	n := len(dst) &^ 3
+	if !useAVX2 || n == 0 {
+		scaleAddRowGo(dst, s, a, t, y)
+		return
+	}
+	_, _ = s[len(dst)-1], y[len(dst)-1]
+	scaleAdd4(n, &dst[0], &s[0], a, t, &y[0])
+	scaleAddRowGo(dst[n:], s[n:len(dst)], a, t, y[n:len(dst)])
+}
+
+func addScaleRow(dst []float64, t float64, y []float64, a float64) {
+	n := len(dst) &^ 3
+	if !useAVX2 || n == 0 {
+		addScaleRowGo(dst, t, y, a)
+		return
+	}
+	_ = y[len(dst)-1]
+	addScale4(n, &dst[0], t, &y[0], a)
+	addScaleRowGo(dst[n:], t, y[n:len(dst)], a)
+}

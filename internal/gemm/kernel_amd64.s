@@ -112,3 +112,51 @@ loop4:
 	VMOVUPD Y6, (R9)(R11*1)
 	VZEROUPPER
 	RET
+
+// func scaleAdd4(n int, dst, s *float64, a, t float64, y *float64)
+TEXT ·scaleAdd4(SB), NOSPLIT, $0-48
+	MOVQ         n+0(FP), CX
+	MOVQ         dst+8(FP), DI
+	MOVQ         s+16(FP), SI
+	VBROADCASTSD a+24(FP), Y14
+	VBROADCASTSD t+32(FP), Y15
+	MOVQ         y+40(FP), DX
+	SHRQ         $2, CX
+
+loopsa:
+	VMOVUPD (SI), Y0
+	VMOVUPD (DX), Y1
+	VMULPD  Y14, Y0, Y0
+	VMULPD  Y15, Y1, Y1
+	VADDPD  Y1, Y0, Y0
+	VMOVUPD Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     loopsa
+	VZEROUPPER
+	RET
+
+// func addScale4(n int, dst *float64, t float64, y *float64, a float64)
+TEXT ·addScale4(SB), NOSPLIT, $0-40
+	MOVQ         n+0(FP), CX
+	MOVQ         dst+8(FP), DI
+	VBROADCASTSD t+16(FP), Y15
+	MOVQ         y+24(FP), DX
+	VBROADCASTSD a+32(FP), Y14
+	SHRQ         $2, CX
+
+loopas:
+	VMOVUPD (DI), Y0
+	VMOVUPD (DX), Y1
+	VMULPD  Y15, Y1, Y1
+	VADDPD  Y1, Y0, Y0
+	VMULPD  Y14, Y0, Y0
+	VMOVUPD Y0, (DI)
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     loopas
+	VZEROUPPER
+	RET

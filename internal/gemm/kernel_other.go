@@ -9,3 +9,7 @@ var useAVX2 = false
 func kernel(rows, n, k int, p, b []float64, ldb int, c []float64, ldc int) {
 	kernelGo(rows, n, k, p, b, ldb, c, ldc)
 }
+
+func scaleAddRow(dst, s []float64, a, t float64, y []float64) { scaleAddRowGo(dst, s, a, t, y) }
+
+func addScaleRow(dst []float64, t float64, y []float64, a float64) { addScaleRowGo(dst, t, y, a) }
