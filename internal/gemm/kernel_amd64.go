@@ -18,10 +18,31 @@ func kern4x8(k, nb int, p, b *float64, ldb int, c *float64, ldc int)
 //go:noescape
 func kern4x4(k int, p, b *float64, ldb int, c *float64, ldc int)
 
+// maxPadCols is the widest c whose last, partial row group kernel runs on the AVX2 kernels through a
+// 4-row copy on the stack.
+const maxPadCols = 256
+
 // kernel updates rows x n elements of c; see kernelGo.
 func kernel(rows, n, k int, p, b []float64, ldb int, c []float64, ldc int) {
-	if !useAVX2 || rows < rowGroup || n < 4 {
+	if !useAVX2 || n < 4 {
 		kernelGo(rows, n, k, p, b, ldb, c, ldc)
+		return
+	}
+	if rows < rowGroup {
+		if n > maxPadCols {
+			kernelGo(rows, n, k, p, b, ldb, c, ldc)
+			return
+		}
+		// The panel's rows past rows are zero; run all four on a copy and keep the first rows.
+		var buf [rowGroup * maxPadCols]float64
+		tmp := buf[:rowGroup*n]
+		for r := 0; r < rows; r++ {
+			copy(tmp[r*n:(r+1)*n], c[r*ldc:r*ldc+n])
+		}
+		kernel(rowGroup, n, k, p, b, ldb, tmp, n)
+		for r := 0; r < rows; r++ {
+			copy(c[r*ldc:r*ldc+n], tmp[r*n:(r+1)*n])
+		}
 		return
 	}
 	// Bounds: the kernels read b[l*ldb+j] for l < k, j < n and write c[r*ldc+j] for r < 4, j < n.
