@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/gdnkcp/gdnkcp/internal/gemm"
@@ -28,10 +29,25 @@ type naiveWork struct {
 func naiveStep(s, src *mat.Dense, k, v *mat.VecDense, g, beta float64, w *naiveWork) {
 	a := math.Exp(g)
 	u := &w.u
-	u.MulVec(src.T(), k)                                                                            // srcᵀ k
+	mulVecT(u, src, k)                                                                              // srcᵀ k
 	u.AddScaledVec(v, -a, u)                                                                        // v - a srcᵀk
 	u.ScaleVec(beta, u)                                                                             // beta (v - a srcᵀk)
 	gemm.ScaleRankOne(s.RawMatrix(), src.RawMatrix(), a, 1, k.RawVector().Data, u.RawVector().Data) // a src + k uᵀ
+}
+
+// mulVecT sets y = aᵀ x (y is sized on first use): y.MulVec(a.T(), x), bit for bit (gonum's Dgemv sums
+// each element over the rows in order, as gemm.TN does; gemm's TestGemvTMatchesGonumBitwise).
+func mulVecT(y *mat.VecDense, a *mat.Dense, x *mat.VecDense) {
+	r, c := a.Dims()
+	if y.IsEmpty() {
+		*y = *mat.NewVecDense(c, nil)
+	}
+	xv, yv := x.RawVector(), y.RawVector()
+	if xv.Inc != 1 || yv.Inc != 1 || x.Len() != r || y.Len() != c {
+		panic("gdnref: mulVecT: shape mismatch or strided vector")
+	}
+	gemm.TN(1, blas64.General{Rows: r, Cols: 1, Stride: 1, Data: xv.Data},
+		a.RawMatrix(), 0, blas64.General{Rows: 1, Cols: c, Stride: c, Data: yv.Data})
 }
 
 // Forward runs the recurrence token by token (DESIGN.md §2):
@@ -58,7 +74,7 @@ func Forward(h Head, s0 *mat.Dense, opt Options) (o, sFinal *mat.Dense, err erro
 	var w naiveWork
 	for i := 0; i < t; i++ {
 		naiveStep(s, s, mat.NewVecDense(dk, k.RawRowView(i)), mat.NewVecDense(dv, h.V.RawRowView(i)), h.G[i], h.Beta[i], &w)
-		o.RowView(i).(*mat.VecDense).MulVec(s.T(), mat.NewVecDense(dk, q.RawRowView(i)))
+		mulVecT(o.RowView(i).(*mat.VecDense), s, mat.NewVecDense(dk, q.RawRowView(i)))
 	}
 	o.Scale(scale, o)
 	return o, s, nil
@@ -137,7 +153,7 @@ func backward(what string, h Head, s0, dO, dSFinal *mat.Dense, opt Options, outp
 		}
 		naiveStep(s, s, kRow(i), vRow(i), h.G[i], h.Beta[i], &w)
 		if outputs { // as Forward
-			o.RowView(i).(*mat.VecDense).MulVec(s.T(), mat.NewVecDense(dk, q.RawRowView(i)))
+			mulVecT(o.RowView(i).(*mat.VecDense), s, mat.NewVecDense(dk, q.RawRowView(i)))
 		}
 	}
 	if outputs {
@@ -176,8 +192,8 @@ func backward(what string, h Head, s0, dO, dSFinal *mat.Dense, opt Options, outp
 			gr.DQ.SetRow(i, dqi.RawVector().Data)
 			d.RankOne(d, scale, qi, doi) // D += scale q do^T
 
-			dkD.MulVec(d.T(), ki) // Dk = D^T k
-			xk.MulVec(x.T(), ki)  // xk = X^T k
+			mulVecT(&dkD, d, ki) // Dk = D^T k
+			mulVecT(&xk, x, ki)  // xk = X^T k
 			u.AddScaledVec(vi, -a, &xk)
 			gr.DBeta[i] = mat.Dot(&dkD, &u) // Dk · (v - a xk)
 			u.ScaleVec(b, &u)               // u = b (v - a xk)

@@ -98,6 +98,18 @@ func pack(p []float64, aTrans bool, alpha float64, a blas64.General, i0, rows, k
 				lo, hi = min(lo, l), l+1
 			}
 		}
+	case rows == 1:
+		step, off := 1, i0*a.Stride
+		if aTrans {
+			step, off = a.Stride, i0
+		}
+		for l := 0; l < k; l++ {
+			pl := p[l*rowGroup : l*rowGroup+rowGroup]
+			pl[0], pl[1], pl[2], pl[3] = alpha*a.Data[off+l*step], 0, 0, 0
+			if pl[0] != 0 {
+				lo, hi = min(lo, l), l+1
+			}
+		}
 	default:
 		for l := 0; l < k; l++ {
 			pl := p[l*rowGroup : l*rowGroup+rowGroup]

@@ -62,6 +62,8 @@ func TestMatchesGonumBitwise(t *testing.T) {
 		{m: 9, n: 12, k: 600, alpha: 1, beta: 1},
 		{m: 6, n: 21, k: 0, alpha: 1, beta: 3},
 		{m: 8, n: 16, k: 4, alpha: 0, beta: 0.5},
+		{m: 1, n: 128, k: 128, alpha: 1, beta: 0},
+		{m: 5, n: 43, k: 7, alpha: -1, beta: 1},
 	} {
 		for _, trans := range []bool{false, true} {
 			for _, pad := range []int{0, 3} {
@@ -91,6 +93,34 @@ func TestMatchesGonumBitwise(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestGemvTMatchesGonumBitwise: TN with a one-column a is gonum's Dgemv(Trans) (what mat.VecDense.MulVec
+// of a transposed matrix runs), bit for bit, on the AVX2 and Go paths.
+func TestGemvTMatchesGonumBitwise(t *testing.T) {
+	avx2 := useAVX2
+	defer func() { useAVX2 = avx2 }()
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, tc := range []struct{ k, n int }{{128, 128}, {128, 64}, {16, 16}, {7, 21}, {3, 5}} {
+		t.Run(fmt.Sprintf("%dx%d", tc.k, tc.n), func(t *testing.T) {
+			a := general(rng, tc.k, tc.n, 0, false)
+			x := general(rng, tc.k, 1, 0, false)
+			want := make([]float64, tc.n)
+			for i := range want {
+				want[i] = 1e300 // beta = 0 must overwrite
+			}
+			blas64.Gemv(blas.Trans, 1, a, blas64.Vector{N: tc.k, Inc: 1, Data: x.Data}, 0, blas64.Vector{N: tc.n, Inc: 1, Data: want})
+			for _, useASM := range []bool{true, false} {
+				useAVX2 = avx2 && useASM
+				got := blas64.General{Rows: 1, Cols: tc.n, Stride: tc.n, Data: make([]float64, tc.n)}
+				for i := range got.Data {
+					got.Data[i] = -7
+				}
+				TN(1, x, a, 0, got)
+				requireBits(t, fmt.Sprintf("asm %v", useAVX2), want, got.Data)
+			}
+		})
 	}
 }
 

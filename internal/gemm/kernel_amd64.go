@@ -13,6 +13,11 @@ var useAVX2 = cpu.X86.HasAVX2
 //go:noescape
 func kern4x8(k, nb int, p, b *float64, ldb int, c *float64, ldc int)
 
+// kern1x16 updates nb blocks of 1 row x 16 columns of c: c[j] += p[l*4] b[l][j] for l in [0, k), in order.
+//
+//go:noescape
+func kern1x16(k, nb int, p, b *float64, ldb int, c *float64)
+
 // kern4x4 is kern4x8 for one block of 4 rows x 4 columns.
 //
 //go:noescape
@@ -26,6 +31,18 @@ const maxPadCols = 256
 func kernel(rows, n, k int, p, b []float64, ldb int, c []float64, ldc int) {
 	if !useAVX2 || n < 4 {
 		kernelGo(rows, n, k, p, b, ldb, c, ldc)
+		return
+	}
+	if rows == 1 && n >= 16 {
+		// One row (a matrix-vector product): 16 columns at a time.
+		_ = b[(k-1)*ldb+n-1]
+		_ = c[n-1]
+		_ = p[(k-1)*rowGroup]
+		nb := n / 16
+		kern1x16(k, nb, &p[0], &b[0], ldb, &c[0])
+		if j := nb * 16; j < n {
+			kernel(1, n-j, k, p, b[j:], ldb, c[j:], ldc)
+		}
 		return
 	}
 	if rows < rowGroup {

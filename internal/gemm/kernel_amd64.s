@@ -160,3 +160,48 @@ loopas:
 	JNZ     loopas
 	VZEROUPPER
 	RET
+
+// func kern1x16(k, nb int, p, b *float64, ldb int, c *float64)
+TEXT ·kern1x16(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ nb+8(FP), DX
+	MOVQ p+16(FP), SI
+	MOVQ b+24(FP), DI
+	MOVQ ldb+32(FP), R8
+	MOVQ c+40(FP), R9
+	SHLQ $3, R8
+
+block16:
+	VMOVUPD (R9), Y0
+	VMOVUPD 32(R9), Y1
+	VMOVUPD 64(R9), Y2
+	VMOVUPD 96(R9), Y3
+	MOVQ    SI, R12
+	MOVQ    DI, R13
+	MOVQ    CX, R14
+
+loop16:
+	VBROADCASTSD (R12), Y10
+	VMULPD       (R13), Y10, Y4
+	VMULPD       32(R13), Y10, Y5
+	VMULPD       64(R13), Y10, Y6
+	VMULPD       96(R13), Y10, Y7
+	VADDPD       Y4, Y0, Y0
+	VADDPD       Y5, Y1, Y1
+	VADDPD       Y6, Y2, Y2
+	VADDPD       Y7, Y3, Y3
+	ADDQ         $32, R12
+	ADDQ         R8, R13
+	DECQ         R14
+	JNZ          loop16
+
+	VMOVUPD Y0, (R9)
+	VMOVUPD Y1, 32(R9)
+	VMOVUPD Y2, 64(R9)
+	VMOVUPD Y3, 96(R9)
+	ADDQ    $128, R9
+	ADDQ    $128, DI
+	DECQ    DX
+	JNZ     block16
+	VZEROUPPER
+	RET
