@@ -48,10 +48,12 @@
 // Every walk has a Tile form that touches only a column range of the state ([v0, v1) of the value
 // columns, or of the key columns for the P walks). Inside a walk no value is ever reduced across state
 // columns, and each column goes through the same arithmetic in the same order whatever the tile, so tiles of
-// 64 and 128 columns give bitwise-identical results. The products run through gonum's BLAS with the tiled
-// matrix always as the untransposed right operand (C = alpha op(A) B + beta C): gonum's Dgemm accumulates
-// every element of C over the inner index in order, by axpy updates, whether it runs serially or in parallel
-// blocks, so an element's value does not depend on how many columns are computed beside it.
+// 64 and 128 columns give bitwise-identical results. The products run through package gemm with the tiled
+// matrix always as the untransposed right operand (C = alpha op(A) B + beta C; a product with a transposed
+// right operand copies it transposed first): gemm accumulates every element of C over the inner index in
+// order, the same way on its AVX2 and Go paths (the sequence of gonum's Dgemm for these forms), so an
+// element's value does not depend on how many columns are computed beside it, nor on the thread count or
+// the CPU.
 //
 // # The conv module
 //
