@@ -20,7 +20,7 @@
 #   5. with NCU_B=REGEX, scripts/ncu-source.sh on B's blobs: per-instruction stall samples of one launch of
 #      the kernel REGEX names in a 32K-token bench of NCU_MODES (default core+bwd; $OUT/<REGEX>-sass.csv and its
 #      summary).
-# B's blobs come back as $OUT/blobs-b.tar.gz: install them (scripts/blobs-local.sh install) only where every
+# B's blobs come back as $OUT/blobs-b.tar.gz (the text logs in $OUT/logs.tar.gz): install them (scripts/blobs-local.sh install) only where every
 # check passed and no stage got slower. Env: DOCS2 (default 40000,45000,35908; empty skips step 3), B_TESTS,
 # WALK=0 skips step 1, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them), ALT_SRC: the sources
 # of B (default ptx/src).
@@ -63,3 +63,7 @@ if [ -n "${NCU_B:-}" ] && [ -d /tmp/gdnkcp-blobs-b ]; then
 	echo "== ncu source counters: $NCU_B (B's blobs)"
 	GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b KERNEL=$NCU_B bash scripts/ncu-source.sh --docs 32768 --kernels v5 --modes "${NCU_MODES:-core+bwd}" 2>&1 | tail -${NCU_LINES:-45}
 fi
+# The device call brings back at most 8 files: the text logs go back as one logs.tar.gz, so that
+# blobs-b.tar.gz and the ncu SASS table (<REGEX>-sass.csv) always fit beside it.
+(cd "$out" && { logs=$(ls -- *.txt *.log *.err 2>/dev/null); [ -n "$logs" ] && tar -czf logs.tar.gz $logs && rm -f $logs; })
+ls "$out"
