@@ -37,7 +37,7 @@ for v in $names; do
 done
 for v in $names; do
 	[ "$(cat "$W/rc_$v")" = 0 ] && "$W/walk_check_$v" "$NC" "$v" 2>&1 | tail -26
-	[ "${TAPE:-1}" = 1 ] && [ "$(cat "$W/trc_$v")" = 0 ] && "$W/tape_check_$v" "$NC" "$v" 2>&1 | tail -24
+	[ "${TAPE:-1}" = 1 ] && [ "$(cat "$W/trc_$v")" = 0 ] && "$W/tape_check_$v" "$NC" "$v" 2>&1 | tail -28
 done
 # NCU=NAME: per-instruction stall sampling of that variant's first timed launch (vh 64, h16 + v16).
 if [ -n "${NCU:-}" ] && [ "$(cat "$W/rc_$NCU")" = 0 ]; then

@@ -4,7 +4,8 @@
 #   1. scripts/walk-check.sh with VARIANTS (its form: NAME=-DMACRO=V,-DMACRO2=V2 ..., space-separated; every
 #      macro a `#define MACRO V` default under #ifndef in some ptx/src file): the state and tape walks of
 #      each, float64 checks, vh 64 == vh 128 bitwise, a rerun bitwise, times;
-#   2. the pick: the least state + tape walk time at vh 64 (512 chunks, h16 + v16) among the variants
+#   2. the pick: the least state + tape walk time at vh 64 (512 chunks; the state walk's h16 + v16 and the
+#      tape walk's bf16 D^T + dV'^T rows: what kcp's v5 core stage launches) among the variants
 #      whose builds report no spill; its -D values become the defaults in this copy of ptx/src;
 #   3. scripts/land-check.sh with WALK=0 (scripts/ab-bench.sh: A = ptx/blobs, B = ptx/src as picked, the kcp
 #      GPU tests of B_TESTS on B, kcp bench at 32K; DOCS2 as land-check reads it, default empty here), then,
@@ -35,10 +36,11 @@ for n in "${names[@]}"; do
 		continue
 	fi
 	t=$(awk -v n="[$n]" '$1 == n && /vh  64 h16\+v16  / {for (i = 1; i <= NF; i++) if ($i == "median") s = $(i + 1)}
-		$1 == n && $2 == "tape" && /vh  64 median/ {for (i = 1; i <= NF; i++) if ($i == "median") p = $(i + 1)}
+		$1 == n && $2 == "tape" && /vh  64 dV. bf16 / {for (i = 1; i <= NF; i++) if ($i == "median") p = $(i + 1)}
 		END {if (s != "" && p != "") printf "%.3f", s + p}' "${OUT:-/tmp}/walk-variants.txt")
 	[ -n "$t" ] || { echo "walk-variants: $n has no state and tape time: not a candidate"; continue; }
-	grep -q "^\[$n\] .*check ok" "${OUT:-/tmp}/walk-variants.txt" || { echo "walk-variants: $n failed its check"; continue; }
+	{ grep -q "^\[$n\] check ok" "${OUT:-/tmp}/walk-variants.txt" && grep -q "^\[$n\] tape check ok" "${OUT:-/tmp}/walk-variants.txt"; } ||
+		{ echo "walk-variants: $n failed its state or tape check"; continue; }
 	echo "walk-variants: $n state + tape at vh 64: $t ms"
 	if [ -z "$best" ] || awk -v a="$t" -v b="$bestt" 'BEGIN {exit !(a < b)}'; then best=$n bestt=$t; fi
 done

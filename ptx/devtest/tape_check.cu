@@ -6,9 +6,11 @@
 // 2; random W, Kt, unit q rows, in-chunk cumulative gates, dV'_local, bf16 dO and terminal adjoints.
 // d_chunk, dvnew and dstart poisoned first, then compared normwise with the float64 recurrence
 //   dV'_i = dvl_i + Kt_i D,   D <- e^gl D - W^T dV' + Qg^T dO,   Qg_i = q_i fp32(scale e^gamma_i)
-// on the same fp32 / bf16 inputs; vh 64 and vh 128 must agree bit for bit, and a rerun too.
+// on the same fp32 / bf16 inputs; vh 64 and vh 128 must agree bit for bit, and a rerun too; the same runs
+// write D^T as bf16 (d16), which must be the rn rounding of their fp32 D, element for element.
 // Timing: one segment of NC chunks (default 512: 32,768 tokens), HV 48 / HQK 16, vh 64 and 128, the
-// backward's outputs: CUDA-event medians of 7 after 2 warm-ups. Prints "check ok" / "check FAILED".
+// backward's outputs three ways (fp32 rows, dV' token slots, and kcp's v5 core stage: D^T and dV'^T only as
+// bf16): CUDA-event medians of 7 after 2 warm-ups. Prints "check ok" / "check FAILED".
 #include "devtest.cuh"
 
 #include "../src/gdn_bwalk_mma.cu"
@@ -44,6 +46,7 @@ static Problem make(const std::vector<std::vector<int>>& segs, int HV, int HQK, 
 
 struct Outs {
 	std::vector<float> dchunk, dvnew, dstart;
+	std::vector<uint16_t> d16;  // the device runs only (Both): D^T as bf16
 };
 
 static Outs reference(const Problem& p) {
@@ -93,6 +96,7 @@ struct Dev {
 	float *w, *kt, *qn, *gcum, *dvl, *dend, *dchunk, *dvnew, *dstart;
 	uint16_t* dout;
 	float* dvnewp;  // dV' as token slots: 32 KB a (chunk, value head)
+	uint16_t *d16, *dv16;  // D^T and dV'^T as bf16 (kcp's v5 core stage): 32 KB and 16 KB a (chunk, value head)
 	int *tok0, *len, *seg0, *segn;
 	size_t nc, nv, ns;
 };
@@ -107,16 +111,25 @@ static Dev upload(const Problem& p) {
 	CK(cudaMalloc(&d.dvnew, d.nv * 4));
 	CK(cudaMalloc(&d.dvnewp, (size_t)p.c.NC * p.HV * 32768));
 	CK(cudaMalloc(&d.dstart, d.ns * 4));
+	CK(cudaMalloc(&d.d16, d.nc * 2));
+	CK(cudaMalloc(&d.dv16, (size_t)p.c.NC * p.HV * D * C * 2));
 	return d;
 }
 
-// launch: dV' as fp32 rows (planes false) or only as token slots (kcp's v5 set).
-static void launch(const Problem& p, const Dev& d, int vh, bool planes = false) {
+// Mode: what the walk writes. Fp32: D and dV' as fp32 (d_chunk, dvnew rows); Slots: D as fp32, dV' only as
+// token slots; Bf16: D^T and dV'^T only as bf16 (d16, dvnew16: kcp's v5 core stage); Both: Fp32 and d16
+// together (the check compares d16 with d_chunk).
+enum Mode { Fp32, Slots, Bf16, Both };
+static const char* mode_name(Mode m) { return m == Fp32 ? "fp32 " : m == Slots ? "slots" : m == Bf16 ? "bf16 " : "both "; }
+
+static void launch(const Problem& p, const Dev& d, int vh, Mode m = Fp32) {
 	dim3 grid(128 / vh, p.c.NS, p.HV);
+	const bool f32 = m == Fp32 || m == Both;
 	gdnkcp::bwalkmma::gdn_tape_walk_mma<<<grid, 256, gdnkcp::bwalkmma::bwalk_mma_smem(vh)>>>(
 	    d.w, d.kt, d.qn, d.gcum, d.dvl, reinterpret_cast<const __nv_bfloat16*>(d.dout), d.tok0, d.len, d.seg0, d.segn,
-	    d.dend, d.dchunk, planes ? nullptr : d.dvnew, d.dstart, p.HQK, p.HV, vh, p.scale,
-	    planes ? d.dvnewp : nullptr, nullptr, nullptr, nullptr);
+	    d.dend, m == Bf16 ? nullptr : d.dchunk, f32 ? d.dvnew : nullptr, d.dstart, p.HQK, p.HV, vh, p.scale,
+	    m == Slots ? d.dvnewp : nullptr, m == Bf16 ? reinterpret_cast<__nv_bfloat16*>(d.dv16) : nullptr,
+	    m == Bf16 || m == Both ? reinterpret_cast<__nv_bfloat16*>(d.d16) : nullptr, nullptr);
 }
 
 #ifdef GDNKCP_WALK_TIMELINE
@@ -149,16 +162,20 @@ static Outs run(const Problem& p, const Dev& d, int vh) {
 	CK(cudaMemset(d.dchunk, 0xff, d.nc * 4));
 	CK(cudaMemset(d.dvnew, 0xff, d.nv * 4));
 	CK(cudaMemset(d.dstart, 0xff, d.ns * 4));
-	launch(p, d, vh);
+	CK(cudaMemset(d.d16, 0xff, d.nc * 2));
+	launch(p, d, vh, Both);
 	CK(cudaDeviceSynchronize());
-	return Outs{down(d.dchunk, d.nc), down(d.dvnew, d.nv), down(d.dstart, d.ns)};
+	Outs o{down(d.dchunk, d.nc), down(d.dvnew, d.nv), down(d.dstart, d.ns), {}};
+	o.d16.resize(d.nc);
+	CK(cudaMemcpy(o.d16.data(), d.d16, d.nc * 2, cudaMemcpyDeviceToHost));
+	return o;
 }
 
 static bool same(const Outs& a, const Outs& b) {
 	auto eq = [](const std::vector<float>& x, const std::vector<float>& y) {
 		return x.size() == y.size() && memcmp(x.data(), y.data(), x.size() * 4) == 0;
 	};
-	return eq(a.dchunk, b.dchunk) && eq(a.dvnew, b.dvnew) && eq(a.dstart, b.dstart);
+	return eq(a.dchunk, b.dchunk) && eq(a.dvnew, b.dvnew) && eq(a.dstart, b.dstart) && a.d16 == b.d16;
 }
 
 int main(int argc, char** argv) {
@@ -174,21 +191,28 @@ int main(int argc, char** argv) {
 		Outs a = run(p, d, 64), b = run(p, d, 128), a2 = run(p, d, 64);
 		const double ec = err(a.dchunk, ref.dchunk), ev = err(a.dvnew, ref.dvnew), es = err(a.dstart, ref.dstart);
 		const bool widths = same(a, b), rerun = same(a, a2);
+		// d16: every chunk's D^T as bf16, each element the rn rounding of the same run's fp32 D (d_chunk).
+		long bad16 = 0;
+		for (size_t blk = 0; blk < a.d16.size() / (D * D); ++blk)
+			for (int v = 0; v < D; ++v)
+				for (int k = 0; k < D; ++k)
+					bad16 += a.d16[(blk * D + v) * D + k] != to_bf(a.dchunk[(blk * D + k) * D + v]);
+		printf("[%s] tape d16 == bf16(d_chunk^T): %s (%ld of %zu differ)\n", tag, bad16 == 0 ? "yes" : "NO", bad16, a.d16.size());
 		printf("[%s] tape errors (normwise vs float64): d_chunk %.2e  dvnew %.2e  dstart %.2e; vh64==vh128 %s; rerun %s\n", tag,
 		       ec, ev, es, widths ? "bitwise" : "DIFFER", rerun ? "bitwise" : "DIFFER");
-		ok = ec < 3e-5 && ev < 3e-5 && es < 3e-5 && widths && rerun;
+		ok = ec < 3e-5 && ev < 3e-5 && es < 3e-5 && widths && rerun && bad16 == 0;
 	}
 	printf("[%s] tape check %s\n", tag, ok ? "ok" : "FAILED");
 	{
 		std::vector<int> sg(NCt, 64);
 		Problem p = make({sg}, 48, 16, 9);
 		Dev d = upload(p);
-		for (bool planes : {false, true})
+		for (Mode m : {Fp32, Slots, Bf16})
 			for (int vh : {64, 128}) {
 				float med, lo, hi;
-				time_ms([&] { launch(p, d, vh, planes); }, 7, med, lo, hi);
+				time_ms([&] { launch(p, d, vh, m); }, 7, med, lo, hi);
 				printf("[%s] tape time %d chunks HV 48 vh %3d dV' %s median %.3f ms (min %.3f max %.3f) %.2f us/chunk\n", tag,
-				       NCt, vh, planes ? "slots" : "fp32 ", med, lo, hi, 1000.0 * med / NCt);
+				       NCt, vh, mode_name(m), med, lo, hi, 1000.0 * med / NCt);
 			}
 #ifdef GDNKCP_WALK_TIMELINE
 		timeline(p, d, tag);

@@ -535,16 +535,20 @@ struct Walker {
 	}
 
 	// store_state16 writes S^T as bf16 (round to nearest even) into dst, one chunk's [128 (column)]
-	// [128 (key)] block of h16: keys 2t, 2t+1 of a column are this lane's s[nt][0..1] (column g) and
-	// s[nt][2..3] (column g + 8), one packed 4-byte store each.
+	// [128 (key)] block of h16: keys 8 nt + 2t, 2t+1 of a column are this lane's s[nt][0..1] (column g) and
+	// s[nt][2..3] (column g + 8); the quad exchanges one word a tile pair (tc::quad_pair16) and each lane
+	// stores 8 bytes, so a warp's store covers 8 rows of 32 bytes (whole sectors).
 	__device__ __forceinline__ void store_state16(bf16* dst, int c0) const {
 		if (!holds()) return;
-		bf16* base = dst + (c0 + 16 * cw + g) * kD + 64 * kh + 2 * t;  // constant offsets below
+		static_assert(kNT % 2 == 0, "store_state16 pairs the key tiles");
+		bf16* base = dst + (c0 + 16 * cw + g) * kD + 64 * kh + tc::quad_pair16_key(t);  // constant offsets below
 #pragma unroll
-		for (int nt = 0; nt < kNT; ++nt) {
+		for (int q = 0; q < kNT / 2; ++q) {
 #pragma unroll
 			for (int hf = 0; hf < 2; ++hf)
-				*reinterpret_cast<unsigned*>(base + 8 * hf * kD + 8 * nt) = tc::pack_bf16x2(s[nt][2 * hf], s[nt][2 * hf + 1]);
+				*reinterpret_cast<uint2*>(base + 8 * hf * kD + 16 * q) =
+				    tc::quad_pair16(tc::pack_bf16x2(s[2 * q][2 * hf], s[2 * q][2 * hf + 1]),
+				                    tc::pack_bf16x2(s[2 * q + 1][2 * hf], s[2 * q + 1][2 * hf + 1]), t);
 		}
 	}
 

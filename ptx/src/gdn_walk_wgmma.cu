@@ -88,6 +88,16 @@ constexpr int kRowBatch = GDNKCP_WG_ROW_BATCH;
 #define GDNKCP_WG_DECAY_EARLY 0
 #endif
 constexpr bool kDecayEarly = GDNKCP_WG_DECAY_EARLY != 0;
+// kStore16: how WGWalker::store_state16 writes bf16 S^T. 0: one 4-byte store a lane, key tile and row half
+// (a warp's store covers half of each 32-byte sector); 1: tile pairs exchanged in the quad
+// (tc::quad_pair16), one 8-byte store a pair and row half, pairs outer; 2: the same, row halves outer;
+// 3: as 1 with a compiler barrier after each pair's stores (ptxas may not hoist the next pair's packs and
+// shuffles above them: fewer live registers). The same bytes at the same addresses in all four.
+#ifndef GDNKCP_WG_STORE16
+#define GDNKCP_WG_STORE16 1
+#endif
+constexpr int kStore16 = GDNKCP_WG_STORE16;
+static_assert(kStore16 >= 0 && kStore16 <= 3, "GDNKCP_WG_STORE16: 0, 1, 2 or 3");
 // GDNKCP_WALK_MARK(slot, ci): a timeline hook at the phase boundaries of walk() (slots in walk's body);
 // ptx/devtest/walk_check.cu built with -DGDNKCP_WALK_TIMELINE defines it to record clock64() without a
 // branch. Empty in every blob.
@@ -165,15 +175,31 @@ struct WGWalker {
 		}
 	}
 
+	// store_state16 writes S^T as bf16 (rn) into dst ([128 (column)][128 (key)]): a lane holds keys 8 nt + 2t,
+	// + 1 of its rows; with kStore16 > 0 the quad exchanges one word a tile pair (tc::quad_pair16) and each
+	// lane stores 8 bytes: a warp's store covers 8 rows of 32 bytes (whole sectors), not 8 rows of 16.
 	__device__ __forceinline__ void store_state16(bf16* dst, int c0) const {
-		bf16* base = dst + (c0 + col(0)) * kD + 2 * t;
+		if (kStore16 == 0) {
+			bf16* base = dst + (c0 + col(0)) * kD + 2 * t;
 #pragma unroll
-		for (int nt = 0; nt < 16; ++nt) {
+			for (int nt = 0; nt < 16; ++nt) {
 #pragma unroll
-			for (int hf = 0; hf < 2; ++hf)
-				*reinterpret_cast<unsigned*>(base + 8 * hf * kD + 8 * nt) = tc::pack_bf16x2(s[4 * nt + 2 * hf], s[4 * nt + 2 * hf + 1]);
+				for (int hf = 0; hf < 2; ++hf)
+					*reinterpret_cast<unsigned*>(base + 8 * hf * kD + 8 * nt) = tc::pack_bf16x2(s[4 * nt + 2 * hf], s[4 * nt + 2 * hf + 1]);
+			}
+			return;
+		}
+		bf16* base = dst + (c0 + col(0)) * kD + tc::quad_pair16_key(t);
+#pragma unroll
+		for (int i = 0; i < 16; ++i) {
+			const int q = kStore16 == 2 ? i % 8 : i / 2, hf = kStore16 == 2 ? i / 8 : i % 2;
+			*reinterpret_cast<uint2*>(base + 8 * hf * kD + 16 * q) =
+			    tc::quad_pair16(tc::pack_bf16x2(s[8 * q + 2 * hf], s[8 * q + 2 * hf + 1]),
+			                    tc::pack_bf16x2(s[8 * q + 4 + 2 * hf], s[8 * q + 4 + 2 * hf + 1]), t);
+			if (kStore16 == 3 && i % 2 == 1) asm volatile("" ::: "memory");
 		}
 	}
+
 
 	__device__ __forceinline__ void store_vprime(float* vnew, int t0, int n, int h, int HV, int c0) const {
 #pragma unroll

@@ -169,6 +169,23 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
 	       (static_cast<unsigned>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
 }
 
+// quad_pair16 / quad_pair16_key: 8-byte stores of a bf16 row held in mma fragment order. In an
+// accumulator-shaped fragment, lane t of a quad holds keys 8 nt + 2t, 2t + 1 of its row as one packed word
+// per key tile nt. For a tile pair (w0: tile 2q, w1: tile 2q + 1) the quad swaps one word between lanes t
+// and t ^ 1 (one shfl_xor, every lane of the warp taking part), after which lane t holds four consecutive
+// keys: quad_pair16 returns them (low word first) and quad_pair16_key(t) is the first one's offset in the
+// pair's 16 keys (t = 0, 1, 2, 3: keys 0, 8, 4, 12). The quad's four 8-byte stores then cover the pair's 32
+// bytes of the row, where four-byte stores of each tile would cover two 16-byte halves.
+__device__ __forceinline__ int quad_pair16_key(int t) { return 2 * (t & 2) + 8 * (t & 1); }
+__device__ __forceinline__ uint2 quad_pair16(unsigned w0, unsigned w1, int t) {
+	const bool odd = (t & 1) != 0;
+	const unsigned r = __shfl_xor_sync(0xffffffffu, odd ? w0 : w1, 1);  // even lanes get w0 of t + 1, odd w1 of t - 1
+	uint2 v;
+	v.x = odd ? r : w0;
+	v.y = odd ? w1 : r;
+	return v;
+}
+
 // split_bf16: x = hi + lo (+ a remainder of about 2^-17 |x|), hi = rn(x), lo = rn(x - hi).
 __device__ __forceinline__ void split_bf16(float x, bf16& hi, bf16& lo) {
 	hi = __float2bfloat16_rn(x);
