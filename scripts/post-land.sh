@@ -8,7 +8,10 @@
 #      gradient by kernel set and stage (the lines scripts/grads-verify.sh reads);
 #   2. scripts/width-sweep.sh (REPS, default 3): both walk widths on its seven one-rank packs, to check that
 #      the sm_90a width rule still picks the faster width with the kernels just landed;
-#   3. with CP8=1, the bitwise step of scripts/cp-matrix.sh at CP 8 on this one GPU (RPG=8).
+#   3. with CP8=1, the bitwise step of scripts/cp-matrix.sh at CP 8 on this one GPU (RPG=8);
+#   4. with BENCH_DOCS=LIST (e.g. 32768 and 40000,45000,35908, space-separated packs), kcp bench on the
+#      installed blobs, core and core + bwd, medians of 5 (the figures README.md and docs/perf-notes.md quote).
+# SWEEP=0 leaves step 2 out.
 # Each step is skipped ("not run") once DEADLINE seconds (default 540) have passed since the start.
 # There: run(command="bash scripts/post-land.sh", carry=[".gpu/pack.tgz"]).
 set -uo pipefail
@@ -32,7 +35,9 @@ grep -E '^(--- FAIL|panic|FAIL)|^    --- FAIL' "$out/kcp-tests.log" | head -20
 python3 scripts/grad-errors.py "$out/kcp-tests.log"
 
 echo "== 2. width sweep (REPS=${REPS:-3})"
-if [ "$(left)" -gt 120 ]; then
+if [ "${SWEEP:-1}" = 0 ]; then
+	echo "width sweep: not run (SWEEP=0)"
+elif [ "$(left)" -gt 120 ]; then
 	REPS=${REPS:-3} timeout "$(( $(left) - 30 ))" bash scripts/width-sweep.sh 2>&1 | tail -10
 else
 	echo "width sweep: not run ($(left) s left)"
@@ -46,4 +51,13 @@ if [ "${CP8:-0}" = 1 ]; then
 		echo "CP 8: not run ($(left) s left)"
 	fi
 fi
+for docs in ${BENCH_DOCS:-}; do
+	echo "== 4. kcp bench --docs $docs (installed blobs)"
+	if [ "$(left)" -gt 45 ]; then
+		timeout "$(( $(left) - 10 ))" .gpu/kcp bench --docs "$docs" --kernels v5 --modes core,core+bwd --reps 5 --warmup 2 2>/dev/null |
+			grep -E 'median|walk|prep|output|grads|peak' | head -30
+	else
+		echo "bench: not run ($(left) s left)"
+	fi
+done
 echo "post-land: $(( $(date +%s) - start )) s"
