@@ -37,13 +37,11 @@
 //       reads back exactly the elements it wrote (the C layout of A_ij^T is the A layout in which
 //       row i + 1 reads it): no barrier between rows. Then every thread waits for group 2 (v).
 //                                                                                           barrier 5
-//   P5  W and U (kP5Split, prep_p5_split): warps 0-3 W, warps 4-7 U, warp w owning columns
-//       64 ((w % 4) / 2) .. +63 and the row blocks {0, 3} (w even) or {1, 2} (5 block-steps each). Its A
-//       operand, A diag(coef) for W or A diag(beta) for U, is built in registers from fp32 AI and split
-//       hi/lo; B = K (hi, lo) or V (exact bf16) by ldmatrix.trans of the swizzled stages. W = Ah Kh +
-//       Ah Kl + Al Kh, U = Ah V + Al V, per 16-wide k step, k ascending; the accumulators go straight to
-//       global memory (rows < n, 8-byte stores). (prep_p5, kP5Split 0: every warp both products for 32
-//       columns; the same bits.)
+//   P5  W and U: warp w owns columns 32 (w % 4) .. +31 and the row blocks {0, 3} (w < 4) or {1, 2}
+//       (5 block-steps each: balanced). The A operands A diag(coef) and A diag(beta) are built in
+//       registers from fp32 AI and split hi/lo; B = K (hi, lo) and V (exact bf16) by ldmatrix.trans of
+//       the swizzled stages. W = Ah Kh + Ah Kl + Al Kh, U = Ah V + Al V, per 16-wide k step, k
+//       ascending; the accumulators go straight to global memory (rows < n, 8-byte stores).
 // No atomics; every element is one fixed instruction sequence: bitwise reproducible.
 // LS and AI keep rows of kLA = 68 words' budget but in lrow order (8-row blocks, rows 0, 1, 4, 5, 2, 3, 6, 7
 // with spare 16-byte units between them, see lrow): the 8-byte pair accesses of rows g (P2's L stores, P4's
@@ -468,86 +466,6 @@ __device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, u
 	}
 }
 
-// kP5Split: how P5 shares W and U among the warps. 0 (prep_p5): every warp both products for 32 columns
-// of two row blocks, building both A operands (A diag(coef), A diag(beta), split hi / lo) for each k step:
-// each A fragment is built by four warps and its fp32 loads and splits were ~30% of P5's instructions
-// (ncu, 2026-12-03). 1 (prep_p5_split): warps 0-3 W, warps 4-7 U, each for 64 columns of two row blocks,
-// building only its own operand: half the A work a warp, the same products in the same order (the same
-// bits).
-#ifndef GDNKCP_PREP_P5_SPLIT
-#define GDNKCP_PREP_P5_SPLIT 1
-#endif
-constexpr bool kP5Split = GDNKCP_PREP_P5_SPLIT != 0;
-
-// prep_p5_split: prep_p5's outputs with kP5Split's division of the work: warp w < 4 computes W, w >= 4 U,
-// for columns 64 ((w % 4) / 2) .. + 63 and the row blocks {0, 3} (w % 2 == 0) or {1, 2} (5 block-steps
-// each). A W warp loads K's hi and lo halves (two ldmatrix.x4.trans a 16-column step), a U warp V's.
-__device__ __forceinline__ void prep_p5_split(const PrepSmem& S, float* w, float* u, unsigned char* wpc, int t0, int n,
-                                              int h, int HV, int warp, int lane) {
-	const int gq = lane / 4, tq = lane % 4;
-	const bool isw = warp < 4;
-	const int n0 = 64 * ((warp % 4) / 2);
-	const float* scale = isw ? S.coef : S.bet;
-#pragma unroll
-	for (int pass = 0; pass < 2; ++pass) {
-		const int mi = warp % 2 == 0 ? (pass ? 3 : 0) : (pass ? 2 : 1);
-		float acc[8][4] = {};
-		for (int kk = 0; kk <= mi; ++kk) {
-			unsigned ah[4], al[4];
-#pragma unroll
-			for (int r = 0; r < 4; ++r) {
-				const int m = 16 * mi + gq + 8 * (r & 1), k = 16 * kk + 2 * tq + 8 * (r >> 1);
-				const float2 a = *reinterpret_cast<const float2*>(S.AI + lrow(m) + k);
-				const float2 sc = *reinterpret_cast<const float2*>(scale + k);
-				tc::split_bf16x2(a.x * sc.x, a.y * sc.y, ah[r], al[r]);
-			}
-#pragma unroll
-			for (int np = 0; np < 4; ++np) {
-				const int rr = 16 * kk + lane % 8 + 8 * ((lane / 8) % 2), cc = n0 + 16 * np + 8 * (lane / 16);
-				if (isw) {
-					unsigned kh[4], kl[4];
-					tc::ldmatrix_x4_trans(kh, S.KH + swz(rr, cc));
-					tc::ldmatrix_x4_trans(kl, S.KL + swz(rr, cc));
-#pragma unroll
-					for (int h2 = 0; h2 < 2; ++h2) mma3(acc[2 * np + h2], ah, al, kh + 2 * h2, kl + 2 * h2);
-				} else {
-					unsigned vv[4];
-					tc::ldmatrix_x4_trans(vv, S.VS + swz(rr, cc));
-#pragma unroll
-					for (int h2 = 0; h2 < 2; ++h2) {
-						tc::mma_bf16_16816(acc[2 * np + h2], ah, vv + 2 * h2, acc[2 * np + h2]);
-						tc::mma_bf16_16816(acc[2 * np + h2], al, vv + 2 * h2, acc[2 * np + h2]);
-					}
-				}
-			}
-		}
-#pragma unroll
-		for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-			for (int hr = 0; hr < 2; ++hr) {
-				const int i = 16 * mi + gq + 8 * hr, d = n0 + 8 * nt + 2 * tq;
-				const float2 x = make_float2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
-				if (isw) {
-					if (w != nullptr && i < n) *reinterpret_cast<float2*>(w + ((long long)(t0 + i) * HV + h) * kD + d) = x;
-					if (wpc != nullptr)
-						walkplanes::store_neg_w2(reinterpret_cast<unsigned char*>(S.KF), i, d, i < n ? x.x : 0.f, i < n ? x.y : 0.f);
-				} else if (i < n) {
-					*reinterpret_cast<float2*>(u + ((long long)(t0 + i) * HV + h) * kD + d) = x;
-				}
-			}
-		}
-	}
-}
-
-// prep_p5_any: P5 as kP5Split chooses.
-__device__ __forceinline__ void prep_p5_any(const PrepSmem& S, float* w, float* u, unsigned char* wpc, int t0, int n,
-                                            int h, int HV, int warp, int lane) {
-	if (kP5Split)
-		prep_p5_split(S, w, u, wpc, t0, n, h, HV, warp, lane);
-	else
-		prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);
-}
-
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_stride,
              const float* __restrict__ g, const float* __restrict__ beta,
@@ -595,7 +513,7 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 	prep_p4(S, warp, gq, tq);  // ---- P4: the blocks below the diagonal ----
 	tc::cp_async_wait<0>();    // this thread's v units (group 2)
 	__syncthreads();           // barrier 5: AI complete, VS
-	prep_p5_any(S, w, u, wpc, t0, n, h, HV, warp, lane);  // ---- P5: W, U (and -W's planes into KF) ----
+	prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);  // ---- P5: W, U (and -W's planes into KF) ----
 	if (wpc != nullptr) {
 		__syncthreads();  // barrier 6: -W's planes in KF
 		prep_w_planes_out(S, wpc, tid);
@@ -680,7 +598,7 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 	prep_p4(S, warp, gq, tq);
 	tc::cp_async_wait<0>();  // this thread's v units
 	__syncthreads();         // barrier 5: AI complete, VS
-	prep_p5_any(S, w, u, wpc, t0, n, h, HV, warp, lane);
+	prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);
 	if (wpc != nullptr) {
 		__syncthreads();  // barrier 6: -W's planes in KF (the next head's LS waits for its barriers 1-2)
 		prep_w_planes_out(S, wpc, tid);
