@@ -23,3 +23,6 @@ go build ./... && go vet ./...
 bash scripts/gpu.sh build >/dev/null
 bash scripts/gpu.sh pack kcp kcp.test ptxgen kcp-a
 echo 'land-prep: ready: run(command="WIDTH=1 bash scripts/land-check.sh", carry=[".gpu/pack.tgz"])'
+echo 'land-prep: the tree now holds the staged patches applied to ptx/src and removed from ptx/staging (and from' \
+	'the index): commit nothing with git add -A until the landing is decided (install and commit, or git checkout' \
+	'ptx/src && git checkout HEAD -- ptx/staging)'
