@@ -53,7 +53,7 @@ type prepMMACase struct {
 // 1, 3 and 40 rows) with cp.async landing only at its wait
 // (EMU_CP_ASYNC=deferred), run a second time with kt null (the v5 forward,
 // whose walks rebuild Kt); a v that is not 16-byte aligned (the kernel's
-// plain-load path for v). Emulating gdn_prep_mma costs ~0.15 s of CPU a
+// plain-load path for v); ten value heads over one QK head. Emulating gdn_prep_mma costs ~0.15 s of CPU a
 // block, so the cases hold 54 blocks (each mode once) to stay within a few
 // seconds on 2 cores.
 var prepMMACases = []prepMMACase{
@@ -61,6 +61,8 @@ var prepMMACases = []prepMMACase{
 	{name: "hv4_deferred", lens: []int{65, 3, 40}, hqk: 2, hv: 4, vPad: 0, deferred: true, nokt: true, seed: 22},
 	{name: "v_unaligned", lens: []int{40}, hqk: 1, hv: 2, vPad: 4, vOff: 4, seed: 23},
 	{name: "hv6_deferred", lens: []int{64, 17}, hqk: 2, hv: 6, vPad: 0, deferred: true, nokt: true, seed: 24},
+	// ten value heads a QK head: more than the grouped preps stage at once (their per-head path)
+	{name: "hv10_one_qk", lens: []int{37}, hqk: 1, hv: 10, vPad: 0, nokt: true, seed: 25},
 }
 
 // TestMMAPrepOnCPU runs gdn_prep_mma and gdn_prep_fwd on the cases above:
