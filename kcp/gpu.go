@@ -142,8 +142,9 @@ const (
 	// scalars: 100096 (two CTAs an SM).
 	prepMMASmem = 4*ChunkSize*gpuD + 4*ChunkSize*(ChunkSize+4) + 3*2*ChunkSize*gpuD + 3*4*ChunkSize
 	// prepMMAGSmem is kPrepMMAGSmem (gdn_prep_mma.cu): prepMMASmem and the
-	// raw K K^T blocks (10 x 32 lanes x 8 values), 110336 (two CTAs an SM).
-	prepMMAGSmem = prepMMASmem + 4*10*32*8
+	// raw K K^T blocks (10 x 32 lanes x 8 values) and the gamma and beta of
+	// up to 8 value heads (kMaxGB), 114432 (two CTAs an SM).
+	prepMMAGSmem = prepMMASmem + 4*10*32*8 + 2*4*8*ChunkSize
 	// outputMMASmem is kOutputMMASmem (gdn_output_mma.cu): 98560 (two CTAs
 	// an SM).
 	outputMMASmem = 98560

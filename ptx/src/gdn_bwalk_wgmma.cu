@@ -67,14 +67,18 @@ constexpr int kOffXW = 32768, kOffXQ = 65536, kOffR = 98304, kOffOS = 196608;
 
 __host__ __device__ constexpr int wg_bwalk_smem(int vh) { return kOffOS + kC * vh * 2 + 1008; }
 
-// kD16Late: where the tape walk stores D^T as bf16 (d16). 0: under (1), beside the fp32 D store, while
-// (1)'s A fragments of D are live; 1: after (1)'s wait, when they are dead (fewer live registers, but on
-// the chain between (1) and (2)). The state is not yet decayed at either point (kDecayEarly off).
-#ifndef GDNKCP_TAPE_D16_LATE
-#define GDNKCP_TAPE_D16_LATE 1
+// kD16: how the tape walk stores D^T as bf16 (d16). 0: store_state16 under (1), beside the fp32 D store,
+// packing D again while (1)'s A fragments of it are live (ptxas 13.0 spilled 4 bytes on sm_90a); 1: the
+// same after (1)'s wait, when the fragments are dead (no spill, but on the chain between (1) and (2)); 2:
+// under (1) from (1)'s own hi fragments (store_frags16: rn(D) is split_frags' hi half, the words
+// store_state16 packs), no packing and no extra live words. The state is not yet decayed at any of them
+// (kDecayEarly off); the same bytes at the same addresses in all three.
+#ifndef GDNKCP_TAPE_D16
+#define GDNKCP_TAPE_D16 2
 #endif
-constexpr bool kD16Late = GDNKCP_TAPE_D16_LATE != 0;
-static_assert(!(kD16Late && walkwg::kDecayEarly), "GDNKCP_TAPE_D16_LATE needs the decay after (1)'s wait");
+constexpr int kD16 = GDNKCP_TAPE_D16;
+static_assert(kD16 >= 0 && kD16 <= 2, "GDNKCP_TAPE_D16: 0, 1 or 2");
+static_assert(!(kD16 == 1 && walkwg::kDecayEarly), "GDNKCP_TAPE_D16 1 needs the decay after (1)'s wait");
 // GDNKCP_TAPE_MARK(slot, ci): a timeline hook at the phase boundaries of WGBWalker::walk (ci: chunks from the
 // segment's last); ptx/devtest/tape_check.cu built with -DGDNKCP_WALK_TIMELINE records clock64() there.
 // Empty in every blob.
@@ -289,11 +293,12 @@ struct WGBWalker : walkwg::WGWalker<VH> {
 				dvprime_issue(ah, al);
 				GDNKCP_TAPE_MARK(1, last - c);  // state: D split, (1) issued
 				if (d_chunk != nullptr) this->store_state(d_chunk + blk * kD * kD, c0);  // D under (1)
-				if (!kD16Late && d16 != nullptr) this->store_state16(d16 + blk * kD * kD, c0);  // or D^T as bf16
+				if (kD16 == 0 && d16 != nullptr) this->store_state16(d16 + blk * kD * kD, c0);  // or D^T as bf16
+				if (kD16 == 2 && d16 != nullptr) this->store_frags16(d16 + blk * kD * kD, c0, ah);
 				if (walkwg::kDecayEarly) this->decay_state();
 				GDNKCP_TAPE_MARK(2, last - c);  // state: D stores issued
 				dvprime_wait();
-				if (kD16Late && d16 != nullptr) this->store_state16(d16 + blk * kD * kD, c0);
+				if (kD16 == 1 && d16 != nullptr) this->store_state16(d16 + blk * kD * kD, c0);
 				GDNKCP_TAPE_MARK(3, last - c);  // state: (1) done
 				unsigned bh[4][4], bl[4][4];
 				dupdate_issue(bh, bl);

@@ -4,8 +4,9 @@
 //   gdn_prep_mma   grid (NC, HV), 256 threads, dynamic shared memory kPrepMMASmem = 100096
 // Per (chunk, value head): gamma = in-chunk cumsum of g; L_ij = beta_i (k_i . k_j) e^(gamma_i - gamma_j)
 // for j < i; A = (I + L)^-1; W = A diag(beta e^gamma) K; U = A diag(beta) V; Kt = diag(e^(gamma_last -
-// gamma)) K; gcum, w, u, kt fp32, and where wp / wk are given the walk planes of -W (a value head: P5 stages
-// them in KF, then every thread stores its share) and of K^T (a QK head, by its first value head's CTA, from
+// gamma)) K; gcum, w, u, kt fp32, and where wp / wk are given the walk planes of -W (a value head: P5's W warps
+// store them from their accumulators, kWDirect; without it P5 stages them in KF, then every thread stores its
+// share) and of K^T (a QK head, by its first value head's CTA, from
 // KF in P1) (walk_planes.cuh; w may then be null). Rows past a short chunk's end are
 // neither read nor written (the planes' are written as zero). kt may be
 // null: then Kt is not computed nor stored, and gcum, w and u are the same bits (the v5 forward, whose
@@ -37,11 +38,13 @@
 //       reads back exactly the elements it wrote (the C layout of A_ij^T is the A layout in which
 //       row i + 1 reads it): no barrier between rows. Then every thread waits for group 2 (v).
 //                                                                                           barrier 5
-//   P5  W and U: warp w owns columns 32 (w % 4) .. +31 and the row blocks {0, 3} (w < 4) or {1, 2}
-//       (5 block-steps each: balanced). The A operands A diag(coef) and A diag(beta) are built in
-//       registers from fp32 AI and split hi/lo; B = K (hi, lo) and V (exact bf16) by ldmatrix.trans of
-//       the swizzled stages. W = Ah Kh + Ah Kl + Al Kh, U = Ah V + Al V, per 16-wide k step, k
-//       ascending; the accumulators go straight to global memory (rows < n, 8-byte stores).
+//   P5  W and U (kP5Split, prep_p5_split): warps 0-3 W, warps 4-7 U, warp w owning columns
+//       64 ((w % 4) / 2) .. +63 and the row blocks {0, 3} (w even) or {1, 2} (5 block-steps each). Its A
+//       operand, A diag(coef) for W or A diag(beta) for U, is built in registers from fp32 AI and split
+//       hi/lo; B = K (hi, lo) or V (exact bf16) by ldmatrix.trans of the swizzled stages. W = Ah Kh +
+//       Ah Kl + Al Kh, U = Ah V + Al V, per 16-wide k step, k ascending; the accumulators go straight to
+//       global memory (rows < n, 8-byte stores). (prep_p5, kP5Split 0: every warp both products for 32
+//       columns; the same bits.)
 // No atomics; every element is one fixed instruction sequence: bitwise reproducible.
 // LS and AI keep rows of kLA = 68 words' budget but in lrow order (8-row blocks, rows 0, 1, 4, 5, 2, 3, 6, 7
 // with spare 16-byte units between them, see lrow): the 8-byte pair accesses of rows g (P2's L stores, P4's
@@ -210,7 +213,7 @@ __device__ __forceinline__ void prep_norm_k(const PrepSmem& S, const bf16* k, in
 // P0, value head h: its bf16 v rows into VS (one commit group), beta, and gamma (warp 0 loads the 64 g at
 // once, lane 0 sums them in token order: gdn_prep_fwd's bits).
 __device__ __forceinline__ void prep_stage_head(const PrepSmem& S, const bf16* v, int v_stride, const float* g,
-                                                const float* beta, int t0, int n, int h, int HV, int tid) {
+                                                const float* beta, int t0, int n, int h, int HV, int tid, bool gb = true) {
 	const int lane = tid % 32, warp = tid / 32;
 	const bool vfast = (reinterpret_cast<unsigned long long>(v) % 16 == 0) && (v_stride % 8 == 0);
 #pragma unroll
@@ -228,6 +231,7 @@ __device__ __forceinline__ void prep_stage_head(const PrepSmem& S, const bf16* v
 		}
 	}
 	tc::cp_async_commit();
+	if (!gb) return;  // gamma and beta staged already (prep_stage_gb)
 	if (tid >= kC && tid < 2 * kC) S.bet[tid - kC] = tid - kC < n ? beta[(long long)(t0 + tid - kC) * HV + h] : 0.f;
 	if (warp == 0) {
 #pragma unroll
@@ -242,6 +246,36 @@ __device__ __forceinline__ void prep_stage_head(const PrepSmem& S, const bf16* v
 			for (int i = 0; i < kC; ++i) {
 				s += S.gam[i];  // + 0 past n leaves s as it is
 				S.gam[i] = s;
+			}
+		}
+	}
+}
+
+// prep_stage_gb: gamma (the in-chunk cumsum of g, lane 0 of warp w summing in token order: prep_stage_head's
+// bits) and beta of the G value heads h0 .. h0 + G - 1 (G <= 8, one warp a head) into GAM[w][64], BET[w][64],
+// at once for a CTA that runs them in turn (prep_heads_g): the later heads then wait neither for g's loads nor
+// for the 64-add chain at their barrier 1. Plain shared stores: the caller's next __syncthreads publishes them.
+__device__ __forceinline__ void prep_stage_gb(float* GAM, float* BET, const float* g, const float* beta, int t0, int n,
+                                              int h0, int G, int HV, int tid) {
+	const int lane = tid % 32, warp = tid / 32;
+	for (int f = tid; f < G * kC; f += kThreads) {
+		const int hw = f / kC, i = f % kC;
+		BET[f] = i < n ? beta[(long long)(t0 + i) * HV + h0 + hw] : 0.f;
+	}
+	if (warp < G) {
+		float* gam = GAM + warp * kC;
+#pragma unroll
+		for (int x = 0; x < 2; ++x) {
+			const int i = lane + 32 * x;
+			gam[i] = i < n ? g[(long long)(t0 + i) * HV + h0 + warp] : 0.f;
+		}
+		__syncwarp();
+		if (lane == 0) {
+			float s = 0.f;
+#pragma unroll
+			for (int i = 0; i < kC; ++i) {
+				s += gam[i];  // + 0 past n leaves s as it is
+				gam[i] = s;
 			}
 		}
 	}
@@ -349,7 +383,14 @@ __device__ __forceinline__ void prep_l_store(const PrepSmem& S, int bi, int bj, 
 	}
 }
 
-// P3: the diagonal blocks (I + L_bb)^-1, column c a lane.
+// P3: the diagonal blocks (I + L_bb)^-1, column c a lane: x_i = [i == c] - sum_{j<i} L_ij x_j, each sum
+// an fma chain from zero over j ascending. kP3Right: the same chains run right-looking (once x_j is known
+// it enters every later row's sum, 15 - j independent fma), so the dependent path is x_j -> one fma ->
+// x_{j+1} instead of a whole row's chain after x_{i-1}: about 16 fma + 16 subtractions deep, not 136; the
+// same fma in the same order for every sum, so the same bits. 0: left-looking (row by row).
+#ifndef GDNKCP_PREP_P3_RIGHT
+#define GDNKCP_PREP_P3_RIGHT 0
+#endif
 __device__ __forceinline__ void prep_p3(const PrepSmem& S, int warp, int lane) {
 	if (warp < 4 && lane < 16) {
 		const int o = 16 * warp;
@@ -357,6 +398,20 @@ __device__ __forceinline__ void prep_p3(const PrepSmem& S, int warp, int lane) {
 		const float* Lo = S.LS + 2 * warp * (8 * kLA) + o;
 		float* Ao = S.AI + 2 * warp * (8 * kLA) + o;
 		float xcol[16];
+		if (GDNKCP_PREP_P3_RIGHT) {
+			float acc[16];
+#pragma unroll
+			for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+#pragma unroll
+			for (int j = 0; j < 16; ++j) {
+				xcol[j] = (j == lane ? 1.f : 0.f) - acc[j];
+				Ao[lrow(j) + lane] = xcol[j];
+#pragma unroll
+				for (int i = 0; i < 16; ++i)
+					if (i > j) acc[i] = fmaf(Lo[lrow(i) + j], xcol[j], acc[i]);
+			}
+			return;
+		}
 #pragma unroll
 		for (int i = 0; i < 16; ++i) {
 			float s = 0.f;
@@ -466,6 +521,106 @@ __device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, u
 	}
 }
 
+// kP5Split: how P5 shares W and U among the warps. 0 (prep_p5): every warp both products for 32 columns
+// of two row blocks, building both A operands (A diag(coef), A diag(beta), split hi / lo) for each k step:
+// each A fragment is built by four warps and its fp32 loads and splits were ~30% of P5's instructions
+// (ncu, 2026-12-03). 1 (prep_p5_split): warps 0-3 W, warps 4-7 U, each for 64 columns of two row blocks,
+// building only its own operand: half the A work a warp, the same products in the same order (the same
+// bits).
+#ifndef GDNKCP_PREP_P5_SPLIT
+#define GDNKCP_PREP_P5_SPLIT 0
+#endif
+constexpr bool kP5Split = GDNKCP_PREP_P5_SPLIT != 0;
+// kWDirect (with kP5Split): the W warps store -W's walk planes straight from their accumulators, 8 bytes a
+// lane in whole 32-byte sectors (walkplanes::store_neg_w_pair16), instead of staging them in KF for a
+// barrier and prep_w_planes_out (4-byte stores of each 8-key tile straight to global memory took the
+// prep 1.11 -> 1.67 ms, 2026-12-02: half sectors). The same bytes.
+#ifndef GDNKCP_PREP_W_DIRECT
+#define GDNKCP_PREP_W_DIRECT 1
+#endif
+constexpr bool kWDirect = kP5Split && GDNKCP_PREP_W_DIRECT != 0;
+
+// prep_p5_split: prep_p5's outputs with kP5Split's division of the work: warp w < 4 computes W, w >= 4 U,
+// for columns 64 ((w % 4) / 2) .. + 63 and the row blocks {0, 3} (w % 2 == 0) or {1, 2} (5 block-steps
+// each). A W warp loads K's hi and lo halves (two ldmatrix.x4.trans a 16-column step), a U warp V's.
+__device__ __forceinline__ void prep_p5_split(const PrepSmem& S, float* w, float* u, unsigned char* wpc, int t0, int n,
+                                              int h, int HV, int warp, int lane) {
+	const int gq = lane / 4, tq = lane % 4;
+	const bool isw = warp < 4;
+	const int n0 = 64 * ((warp % 4) / 2);
+	const float* scale = isw ? S.coef : S.bet;
+#pragma unroll
+	for (int pass = 0; pass < 2; ++pass) {
+		const int mi = warp % 2 == 0 ? (pass ? 3 : 0) : (pass ? 2 : 1);
+		float acc[8][4] = {};
+		for (int kk = 0; kk <= mi; ++kk) {
+			unsigned ah[4], al[4];
+#pragma unroll
+			for (int r = 0; r < 4; ++r) {
+				const int m = 16 * mi + gq + 8 * (r & 1), k = 16 * kk + 2 * tq + 8 * (r >> 1);
+				const float2 a = *reinterpret_cast<const float2*>(S.AI + lrow(m) + k);
+				const float2 sc = *reinterpret_cast<const float2*>(scale + k);
+				tc::split_bf16x2(a.x * sc.x, a.y * sc.y, ah[r], al[r]);
+			}
+#pragma unroll
+			for (int np = 0; np < 4; ++np) {
+				const int rr = 16 * kk + lane % 8 + 8 * ((lane / 8) % 2), cc = n0 + 16 * np + 8 * (lane / 16);
+				if (isw) {
+					unsigned kh[4], kl[4];
+					tc::ldmatrix_x4_trans(kh, S.KH + swz(rr, cc));
+					tc::ldmatrix_x4_trans(kl, S.KL + swz(rr, cc));
+#pragma unroll
+					for (int h2 = 0; h2 < 2; ++h2) mma3(acc[2 * np + h2], ah, al, kh + 2 * h2, kl + 2 * h2);
+				} else {
+					unsigned vv[4];
+					tc::ldmatrix_x4_trans(vv, S.VS + swz(rr, cc));
+#pragma unroll
+					for (int h2 = 0; h2 < 2; ++h2) {
+						tc::mma_bf16_16816(acc[2 * np + h2], ah, vv + 2 * h2, acc[2 * np + h2]);
+						tc::mma_bf16_16816(acc[2 * np + h2], al, vv + 2 * h2, acc[2 * np + h2]);
+					}
+				}
+			}
+		}
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+			for (int hr = 0; hr < 2; ++hr) {
+				const int i = 16 * mi + gq + 8 * hr, d = n0 + 8 * nt + 2 * tq;
+				const float2 x = make_float2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+				if (isw) {
+					if (w != nullptr && i < n) *reinterpret_cast<float2*>(w + ((long long)(t0 + i) * HV + h) * kD + d) = x;
+					if (!kWDirect && wpc != nullptr)
+						walkplanes::store_neg_w2(reinterpret_cast<unsigned char*>(S.KF), i, d, i < n ? x.x : 0.f, i < n ? x.y : 0.f);
+				} else if (i < n) {
+					*reinterpret_cast<float2*>(u + ((long long)(t0 + i) * HV + h) * kD + d) = x;
+				}
+			}
+		}
+		if (kWDirect && isw && wpc != nullptr) {  // warp-uniform: every lane takes part in the shuffles
+#pragma unroll
+			for (int hr = 0; hr < 2; ++hr) {
+				const int i = 16 * mi + gq + 8 * hr;
+				const bool in = i < n;
+#pragma unroll
+				for (int p = 0; p < 4; ++p)
+					walkplanes::store_neg_w_pair16(wpc, i, n0 + 16 * p, tq, in ? acc[2 * p][2 * hr] : 0.f,
+					                               in ? acc[2 * p][2 * hr + 1] : 0.f, in ? acc[2 * p + 1][2 * hr] : 0.f,
+					                               in ? acc[2 * p + 1][2 * hr + 1] : 0.f);
+			}
+		}
+	}
+}
+
+// prep_p5_any: P5 as kP5Split chooses.
+__device__ __forceinline__ void prep_p5_any(const PrepSmem& S, float* w, float* u, unsigned char* wpc, int t0, int n,
+                                            int h, int HV, int warp, int lane) {
+	if (kP5Split)
+		prep_p5_split(S, w, u, wpc, t0, n, h, HV, warp, lane);
+	else
+		prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_stride,
              const float* __restrict__ g, const float* __restrict__ beta,
@@ -513,15 +668,15 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 	prep_p4(S, warp, gq, tq);  // ---- P4: the blocks below the diagonal ----
 	tc::cp_async_wait<0>();    // this thread's v units (group 2)
 	__syncthreads();           // barrier 5: AI complete, VS
-	prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);  // ---- P5: W, U (and -W's planes into KF) ----
-	if (wpc != nullptr) {
+	prep_p5_any(S, w, u, wpc, t0, n, h, HV, warp, lane);  // ---- P5: W, U (and -W's planes into KF) ----
+	if (!kWDirect && wpc != nullptr) {
 		__syncthreads();  // barrier 6: -W's planes in KF
 		prep_w_planes_out(S, wpc, tid);
 	}
 }
 
 // ==== gdn_prep_mma_g: gdn_prep_mma a QK head at a time ==================================================
-//   gdn_prep_mma_g   grid (NC, HQK), 256 threads, kPrepMMAGSmem = 110336 bytes (two CTAs an SM)
+//   gdn_prep_mma_g   grid (NC, HQK), 256 threads, kPrepMMAGSmem = 114432 bytes (two CTAs an SM)
 // gdn_prep_mma's arguments and outputs, bit for bit, with one CTA a (chunk, QK head) running the G = HV / HQK
 // value heads that read the same k rows, in ascending order (lin = blockIdx.y gridDim.x + blockIdx.x,
 // c = lin / HQK, qh = lin % HQK). Why: k's copy and its hi / lo split (P1) and the raw K K^T (P2's 480 of
@@ -533,8 +688,12 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 // VS, gamma, beta and coef free) before its v copy.
 // Predicted (not measured): per later head 896 mma.sync instead of 1376 and no k staging: 1.28 ms at 32K ->
 // ~1.0-1.1 ms; the v copy of each head is exposed inside the CTA (the SM's second CTA hides it, as today).
-constexpr int kPrepMMAGSmem = kPrepMMASmem + 4 * 10 * 32 * 8;  // + RAW: 10 blocks x 32 lanes x 8 values
-static_assert(kPrepMMAGSmem == 110336, "kPrepMMAGSmem: kcp's prepMMAGSmem mirrors this");
+// kMaxGB: the value heads a QK head whose gamma and beta prep_heads_g stages at once (prep_stage_gb; more
+// than that: a head at a time, as gdn_prep_mma).
+constexpr int kMaxGB = 8;
+// + RAW: 10 blocks x 32 lanes x 8 values; + GAM, BET: kMaxGB heads x 64 tokens each
+constexpr int kPrepMMAGSmem = kPrepMMASmem + 4 * 10 * 32 * 8 + 2 * 4 * kMaxGB * kC;
+static_assert(kPrepMMAGSmem == 114432, "kPrepMMAGSmem: kcp's prepMMAGSmem mirrors this");
 static_assert(2 * (kPrepMMAGSmem + 1024) <= 233472, "two CTAs an SM");
 
 // prep_head_g: one value head h of gdn_prep_mma_g, from its v copy to its W and U (every thread of the CTA
@@ -543,14 +702,17 @@ static_assert(2 * (kPrepMMAGSmem + 1024) <= 233472, "two CTAs an SM");
 // head loop, ptxas (11.8) kept every phase's addresses live across it and spilled ~240 bytes.
 // kraw: gdn_prep_mma_gn's bf16 k (row stride k_stride, normalised with l2norm as prep_norm_k), whose first
 // head normalises the rows into KF under its v copy; null: gdn_prep_mma_g, whose caller copied kn into KF.
+// gam, bet: this head's gamma and beta as prep_stage_gb staged them; null: staged here (prep_stage_head).
 __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf16* v, int v_stride, const float* g,
                                          const float* beta, float* gcum, float* w, float* u, float* kt,
                                          unsigned char* wpc, unsigned char* wkc, int t0, int n, int qh, int HQK, int h,
-                                         int HV, bool first, const bf16* kraw, int k_stride, int l2norm) {
-	const PrepSmem S = prep_smem(smem);
+                                         int HV, bool first, const bf16* kraw, int k_stride, int l2norm, float* gam,
+                                         float* bet) {
+	PrepSmem S = prep_smem(smem);
 	float* RAW = S.coef + kC;  // [10 blocks][8 values][32 lanes]
+	if (gam != nullptr) S.gam = gam, S.bet = bet;
 	const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, gq = lane / 4, tq = lane % 4;
-	prep_stage_head(S, v, v_stride, g, beta, t0, n, h, HV, tid);  // v: a commit group of its own
+	prep_stage_head(S, v, v_stride, g, beta, t0, n, h, HV, tid, gam == nullptr);  // v: a commit group of its own
 	if (first && kraw != nullptr) prep_norm_k(S, kraw, k_stride, l2norm, t0, n, qh, tid);
 	__syncthreads();  // barrier 1: gam, bet (and gdn_prep_mma_gn's KF)
 	if (first) {
@@ -598,8 +760,8 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 	prep_p4(S, warp, gq, tq);
 	tc::cp_async_wait<0>();  // this thread's v units
 	__syncthreads();         // barrier 5: AI complete, VS
-	prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);
-	if (wpc != nullptr) {
+	prep_p5_any(S, w, u, wpc, t0, n, h, HV, warp, lane);
+	if (!kWDirect && wpc != nullptr) {
 		__syncthreads();  // barrier 6: -W's planes in KF (the next head's LS waits for its barriers 1-2)
 		prep_w_planes_out(S, wpc, tid);
 	}
@@ -612,6 +774,10 @@ __device__ __forceinline__ void prep_heads_g(float* smem, const float* kn, const
                                              bf16* wk, int c, int t0, int n, int qh, int HQK, int HV, const bf16* kraw,
                                              int k_stride, int l2norm) {
 	const int G = HV / HQK, h0 = qh * G;
+	float* GAM = prep_smem(smem).coef + kC + 10 * 32 * 8;  // after RAW: [kMaxGB][64] gamma, then beta
+	float* BET = GAM + kMaxGB * kC;
+	const bool gb = G <= kMaxGB;
+	if (gb) prep_stage_gb(GAM, BET, g, beta, t0, n, h0, G, HV, threadIdx.x);  // published by the first barrier 1
 #pragma unroll 1
 	for (int h = h0; h < h0 + G; ++h) {
 		if (h > h0) __syncthreads();  // every warp done with the previous head's LS, AI, VS, gamma, beta, coef
@@ -620,7 +786,7 @@ __device__ __forceinline__ void prep_heads_g(float* smem, const float* kn, const
 		unsigned char* wkc =
 		    wk != nullptr ? reinterpret_cast<unsigned char*>(wk) + ((long long)c * HQK + qh) * walkplanes::kKBytes : nullptr;
 		prep_head_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, wpc, wkc, t0, n, qh, HQK, h, HV, h == h0, kraw,
-		            k_stride, l2norm);
+		            k_stride, l2norm, gb ? GAM + (h - h0) * kC : nullptr, gb ? BET + (h - h0) * kC : nullptr);
 	}
 }
 

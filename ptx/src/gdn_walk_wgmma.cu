@@ -201,6 +201,19 @@ struct WGWalker {
 	}
 
 
+	// store_frags16: store_state16's bytes (kStore16 1's stores) from split_frags<8>(s, ah, al)'s hi
+	// fragments, for a caller that holds them anyway: ah[k][q] packs rn(s[8k + 2q]), rn(s[8k + 2q + 1]),
+	// the word store_state16 packs for key tile 2k + q / 2, row half q % 2.
+	__device__ __forceinline__ void store_frags16(bf16* dst, int c0, const unsigned (&ah)[8][4]) const {
+		bf16* base = dst + (c0 + col(0)) * kD + tc::quad_pair16_key(t);
+#pragma unroll
+		for (int q = 0; q < 8; ++q) {
+#pragma unroll
+			for (int hf = 0; hf < 2; ++hf)
+				*reinterpret_cast<uint2*>(base + 8 * hf * kD + 16 * q) = tc::quad_pair16(ah[q][hf], ah[q][2 + hf], t);
+		}
+	}
+
 	__device__ __forceinline__ void store_vprime(float* vnew, int t0, int n, int h, int HV, int c0) const {
 #pragma unroll
 		for (int nt = 0; nt < 8; ++nt) {

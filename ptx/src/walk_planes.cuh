@@ -41,14 +41,36 @@ struct alignas(16) U32x4 {
 	unsigned x, y, z, w;
 };
 
+// neg_w_off: the byte offset of -W's (token i, key d) in its hi plane.
+__device__ __forceinline__ int neg_w_off(int i, int d) {
+	const int dc = d & 63;
+	return (d >> 6) * 8192 + i * 128 + (((dc >> 3) ^ (i & 7)) << 4) + 2 * (dc & 7);
+}
+
 // store_neg_w2 stores -W at (token i, keys d, d + 1) (d even) as its hi / lo pairs into the planes at wpc.
 __device__ __forceinline__ void store_neg_w2(unsigned char* wpc, int i, int d, float w0, float w1) {
 	unsigned hi, lo;
 	tc::split_bf16x2(-w0, -w1, hi, lo);
-	const int dc = d & 63;
-	const int off = (d >> 6) * 8192 + i * 128 + (((dc >> 3) ^ (i & 7)) << 4) + 2 * (dc & 7);
+	const int off = neg_w_off(i, d);
 	*reinterpret_cast<unsigned*>(wpc + off) = hi;
 	*reinterpret_cast<unsigned*>(wpc + kOffLo + off) = lo;
+}
+
+// store_neg_w_pair16 stores -W at token i for the two 8-key tiles of keys d0 .. d0 + 15 (d0 a multiple of
+// 16) from an accumulator-shaped fragment: this lane (t = lane % 4 of its quad) holds keys d0 + 2t, + 1 as
+// (x0, x1) and d0 + 8 + 2t, + 1 as (y0, y1). The quad swaps one word a plane (tc::quad_pair16) and each lane
+// stores 8 bytes of the hi and of the lo plane: the quad's stores fill the row's two units, one whole
+// 32-byte sector (the units 2m, 2m + 1 of a row stay adjacent under the swizzle u ^ (i % 8)). Every lane of
+// the warp must call it (shuffles); the bytes are store_neg_w2's.
+__device__ __forceinline__ void store_neg_w_pair16(unsigned char* wpc, int i, int d0, int t, float x0, float x1, float y0,
+                                                   float y1) {
+	unsigned h0, l0, h1, l1;
+	tc::split_bf16x2(-x0, -x1, h0, l0);
+	tc::split_bf16x2(-y0, -y1, h1, l1);
+	const uint2 hh = tc::quad_pair16(h0, h1, t), ll = tc::quad_pair16(l0, l1, t);
+	const int off = neg_w_off(i, d0 + tc::quad_pair16_key(t));
+	*reinterpret_cast<uint2*>(wpc + off) = hh;
+	*reinterpret_cast<uint2*>(wpc + kOffLo + off) = ll;
 }
 
 // store_t8 stores K^T's unit (key kk, tokens 8b .. 8b + 7), values x0 .. x7 in token order, as hi / lo
