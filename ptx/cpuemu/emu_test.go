@@ -3,6 +3,7 @@ package cpuemu
 import (
 	"encoding/binary"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -114,6 +115,23 @@ func built(t *testing.T, name string) string {
 	return filepath.Join(buildDir, name)
 }
 
+// noteInputs opens every file under dirs from this process. The C++
+// compiler, not the test binary, reads the kernel sources, so go test's
+// result cache would not see an edited kernel and would replay the old
+// result; files the test binary opens are part of the cache key.
+func noteInputs(dirs ...string) {
+	for _, d := range dirs {
+		_ = filepath.WalkDir(d, func(path string, e fs.DirEntry, err error) error {
+			if err == nil && e.Type().IsRegular() {
+				if f, err := os.Open(path); err == nil {
+					_ = f.Close()
+				}
+			}
+			return nil
+		})
+	}
+}
+
 func buildAll(cxx string) {
 	builds = map[string]error{}
 	dir, err := os.MkdirTemp("", "cpuemu")
@@ -125,6 +143,7 @@ func buildAll(cxx string) {
 	}
 	buildDir = dir
 	src, _ := filepath.Abs(srcDir())
+	noteInputs(src, "testdata")
 	objs := map[string]bool{}
 	for b, objList := range binaries {
 		if skipBinary(b) {
