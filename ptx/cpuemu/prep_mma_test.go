@@ -53,9 +53,10 @@ type prepMMACase struct {
 // 1, 3 and 40 rows) with cp.async landing only at its wait
 // (EMU_CP_ASYNC=deferred), run a second time with kt null (the v5 forward,
 // whose walks rebuild Kt); a v that is not 16-byte aligned (the kernel's
-// plain-load path for v); ten value heads over one QK head. Emulating gdn_prep_mma costs ~0.15 s of CPU a
-// block, so the cases hold 54 blocks (each mode once) to stay within a few
-// seconds on 2 cores.
+// plain-load path for v); ten value heads over one QK head (more than the
+// grouped preps stage at once). Emulating gdn_prep_mma costs ~0.15 s of CPU a
+// block, so the cases stay at a few dozen blocks (each mode once) to run
+// within seconds on 2 cores.
 var prepMMACases = []prepMMACase{
 	{name: "hv2_immediate", lens: []int{1, 63, 64, 65, 200}, hqk: 1, hv: 2, vPad: 8, seed: 21},
 	{name: "hv4_deferred", lens: []int{65, 3, 40}, hqk: 2, hv: 4, vPad: 0, deferred: true, nokt: true, seed: 22},
