@@ -4,8 +4,8 @@
 //   gdn_prep_mma   grid (NC, HV), 256 threads, dynamic shared memory kPrepMMASmem = 100096
 // Per (chunk, value head): gamma = in-chunk cumsum of g; L_ij = beta_i (k_i . k_j) e^(gamma_i - gamma_j)
 // for j < i; A = (I + L)^-1; W = A diag(beta e^gamma) K; U = A diag(beta) V; Kt = diag(e^(gamma_last -
-// gamma)) K; gcum, w, u, kt fp32, and where wp / wk are given the walk planes of -W (a value head: P5's W warps
-// store them from their accumulators, kWDirect; without it P5 stages them in KF, then every thread stores its
+// gamma)) K; gcum, w, u, kt fp32, and where wp / wk are given the walk planes of -W (a value head: P5's warps
+// store them from their W accumulators, kWDirect; without it P5 stages them in KF, then every thread stores its
 // share) and of K^T (a QK head, by its first value head's CTA, from
 // KF in P1) (walk_planes.cuh; w may then be null). Rows past a short chunk's end are
 // neither read nor written (the planes' are written as zero). kt may be
@@ -38,13 +38,13 @@
 //       reads back exactly the elements it wrote (the C layout of A_ij^T is the A layout in which
 //       row i + 1 reads it): no barrier between rows. Then every thread waits for group 2 (v).
 //                                                                                           barrier 5
-//   P5  W and U (kP5Split, prep_p5_split): warps 0-3 W, warps 4-7 U, warp w owning columns
-//       64 ((w % 4) / 2) .. +63 and the row blocks {0, 3} (w even) or {1, 2} (5 block-steps each). Its A
-//       operand, A diag(coef) for W or A diag(beta) for U, is built in registers from fp32 AI and split
-//       hi/lo; B = K (hi, lo) or V (exact bf16) by ldmatrix.trans of the swizzled stages. W = Ah Kh +
-//       Ah Kl + Al Kh, U = Ah V + Al V, per 16-wide k step, k ascending; the accumulators go straight to
-//       global memory (rows < n, 8-byte stores). (prep_p5, kP5Split 0: every warp both products for 32
-//       columns; the same bits.)
+//   P5  W and U (prep_p5): warp w both products for columns 32 (w % 4) .. +31 and the row blocks {0, 3}
+//       (w < 4) or {1, 2} (5 block-steps each). Its A operands, A diag(coef) for W and A diag(beta) for U,
+//       are built in registers from fp32 AI and split hi/lo; B = K (hi, lo) or V (exact bf16) by
+//       ldmatrix.trans of the swizzled stages. W = Ah Kh + Ah Kl + Al Kh, U = Ah V + Al V, per 16-wide k
+//       step, k ascending; the accumulators go straight to global memory (rows < n, 8-byte stores), and
+//       -W's planes from the W accumulators (kWDirect: 8-byte stores in whole sectors). (prep_p5_split,
+//       kP5Split 1: warps 0-3 W, warps 4-7 U, 64 columns each; the same bits, measured slower.)
 // No atomics; every element is one fixed instruction sequence: bitwise reproducible.
 // LS and AI keep rows of kLA = 68 words' budget but in lrow order (8-row blocks, rows 0, 1, 4, 5, 2, 3, 6, 7
 // with spare 16-byte units between them, see lrow): the 8-byte pair accesses of rows g (P2's L stores, P4's
@@ -464,9 +464,20 @@ __device__ __forceinline__ void prep_p4(const PrepSmem& S, int warp, int gq, int
 	}
 }
 
+// kWDirect: P5's warps store -W's walk planes straight from their W accumulators, 8 bytes a lane in whole
+// 32-byte sectors (walkplanes::store_neg_w_pair16), instead of staging them in KF for a barrier and
+// prep_w_planes_out (4-byte stores of each 8-key tile straight to global memory took the prep 1.11 -> 1.67
+// ms, 2026-12-02: half sectors). The same bytes. Measured with the split P5 (H200, 32K core, 2026-12-03):
+// prep 1.538 ms staged, 1.410 direct.
+#ifndef GDNKCP_PREP_W_DIRECT
+#define GDNKCP_PREP_W_DIRECT 1
+#endif
+constexpr bool kWDirect = GDNKCP_PREP_W_DIRECT != 0;
+
 // P5: W = A diag(coef) K, U = A diag(beta) V of value head h, stored (rows < n; w may be null), and, where
 // wpc (this chunk and head's 64 KB of walk planes) is given, -W as its bf16 hi / lo planes (walk_planes.cuh:
-// every row, zero from row n on) into KF's 32 KB (LS is dead since barrier 5), for prep_w_planes_out.
+// every row, zero from row n on): with kWDirect straight to wpc, else into KF's 32 KB (LS is dead since
+// barrier 5) for prep_w_planes_out.
 // (Stored from the accumulators straight to global memory, each warp store wrote eight 16-byte pieces of
 // eight rows: the prep took 1.11 -> 1.67 ms at 32K with the planes, measured 2026-12-02.)
 __device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, unsigned char* wpc, int t0, int n, int h,
@@ -513,9 +524,21 @@ __device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, u
 					if (w != nullptr) *reinterpret_cast<float2*>(w + o) = make_float2(aw[nt][2 * hr], aw[nt][2 * hr + 1]);
 					*reinterpret_cast<float2*>(u + o) = make_float2(au[nt][2 * hr], au[nt][2 * hr + 1]);
 				}
-				if (wpc != nullptr)
+				if (!kWDirect && wpc != nullptr)
 					walkplanes::store_neg_w2(reinterpret_cast<unsigned char*>(S.KF), i, d, i < n ? aw[nt][2 * hr] : 0.f,
 					                         i < n ? aw[nt][2 * hr + 1] : 0.f);
+			}
+		}
+		if (kWDirect && wpc != nullptr) {  // warp-uniform: every lane takes part in the shuffles
+#pragma unroll
+			for (int hr = 0; hr < 2; ++hr) {
+				const int i = 16 * mi + gq + 8 * hr;
+				const bool in = i < n;
+#pragma unroll
+				for (int p = 0; p < 2; ++p)
+					walkplanes::store_neg_w_pair16(wpc, i, n0 + 16 * p, tq, in ? aw[2 * p][2 * hr] : 0.f,
+					                               in ? aw[2 * p][2 * hr + 1] : 0.f, in ? aw[2 * p + 1][2 * hr] : 0.f,
+					                               in ? aw[2 * p + 1][2 * hr + 1] : 0.f);
 			}
 		}
 	}
@@ -531,14 +554,6 @@ __device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, u
 #define GDNKCP_PREP_P5_SPLIT 0
 #endif
 constexpr bool kP5Split = GDNKCP_PREP_P5_SPLIT != 0;
-// kWDirect (with kP5Split): the W warps store -W's walk planes straight from their accumulators, 8 bytes a
-// lane in whole 32-byte sectors (walkplanes::store_neg_w_pair16), instead of staging them in KF for a
-// barrier and prep_w_planes_out (4-byte stores of each 8-key tile straight to global memory took the
-// prep 1.11 -> 1.67 ms, 2026-12-02: half sectors). The same bytes.
-#ifndef GDNKCP_PREP_W_DIRECT
-#define GDNKCP_PREP_W_DIRECT 1
-#endif
-constexpr bool kWDirect = kP5Split && GDNKCP_PREP_W_DIRECT != 0;
 
 // prep_p5_split: prep_p5's outputs with kP5Split's division of the work: warp w < 4 computes W, w >= 4 U,
 // for columns 64 ((w % 4) / 2) .. + 63 and the row blocks {0, 3} (w % 2 == 0) or {1, 2} (5 block-steps
