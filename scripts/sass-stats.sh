@@ -2,7 +2,7 @@
 # sass-stats.sh: on the GPU machine (cuobjdump there), the SASS of the wgmma kernels of an sm_90a cubin,
 # counted per function: HGMMA instructions, WARPGROUP.ARRIVE, WARPGROUP.DEPBAR (a wgmma wait), and the HGMMA
 # that a wait follows before the next HGMMA (each such wgmma ran alone: serialized). The SASS goes to
-# $OUT/NAME.sass.gz for reading here.
+# $OUT/NAME.sass.gz for reading here (scripts/sass-diff.py compares two of them by opcode, no GPU needed).
 #   run(command="bash scripts/sass-stats.sh [CUBIN] [FUNCTION_REGEX]")
 # Defaults: ptx/blobs/gdnkcp.sm_90a.cubin, the walks (_walk_).
 set -uo pipefail
