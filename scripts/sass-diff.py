@@ -58,7 +58,7 @@ def histograms(lines, pat):
 
 
 def kind_count(h, prefixes):
-    return sum(n for op, n in h.items() if op.split(".")[0] in prefixes or op.startswith(prefixes))
+    return sum(n for op, n in h.items() if op.startswith(prefixes))
 
 
 def main():
