@@ -110,6 +110,12 @@ const (
 	// rows (kernelSet.normQK): the forward alone skips the l2norm kernel.
 	entryPrepMMAGN     = "gdn_prep_mma_gn"
 	entryOutputMMA16GN = "gdn_output_mma16gn"
+	// entryPrepMMAGNK and entryOutputMMA16GNK are the same for a forward
+	// kept for a backward: they also write Kt and qn, kn and their rstd
+	// where the l2norm kernel would, so that forward skips it too. Separate
+	// entries, so the forward alone's code tests none of those pointers.
+	entryPrepMMAGNK     = "gdn_prep_mma_gnk"
+	entryOutputMMA16GNK = "gdn_output_mma16gnk"
 	// The v5 walks on the prep's walk planes (gdn_walk_planes.cu): the
 	// summary and state walks' arguments with the planes in place of w, kn
 	// and HQK, the same outputs and bits (sm_90a) as the mma16 walks.
@@ -374,18 +380,24 @@ func (ks kernelSet) bf16States(stage Stage) bool { return ks.statesBF16 && stage
 
 // prepFor returns the prep entry, its shared memory and whether it runs a
 // CTA a QK head, for a forward that writes Kt (writesKt: a backward or a
-// recompute reads it) or not. The grouped prep (prepQK) is faster only
-// without Kt: measured on the H200 at 32,768 tokens (2026-12-02),
-// gdn_prep_mma_g 1.276 -> 1.108 ms against gdn_prep_mma with Kt null, but
-// 1.347 -> 1.412 ms with Kt written (each later head reads its k rows
-// again from global memory for Kt). So with Kt the set's ungrouped
-// gdn_prep_mma runs; both write the same bits.
-func (ks kernelSet) prepFor(writesKt bool) (entry string, smem int, qk bool) {
-	if ks.prepQK && writesKt {
+// recompute reads it) or not, with group = HV / HQK value heads a QK head.
+// The grouped prep (prepQK) writes every head's Kt in its first head's pass
+// when it stages every head's gamma (group <= prepMaxGroup); past that each
+// later head reads its k rows again from global memory for Kt, which
+// measured slower than the ungrouped prep on the H200 (32,768 tokens,
+// 2026-12-02: 1.347 -> 1.412 ms), so there the set's ungrouped gdn_prep_mma
+// runs. Without Kt the grouped prep was faster (1.276 -> 1.108 ms). Both
+// write the same bits.
+func (ks kernelSet) prepFor(writesKt bool, group int) (entry string, smem int, qk bool) {
+	if ks.prepQK && writesKt && group > prepMaxGroup {
 		return entryPrepMMA, prepMMASmem, false
 	}
 	return ks.prep, ks.prepSmem, ks.prepQK
 }
+
+// prepMaxGroup is kMaxGB (gdn_prep_mma.cu): the most value heads a QK head
+// whose gamma and beta the grouped prep stages at once.
+const prepMaxGroup = 8
 
 // entries lists every kernel a forward with this set launches, with the
 // most dynamic shared memory it takes (walks at vh 128).
@@ -400,11 +412,12 @@ func (ks kernelSet) entries() []gpuEntry {
 		{ks.state, max(ks.walkSmem(64), ks.walkSmem(128))},
 		{ks.output, ks.outputSmem},
 	}
-	if e, smem, _ := ks.prepFor(true); e != ks.prep {
+	if e, smem, _ := ks.prepFor(true, prepMaxGroup+1); e != ks.prep { // Kt past kMaxGB heads a QK head
 		es = append(es, gpuEntry{e, smem})
 	}
 	if ks.normQK {
-		es = append(es, gpuEntry{entryPrepMMAGN, ks.prepSmem}, gpuEntry{entryOutputMMA16GN, ks.outputSmem})
+		es = append(es, gpuEntry{entryPrepMMAGN, ks.prepSmem}, gpuEntry{entryOutputMMA16GN, ks.outputSmem},
+			gpuEntry{entryPrepMMAGNK, ks.prepSmem}, gpuEntry{entryOutputMMA16GNK, ks.outputSmem})
 	}
 	return es
 }

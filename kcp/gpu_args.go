@@ -42,7 +42,7 @@ func argsPrepMMA(kn, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum,
 
 // argsPrepMMAGN: gdn_prep_mma_gn(k, k_stride, l2norm, v, v_stride, g,
 // beta, chunk_tok0, chunk_len, gcum, w, u, wp, wk, HQK, HV): gdn_prep_mma_g
-// with kt null, normalising the bf16 k rows itself.
+// with kt null, normalising the bf16 k rows itself (the forward alone).
 func argsPrepMMAGN(k uintptr, kStride int, l2norm bool, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum, w, u,
 	wp, wk uintptr, HQK, HV int) *loader.Args {
 	return loader.NewArgs().DevicePtr(k).I32(int32(kStride)).I32(b2i(l2norm)).DevicePtr(v).I32(int32(vStride)).
@@ -50,14 +50,34 @@ func argsPrepMMAGN(k uintptr, kStride int, l2norm bool, v uintptr, vStride int, 
 		DevicePtr(u).DevicePtr(wp).DevicePtr(wk).I32(int32(HQK)).I32(int32(HV))
 }
 
+// argsPrepMMAGNK: gdn_prep_mma_gnk(gdn_prep_mma_gn's arguments, kt, kn_out,
+// k_rstd): the forward kept for a backward, which also writes Kt and the
+// normalised k rows and their rstd where gdn_l2norm_fwd writes kn and
+// k_rstd.
+func argsPrepMMAGNK(k uintptr, kStride int, l2norm bool, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum, w,
+	u, wp, wk uintptr, HQK, HV int, kt, knOut, kRstd uintptr) *loader.Args {
+	return argsPrepMMAGN(k, kStride, l2norm, v, vStride, g, beta, chunkTok0, chunkLen, gcum, w, u, wp, wk, HQK, HV).
+		DevicePtr(kt).DevicePtr(knOut).DevicePtr(kRstd)
+}
+
 // argsOutputGN: gdn_output_mma16gn(q, k, q_stride, k_stride, l2norm, gcum,
 // vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV, scale): gdn_output_mma16g
-// normalising the bf16 q and k rows itself.
+// normalising the bf16 q and k rows itself (the forward alone).
 func argsOutputGN(q, k uintptr, qStride, kStride int, l2norm bool, gcum, vnew16, h16, chunkTok0, chunkLen, o uintptr,
 	HQK, HV int, scale float32) *loader.Args {
 	return loader.NewArgs().DevicePtr(q).DevicePtr(k).I32(int32(qStride)).I32(int32(kStride)).I32(b2i(l2norm)).
 		DevicePtr(gcum).DevicePtr(vnew16).DevicePtr(h16).DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(o).
 		I32(int32(HQK)).I32(int32(HV)).F32(scale)
+}
+
+// argsOutputGNK: gdn_output_mma16gnk(gdn_output_mma16gn's arguments,
+// qn_out, q_rstd): the forward kept for a backward, which also writes the
+// normalised q rows and their rstd where gdn_l2norm_fwd writes qn and
+// q_rstd.
+func argsOutputGNK(q, k uintptr, qStride, kStride int, l2norm bool, gcum, vnew16, h16, chunkTok0, chunkLen, o uintptr,
+	HQK, HV int, scale float32, qnOut, qRstd uintptr) *loader.Args {
+	return argsOutputGN(q, k, qStride, kStride, l2norm, gcum, vnew16, h16, chunkTok0, chunkLen, o, HQK, HV, scale).
+		DevicePtr(qnOut).DevicePtr(qRstd)
 }
 
 // argsSummaryPlanes: gdn_summary_walk_planes(wp, wk, u, gcum, chunk_tok0,
@@ -156,12 +176,14 @@ func gpuArgSamples() map[string]*loader.Args {
 		entryStateMMA:   argsState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 
-		entrySummaryMMA16:  argsSummary16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryStateMMA16:    argsState16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOutputMMA16:   argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
-		entryOutputMMA16G:  argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // gdn_output_mma16's
-		entryPrepMMAGN:     argsPrepMMAGN(0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOutputMMA16GN: argsOutputGN(0, 0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entrySummaryMMA16:   argsSummary16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryStateMMA16:     argsState16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputMMA16:    argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
+		entryOutputMMA16G:   argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // gdn_output_mma16's
+		entryPrepMMAGN:      argsPrepMMAGN(0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputMMA16GN:  argsOutputGN(0, 0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryPrepMMAGNK:     argsPrepMMAGNK(0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputMMA16GNK: argsOutputGNK(0, 0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 
 		entrySummaryPlanes: argsSummaryPlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryStatePlanes:   argsStatePlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),

@@ -109,13 +109,19 @@ type gpuRank struct {
 	sumP, sumQ, allP, allQ, start, final, h, vnew, o                  *loader.Buffer
 	h16, vnew16                                                       *loader.Buffer // bf16 H^T, V'^T (MMAForward5)
 	// normQK: this forward normalises q and k inside the prep and the
-	// output (kernelSet.normQK, nothing kept for a backward): no qn, kn,
-	// q_rstd, k_rstd; the kernels read the bf16 q, k at qRaw, kRaw (row
-	// strides qSt, kSt elements).
+	// output (kernelSet.normQK): no l2norm kernel; the kernels read the
+	// bf16 q, k at qRaw, kRaw (row strides qSt, kSt elements). A forward
+	// kept for a backward has them write qn, kn, q_rstd and k_rstd as the
+	// l2norm kernel would (its chunks' rows); the forward alone has none.
 	normQK     bool
 	qRaw, kRaw uintptr
 	qSt, kSt   int
 }
+
+// normKept reports whether this forward normalises q and k in the prep and
+// the output and keeps qn, kn and their rstd for a backward: the _gnk
+// entries, which write them.
+func (rk *gpuRank) normKept() bool { return rk.normQK && rk.qn != nil }
 
 // qkv returns where the chunk kernels read q, k and v and their row strides
 // in elements: the inputs in the core stage, the conv output's columns in
@@ -819,10 +825,12 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	if err := m.dropStager(); err != nil { // the inputs' copies are queued: the pinned chunks go back
 		return wrap(err)
 	}
-	// Kt: see below. Without it (nothing kept for a backward) the v5 set's
-	// prep and output normalise q and k themselves (kernelSet.normQK).
+	// Kt: see below. The v5 set's prep and output normalise q and k
+	// themselves (kernelSet.normQK) and, where a backward needs them, write
+	// qn, kn and their rstd too; with Kt only while the grouped prep takes
+	// every head's Kt in one pass (kernelSet.prepFor).
 	needKt := !ks.out16 || rr.keepStates || (ks.prep != entryPrepMMA && ks.prep != entryPrepMMAG)
-	rk.normQK = ks.normQK && !needKt
+	rk.normQK = ks.normQK && (!needKt || HV/HQK <= prepMaxGroup)
 	rk.qn, rk.kn, rk.qRstd, rk.kRstd = nil, nil, nil, nil
 	for _, t := range []struct {
 		dst  **loader.Buffer
@@ -834,7 +842,7 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 		{&rk.kRstd, "k_rstd", Tr * HQK, true}, {&rk.gcum, "gcum", Tr * HV, false}, {&rk.u, "u", Tr * nv, false},
 		{&rk.start, "start states", NS * summarySlot(HV), false}, {&rk.final, "final states", NS * summarySlot(HV), false},
 	} {
-		if t.norm && rk.normQK {
+		if t.norm && rk.normQK && !needKt { // the forward alone: nothing reads them
 			continue
 		}
 		if *t.dst, err = f32(t.nm, t.n); err != nil {
@@ -933,7 +941,7 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	if err := rr.mark(); err != nil { // l2norm
 		return err
 	}
-	prep, prepSmem, prepQK := ks.prepFor(rk.kt != nil)
+	prep, prepSmem, prepQK := ks.prepFor(rk.kt != nil, HV/HQK)
 	prepBlocks := HV
 	if prepQK {
 		prepBlocks = HQK
@@ -941,6 +949,11 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	args := argsPrep(rk.kn.Ptr(), vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 		rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), HQK, HV)
 	switch {
+	case rk.normKept():
+		prep = entryPrepMMAGNK
+		args = argsPrepMMAGNK(kp, kst, !g.opts.NoL2Norm, vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(),
+			rk.chunkLen.Ptr(), rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.wp.Ptr(), rk.wk.Ptr(), HQK, HV, rk.kt.Ptr(),
+			rk.kn.Ptr(), rk.kRstd.Ptr())
 	case rk.normQK:
 		prep = entryPrepMMAGN
 		args = argsPrepMMAGN(kp, kst, !g.opts.NoL2Norm, vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(),
@@ -1188,7 +1201,12 @@ func (rr *rankRun) finish() error {
 	}
 	output, outArgs := ks.output, argsOutput(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), outV, outH, rk.chunkTok0.Ptr(),
 		rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(g.opts))
-	if rk.normQK {
+	switch {
+	case rk.normKept():
+		output, outArgs = entryOutputMMA16GNK, argsOutputGNK(rk.qRaw, rk.kRaw, rk.qSt, rk.kSt, !g.opts.NoL2Norm,
+			rk.gcum.Ptr(), outV, outH, rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(g.opts),
+			rk.qn.Ptr(), rk.qRstd.Ptr())
+	case rk.normQK:
 		output, outArgs = entryOutputMMA16GN, argsOutputGN(rk.qRaw, rk.kRaw, rk.qSt, rk.kSt, !g.opts.NoL2Norm, rk.gcum.Ptr(),
 			outV, outH, rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(g.opts))
 	}

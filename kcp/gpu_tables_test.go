@@ -413,6 +413,7 @@ func TestGPUSharedMemorySizes(t *testing.T) {
 		{"gdn_prep_mma.cu", `kPrepMMASmem\s*=\s*(\d+)\s*\n`, prepMMASmem},
 		{"gdn_prep_mma.cu", `kPrepMMAGSmem = (\d+) bytes`, prepMMAGSmem},
 		{"gdn_prep_mma.cu", `static_assert\(kPrepMMAGSmem == (\d+)`, prepMMAGSmem},
+		{"gdn_prep_mma.cu", `constexpr int kMaxGB = (\d+);`, prepMaxGroup},
 		{"gdn_output_mma.cu", `kOutputMMASmem = (\d+) bytes`, outputMMASmem},
 		{"gdn_output_mma.cu", `kOutputMMA16Smem = (\d+) bytes`, outputMMA16Smem},
 		{"gdn_output_mma.cu", `static_assert\(kOutputMMA16Smem == (\d+)`, outputMMA16Smem},
@@ -533,7 +534,7 @@ func TestGPUEntries(t *testing.T) {
 		{"mma", []string{entryL2Norm, entryPrepMMA, entrySummaryMMA, entryCompose, entryStateMMA, entryOutputMMA},
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
 		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryPlanes, entryCompose, entryStatePlanes, entryOutputMMA16G, entryPrepMMA,
-			entryPrepMMAGN, entryOutputMMA16GN},
+			entryPrepMMAGN, entryOutputMMA16GN, entryPrepMMAGNK, entryOutputMMA16GNK},
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMAG, entryGradsMMA8}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
@@ -549,11 +550,18 @@ func TestGPUEntries(t *testing.T) {
 		require.Equal(t, c.name == "v5", ks.grads5, c.name)
 		require.Equal(t, c.name == "v5", ks.tokenSlots, c.name)
 		require.Equal(t, c.name == "v5", ks.statesBF16, c.name)
-		// With Kt written (a backward or recompute reads it) the grouped
-		// prep gives way to gdn_prep_mma; without it the set's prep runs.
-		e, smem, qk := ks.prepFor(false)
-		require.Equal(t, []any{ks.prep, ks.prepSmem, ks.prepQK}, []any{e, smem, qk}, c.name)
-		e, smem, qk = ks.prepFor(true)
+		// Without Kt, and with Kt for up to prepMaxGroup value heads a QK
+		// head (the grouped prep writes them all in its first head's pass),
+		// the set's prep runs; with Kt past that the grouped prep gives way
+		// to gdn_prep_mma.
+		for _, w := range []struct {
+			kt    bool
+			group int
+		}{{false, 3}, {false, prepMaxGroup + 1}, {true, 3}, {true, prepMaxGroup}} {
+			e, smem, qk := ks.prepFor(w.kt, w.group)
+			require.Equal(t, []any{ks.prep, ks.prepSmem, ks.prepQK}, []any{e, smem, qk}, "%s %+v", c.name, w)
+		}
+		e, smem, qk := ks.prepFor(true, prepMaxGroup+1)
 		if c.name == "v5" {
 			require.Equal(t, []any{entryPrepMMA, prepMMASmem, false}, []any{e, smem, qk}, c.name)
 		} else {

@@ -22,7 +22,7 @@
 #      summary).
 # B's blobs come back as $OUT/blobs-b.tar.gz (the text logs in $OUT/logs.tar.gz): install them (scripts/blobs-local.sh install) only where every
 # check passed and no stage got slower. Env: DOCS2 (default 40000,45000,35908; empty skips step 3), B_TESTS,
-# WALK=0 skips step 1, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them), ALT_SRC: the sources
+# WALK=0 skips step 1, EXTRA2=0 leaves step 3's forced vh 64 and launch-order runs out, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them), ALT_SRC: the sources
 # of B (default ptx/src).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,12 +45,12 @@ if [ -n "$docs2" ] && [ -d /tmp/gdnkcp-blobs-b ]; then
 		[ $s = A ] && [ -x .gpu/kcp-a ] && bin=.gpu/kcp-a
 		[ $s = B ] && d=/tmp/gdnkcp-blobs-b
 		GDNKCP_BLOB_DIR=$d timeout 240 $bin bench --docs "$docs2" --kernels v5 --modes core,core+bwd --reps 5 --warmup 2 \
-			2>/dev/null | grep -E 'median|walk|chunk grads' | sed "s/^/$s /"
+			2>/dev/null | grep -E 'median|walk|l2norm|prep|output|chunk grads' | sed "s/^/$s /"
 	done
-	GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd \
+	[ "${EXTRA2:-1}" = 1 ] && GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd \
 		--reps 5 --warmup 2 --force-vh 64 2>/dev/null | grep -E 'median|walk' | sed "s/^/B vh64 /"
 	# B's walks in launch order, where B's kcp has the flag: what its dispatch order saves, on the same blobs.
-	if .gpu/kcp bench --help 2>/dev/null | grep -q -- --launch-order; then
+	if [ "${EXTRA2:-1}" = 1 ] && .gpu/kcp bench --help 2>/dev/null | grep -q -- --launch-order; then
 		GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd \
 			--reps 5 --warmup 2 --launch-order 2>/dev/null | grep -E 'median|walk' | sed "s/^/B launch-order /"
 	fi

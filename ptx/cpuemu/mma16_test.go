@@ -217,7 +217,7 @@ func checkWalks16(t *testing.T, d *gdnData, r *result, walks []mma16Walk, sums m
 		}
 	}
 	in := &outInputs{qn: r.f32s("qn"), kn: r.f32s("kn"), gcum: r.f32s("gcum"), vnew: r.f32s("ref_vnew"),
-		h: r.f32s("ref_h")}
+		h: r.f32s("ref_h"), qRstd: r.f32s("q_rstd")}
 	// The bf16 tiles the walk must write: H^T and V'^T of the fp32 reference.
 	want16 := bf16Tiles(l, HV, in.h, in.vnew)
 	for _, w := range walks {
@@ -362,6 +362,18 @@ func addOutput16(j *job, d *gdnData, in *outInputs, h16, vnew16 []byte, probe bo
 		j.launch("output_mma16gn"+sfx, "gdn_output_mma16gn", grid3(l.NC, HQK, 1), 256, "kOutputMMA16Smem",
 			buf("qraw"+sfx), buf("kraw"+sfx), i32a(qs), i32a(qs), i32a(l2), buf("gcum"), buf("vnew16"), buf("h16"),
 			buf("chunk_tok0"), buf("chunk_len"), buf("ogn"+sfx), i32a(HQK), i32a(HV), f32a(d.scale))
+		// Kept for a backward: gdn_output_mma16gnk also writes the normalised q rows and their rstd, where
+		// gdn_l2norm_fwd writes qn and q_rstd (checkOutput16 compares them with the l2norm's).
+		j.out("ognk"+sfx, 2*g.T*HV*dHead)
+		j.poison("ognk"+sfx, poisonBF16x2)
+		j.out("qn_out"+sfx, 4*g.T*HQK*dHead)
+		j.poison("qn_out"+sfx, poisonF32)
+		j.out("q_rstd_out"+sfx, 4*g.T*HQK)
+		j.poison("q_rstd_out"+sfx, poisonF32)
+		j.launch("output_mma16gnk"+sfx, "gdn_output_mma16gnk", grid3(l.NC, HQK, 1), 256, "kOutputMMA16Smem",
+			buf("qraw"+sfx), buf("kraw"+sfx), i32a(qs), i32a(qs), i32a(l2), buf("gcum"), buf("vnew16"), buf("h16"),
+			buf("chunk_tok0"), buf("chunk_len"), buf("ognk"+sfx), i32a(HQK), i32a(HV), f32a(d.scale), buf("qn_out"+sfx),
+			buf("q_rstd_out"+sfx))
 	}
 	if probe {
 		j.out("o32", 4*g.T*HV*dHead)
@@ -384,8 +396,12 @@ func fill(n int, v float32) []float32 {
 // order ([T, HV, 128]) and checks that every gap row still holds the poison
 // word of its type (4-byte words: fp32, or two bf16).
 func ungap(t *testing.T, d *gdnData, g *gapped, raw []byte, elemBytes int, poison uint32, name string) []byte {
-	l, HV := d.l, d.c.hv
-	row := HV * dHead * elemBytes // bytes of one token
+	return ungapRows(t, d, g, raw, d.c.hv*dHead*elemBytes, poison, name)
+}
+
+// ungapRows is ungap for rows of row bytes a token (a per-QK-head array, say).
+func ungapRows(t *testing.T, d *gdnData, g *gapped, raw []byte, row int, poison uint32, name string) []byte {
+	l := d.l
 	out := make([]byte, 0, l.T*row)
 	for ci := 0; ci < l.NC; ci++ {
 		tg, n := int(g.tok0[ci]), int(l.chunkLen[ci])
@@ -440,6 +456,17 @@ func checkOutput16(t *testing.T, et *errTable, d *gdnData, in *outInputs, g *gap
 		"gdn_output_mma16gn: not gdn_output_mma16g's bits")
 	require.Equal(t, res.raw["o"], ungap(t, d, g, r.raw["ogn_u8"], 2, poisonBF16x2, "ogn_u8"),
 		"gdn_output_mma16gn (8-byte aligned rows): not gdn_output_mma16g's bits")
+	// Kept for a backward (gdn_output_mma16gnk, qn_out and q_rstd given): the same output, and the q rows and rstd of
+	// gdn_l2norm_fwd bit for bit (its qn, q_rstd: in.qn, in.qRstd), nothing in the gaps.
+	for _, sfx := range []string{"", "_u8"} {
+		require.Equal(t, res.raw["o"], ungap(t, d, g, r.raw["ognk"+sfx], 2, poisonBF16x2, "ognk"+sfx),
+			"gdn_output_mma16gnk%s: not gdn_output_mma16g's bits", sfx)
+		HQK := d.c.hqk
+		require.Equal(t, f32Bytes(in.qn), ungapRows(t, d, g, r.raw["qn_out"+sfx], 4*HQK*dHead, poisonF32, "qn_out"+sfx),
+			"gdn_output_mma16gnk%s: qn is not gdn_l2norm_fwd's", sfx)
+		require.Equal(t, f32Bytes(in.qRstd), ungapRows(t, d, g, r.raw["q_rstd_out"+sfx], 4*HQK, poisonF32, "q_rstd_out"+sfx),
+			"gdn_output_mma16gnk%s: q_rstd is not gdn_l2norm_fwd's", sfx)
+	}
 	var o32 []float32
 	if probe { // first: its fp32 shows the kernel's own error
 		res.raw["o32"] = ungap(t, d, g, r.raw["o32"], 4, poisonF32, "o32")

@@ -59,6 +59,7 @@ var outCases = []outCase{
 // outInputs are the output kernel's fp32 inputs.
 type outInputs struct {
 	qn, kn, gcum, vnew, h []float32
+	qRstd                 []float32 // gdn_l2norm_fwd's q_rstd where the inputs came from it (mma16_test), else nil
 }
 
 // newOutInputs makes the kernel's inputs: q, k of the case's random bf16

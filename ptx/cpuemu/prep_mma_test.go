@@ -383,8 +383,13 @@ func TestMMAPrepNormOnCPU(t *testing.T) {
 			kb := bufAt("k", 2*c.kOff)
 			j.launch("l2norm", "gdn_l2norm_fwd", grid1(ceilDiv(T*HQK*2, 8)), 256, "0", kb, kb, i32a(ks),
 				i32a(ks), buf("qn"), buf("kn"), buf("q_rstd"), buf("k_rstd"), i32a(T), i32a(HQK), i32a(l2))
-			for _, sfx := range []string{"_g", "_gn", "_gw", "_gnw"} {
-				for _, o := range []bufSpec{{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}} {
+			// outs: one prep's poisoned outputs, named with sfx (and Kt where kt is set).
+			outs := func(sfx string, kt bool) {
+				specs := []bufSpec{{"gcum", T * HV}, {"w", T * HV * dHead}, {"u", T * HV * dHead}}
+				if kt {
+					specs = append(specs, bufSpec{"kt", T * HV * dHead})
+				}
+				for _, o := range specs {
 					j.out(o.name+sfx, 4*o.elems)
 					j.poison(o.name+sfx, poisonF32)
 				}
@@ -392,6 +397,9 @@ func TestMMAPrepNormOnCPU(t *testing.T) {
 				j.poison("wp"+sfx, poisonBF16x2)
 				j.out("wk"+sfx, NC*HQK*32768)
 				j.poison("wk"+sfx, poisonBF16x2)
+			}
+			for _, sfx := range []string{"_g", "_gn", "_gw", "_gnw"} {
+				outs(sfx, false)
 			}
 			tail := func(sfx string, w bool) []string {
 				wb := nullBuf()
@@ -412,6 +420,21 @@ func TestMMAPrepNormOnCPU(t *testing.T) {
 					buf("wp_gn"+r.sfx), buf("wk_gn"+r.sfx), i32a(HQK), i32a(HV))
 				j.launch("prep_mma_gn"+r.sfx, "gdn_prep_mma_gn", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", b...)
 			}
+			// Kept for a backward: gdn_prep_mma_g with Kt and w on gdn_l2norm_fwd's kn ("_gk"), and
+			// gdn_prep_mma_gnk with Kt and w writing the normalised k rows and their rstd ("_gnk"): every
+			// output the same bits, kn_out and k_rstd gdn_l2norm_fwd's.
+			outs("_gk", true)
+			outs("_gnk", true)
+			j.out("kn_out", 4*T*HQK*dHead)
+			j.poison("kn_out", poisonF32)
+			j.out("k_rstd_out", 4*T*HQK)
+			j.poison("k_rstd_out", poisonF32)
+			j.launch("prep_mma_gk", "gdn_prep_mma_g", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem",
+				append(append([]string{buf("kn"), buf("v"), i32a(vs)}, tail("_gk", true)...), buf("kt_gk"),
+					buf("wp_gk"), buf("wk_gk"), i32a(HQK), i32a(HV))...)
+			j.launch("prep_mma_gnk", "gdn_prep_mma_gnk", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem",
+				append(append([]string{kb, i32a(ks), i32a(l2), buf("v"), i32a(vs)}, tail("_gnk", true)...),
+					buf("wp_gnk"), buf("wk_gnk"), i32a(HQK), i32a(HV), buf("kt_gnk"), buf("kn_out"), buf("k_rstd_out"))...)
 			res := j.run(bin)
 			t.Logf("runner:\n%s", res.log)
 			for _, sfx := range []string{"", "w"} {
@@ -423,6 +446,27 @@ func TestMMAPrepNormOnCPU(t *testing.T) {
 					}
 					require.Equal(t, a, b, "%s: gdn_prep_mma_gn differs from gdn_prep_mma_g on gdn_l2norm_fwd's kn (w %v)",
 						n, sfx != "")
+				}
+			}
+			for _, n := range []string{"gcum", "w", "u", "kt", "wp", "wk"} {
+				require.Equal(t, res.raw[n+"_gk"], res.raw[n+"_gnk"], "%s: gdn_prep_mma_gnk differs from gdn_prep_mma_g", n)
+			}
+			// kn_out and k_rstd: gdn_l2norm_fwd's kn and k_rstd on the owned rows, bit for bit; the gap
+			// rows not written.
+			for _, p := range []struct {
+				got, want string
+				per       int
+			}{{"kn_out", "kn", HQK * dHead}, {"k_rstd_out", "k_rstd", HQK}} {
+				got, want := res.raw[p.got], res.raw[p.want]
+				for tk := 0; tk < T; tk++ {
+					for e := 0; e < p.per; e++ {
+						a, b := binary.LittleEndian.Uint32(got[4*(tk*p.per+e):]), binary.LittleEndian.Uint32(want[4*(tk*p.per+e):])
+						if owned[tk] {
+							require.Equalf(t, b, a, "%s: token %d element %d is not gdn_l2norm_fwd's %s", p.got, tk, e, p.want)
+						} else {
+							require.Equalf(t, poisonF32, a, "%s: token %d past a chunk's end written", p.got, tk)
+						}
+					}
 				}
 			}
 			// The reference run wrote every owned row (so the equality above is not poison against poison)

@@ -641,12 +641,24 @@ gdn_output_mma16(const float* __restrict__ qn, const float* __restrict__ kn, con
 // d / 4 % 2) + d % 4: lane l's four columns 4 l .. are one 16-byte store), rows from n on zero: the same tile,
 // so convert_tile and everything after it are the bits of gdn_output_mma16g. Warp w takes rows w, w + 8, ..,
 // kNormRows rows' loads at a time. Plain shared stores: a __syncthreads publishes them.
+// out16_norm_out: row i's normalised part (lane's columns 4 lane ..) to xo + i os and, lane 0, its rstd to
+// ro[i rs], for rows < n, where xo is given.
+__device__ __forceinline__ void out16_norm_out(float* xo, long long os, float* ro, int rs, int i, int n, int lane,
+                                               const float (&v)[4], float rstd) {
+	if (xo == nullptr || i >= n) return;
+	*reinterpret_cast<float4*>(xo + i * os + 4 * lane) = make_float4(v[0], v[1], v[2], v[3]);
+	if (lane == 0) ro[(long long)i * rs] = rstd;
+}
+
 #ifndef GDNKCP_OUT_NORM_ROWS
 #define GDNKCP_OUT_NORM_ROWS 8
 #endif
 constexpr int kNormRows = GDNKCP_OUT_NORM_ROWS;  // rows a warp loads at once (8: all; fewer: fewer registers)
 static_assert(8 % kNormRows == 0, "kNormRows divides a warp's 8 rows");
-__device__ __forceinline__ void out16_norm_tile(float* tile, const bf16* x, long long xs, int l2norm, int n) {
+// xo, ro (may be null): the normalised rows < n also to xo + i os (fp32, 128 a row) and their rstd to ro[i rs]
+// (lane 0): gdn_l2norm_fwd's values and places for a forward kept for a backward (the output's q).
+__device__ __forceinline__ void out16_norm_tile(float* tile, const bf16* x, long long xs, int l2norm, int n,
+                                                float* xo = nullptr, long long os = 0, float* ro = nullptr, int rs = 0) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const bool vec = fwd::rows_vec8(x, xs);
 #pragma unroll 1
@@ -657,10 +669,11 @@ __device__ __forceinline__ void out16_norm_tile(float* tile, const bf16* x, long
 #pragma unroll
 		for (int r = 0; r < kNormRows; ++r) {
 			const int i = warp + 8 * (r0 + r);
-			fwd::l2norm_lane(v[r], l2norm);  // every lane of the warp: its shuffles
+			const float rstd = fwd::l2norm_lane(v[r], l2norm);  // every lane of the warp: its shuffles
 			// columns 4 lane .. 4 lane + 3: one 16-byte half of slot (i, lane / 2)
 			*reinterpret_cast<float4*>(tile + hslot(i, lane >> 1, lane & 1)) =
 			    i < n ? make_float4(v[r][0], v[r][1], v[r][2], v[r][3]) : make_float4(0.f, 0.f, 0.f, 0.f);
+			out16_norm_out(xo, os, ro, rs, i, n, lane, v[r], rstd);
 		}
 	}
 }
@@ -686,7 +699,8 @@ __device__ __forceinline__ void copy_rows16(bf16* dst, const bf16* x, long long 
 // Each warp loads its eight rows before it normalises them; with SYNC a __syncthreads follows the loads
 // (the tile overlaps the staged rows: every warp must have read them before any writes).
 template <bool SYNC>
-__device__ __forceinline__ void out16_norm_staged(float* tile, const bf16* rows, int l2norm, int n) {
+__device__ __forceinline__ void out16_norm_staged(float* tile, const bf16* rows, int l2norm, int n, float* xo = nullptr,
+                                                  long long os = 0, float* ro = nullptr, int rs = 0) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	float v[8][4];
 #pragma unroll
@@ -695,9 +709,10 @@ __device__ __forceinline__ void out16_norm_staged(float* tile, const bf16* rows,
 #pragma unroll
 	for (int r = 0; r < 8; ++r) {
 		const int i = warp + 8 * r;
-		fwd::l2norm_lane(v[r], l2norm);  // every lane of the warp: its shuffles
+		const float rstd = fwd::l2norm_lane(v[r], l2norm);  // every lane of the warp: its shuffles
 		*reinterpret_cast<float4*>(tile + hslot(i, lane >> 1, lane & 1)) =
 		    i < n ? make_float4(v[r][0], v[r][1], v[r][2], v[r][3]) : make_float4(0.f, 0.f, 0.f, 0.f);
+		out16_norm_out(xo, os, ro, rs, i, n, lane, v[r], rstd);
 	}
 }
 
@@ -712,7 +727,8 @@ __device__ __forceinline__ void out16_norm_staged(float* tile, const bf16* rows,
 __device__ __forceinline__ void out16_stage_norm(float* QR, float* XR, bf16* VT, float* KR, float* gam, const bf16* q,
                                                  const bf16* k, long long qs, long long ks, int l2norm,
                                                  const float* gcum, const bf16* h16b, const bf16* v16b, int t0, int n,
-                                                 int h, int HV) {
+                                                 int h, int HV, float* qo = nullptr, long long qos = 0,
+                                                 float* qro = nullptr, int qrs = 0) {
 	const int tid = threadIdx.x;
 	const bool async = rows_al16(q, qs) && rows_al16(k, ks);
 	bf16* const qst = reinterpret_cast<bf16*>(KR);  // staged rows: q's, then k's (16 KB each)
@@ -730,10 +746,10 @@ __device__ __forceinline__ void out16_stage_norm(float* QR, float* XR, bf16* VT,
 	if (async) {
 		tc::cp_async_wait<2>();  // this thread's rows
 		__syncthreads();         // every thread's rows
-		out16_norm_staged<false>(QR, qst, l2norm, n);
+		out16_norm_staged<false>(QR, qst, l2norm, n, qo, qos, qro, qrs);
 		out16_norm_staged<true>(KR, kst, l2norm, n);
 	} else {
-		out16_norm_tile(QR, q, qs, l2norm, n);
+		out16_norm_tile(QR, q, qs, l2norm, n, qo, qos, qro, qrs);
 		out16_norm_tile(KR, k, ks, l2norm, n);
 	}
 	tc::cp_async_wait<1>();  // H^T (V'^T may still be in flight)
@@ -748,7 +764,7 @@ __device__ __forceinline__ void output_mma16g(float* smem, const float* qn, cons
                                               const bf16* vnew16, const bf16* h16, const int* chunk_tok0,
                                               const int* chunk_len, OutT* o, int HQK, int HV, float scale,
                                               const bf16* q = nullptr, const bf16* k = nullptr, int qs = 0, int ks = 0,
-                                              int l2norm = 0) {
+                                              int l2norm = 0, float* qn_out = nullptr, float* q_rstd = nullptr) {
 	float* QR = smem;                                    // [64][128] fp32: Q, split in place
 	float* XR = QR + kC * kD;                            // H^T [128][128] bf16
 	bf16* VT = reinterpret_cast<bf16*>(XR + kC * kD);    // [128][64] bf16: V'^T
@@ -768,7 +784,9 @@ __device__ __forceinline__ void output_mma16g(float* smem, const float* qn, cons
 	if (NORM) {
 		const long long blk = (long long)c * HV + h0;
 		out16_stage_norm(QR, XR, VT, KR, gam, q + (long long)t0 * qs + qh * kD, k + (long long)t0 * ks + qh * kD, qs, ks,
-		                 l2norm, gcum, h16 + blk * kD * kD, vnew16 + blk * kD * kC, t0, n, h0, HV);
+		                 l2norm, gcum, h16 + blk * kD * kD, vnew16 + blk * kD * kC, t0, n, h0, HV,
+		                 qn_out != nullptr ? qn_out + ((long long)t0 * HQK + qh) * kD : nullptr, qk,
+		                 q_rstd != nullptr ? q_rstd + (long long)t0 * HQK + qh : nullptr, HQK);
 	}
 #pragma unroll 1
 	for (int h = h0; h < h0 + G; ++h) {
@@ -823,13 +841,19 @@ gdn_output_mma16g(const float* __restrict__ qn, const float* __restrict__ kn, co
 	output_mma16g(smem, qn, kn, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV, scale);
 }
 
-// ==== gdn_output_mma16gn: gdn_output_mma16g on the raw bf16 q and k, normalised in the kernel =============
-//   gdn_output_mma16gn   grid (NC, HQK)   kOutputMMA16Smem (two CTAs an SM)
+// ==== gdn_output_mma16gn, gdn_output_mma16gnk: gdn_output_mma16g on the raw bf16 q and k, normalised in the kernel
+//   gdn_output_mma16gn    grid (NC, HQK)   kOutputMMA16Smem (two CTAs an SM)
+//   gdn_output_mma16gnk   grid (NC, HQK)   kOutputMMA16Smem (two CTAs an SM)
 // gdn_output_mma16g whose first head normalises the chunk's q and k rows itself (out16_stage_norm: q, k
 // bf16 with q_stride, k_stride elements a token, QK head qh at qh 128; l2norm 0: the rows as they are)
 // instead of copying gdn_l2norm_fwd's fp32 qn, kn: the same staged tiles, so the output is
-// gdn_output_mma16g's bits. For the forward alone (nothing keeps qn, kn for a backward), with
-// gdn_prep_mma_gn: gdn_l2norm_fwd does not run, and q, k are read as bf16 (half the bytes).
+// gdn_output_mma16g's bits. With gdn_prep_mma_gn / _gnk, gdn_l2norm_fwd does not run, and q, k are read as
+// bf16 (half the bytes).
+// gdn_output_mma16gn is the forward alone (nothing else written); gdn_output_mma16gnk, the forward kept for
+// a backward, takes two more arguments, qn_out and q_rstd (each may be null): the normalised q rows < n of
+// the chunk and QK head and their rstd, where gdn_l2norm_fwd writes qn ([T, HQK, 128] fp32) and q_rstd ([T,
+// HQK]); gdn_prep_mma_gnk writes kn and k_rstd. Two entries, so that the forward alone's code carries no
+// runtime test of them.
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 gdn_output_mma16gn(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k, int q_stride,
                    int k_stride, int l2norm, const float* __restrict__ gcum, const __nv_bfloat16* __restrict__ vnew16,
@@ -838,6 +862,17 @@ gdn_output_mma16gn(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __r
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	output_mma16g<__nv_bfloat16, true>(smem, nullptr, nullptr, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV,
 	                                   scale, q, k, q_stride, k_stride, l2norm);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_output_mma16gnk(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k, int q_stride,
+                    int k_stride, int l2norm, const float* __restrict__ gcum, const __nv_bfloat16* __restrict__ vnew16,
+                    const __nv_bfloat16* __restrict__ h16, const int* __restrict__ chunk_tok0,
+                    const int* __restrict__ chunk_len, __nv_bfloat16* __restrict__ o, int HQK, int HV, float scale,
+                    float* __restrict__ qn_out, float* __restrict__ q_rstd) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	output_mma16g<__nv_bfloat16, true>(smem, nullptr, nullptr, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV,
+	                                   scale, q, k, q_stride, k_stride, l2norm, qn_out, q_rstd);
 }
 
 }  // namespace outmma

@@ -5,9 +5,8 @@
 // Per (chunk, value head): gamma = in-chunk cumsum of g; L_ij = beta_i (k_i . k_j) e^(gamma_i - gamma_j)
 // for j < i; A = (I + L)^-1; W = A diag(beta e^gamma) K; U = A diag(beta) V; Kt = diag(e^(gamma_last -
 // gamma)) K; gcum, w, u, kt fp32, and where wp / wk are given the walk planes of -W (a value head: P5's warps
-// store them from their W accumulators, kWDirect; without it P5 stages them in KF, then every thread stores its
-// share) and of K^T (a QK head, by its first value head's CTA, from
-// KF in P1) (walk_planes.cuh; w may then be null). Rows past a short chunk's end are
+// store them from their W accumulators) and of K^T (a QK head, by its first value head's CTA, from KF in P1)
+// (walk_planes.cuh; w may then be null). Rows past a short chunk's end are
 // neither read nor written (the planes' are written as zero). kt may be
 // null: then Kt is not computed nor stored, and gcum, w and u are the same bits (the v5 forward, whose
 // walks gdn_summary_walk_mma16 / gdn_state_walk_mma16 rebuild Kt from kn and gcum with this expression). The block
@@ -43,8 +42,9 @@
 //       are built in registers from fp32 AI and split hi/lo; B = K (hi, lo) or V (exact bf16) by
 //       ldmatrix.trans of the swizzled stages. W = Ah Kh + Ah Kl + Al Kh, U = Ah V + Al V, per 16-wide k
 //       step, k ascending; the accumulators go straight to global memory (rows < n, 8-byte stores), and
-//       -W's planes from the W accumulators (kWDirect: 8-byte stores in whole sectors). (prep_p5_split,
-//       kP5Split 1: warps 0-3 W, warps 4-7 U, 64 columns each; the same bits, measured slower.)
+//       -W's planes from the W accumulators (8-byte stores in whole sectors). (Tried and measured slower on
+//       the H200, 2026-12-03: warps 0-3 W and warps 4-7 U, 64 columns each, the same bits; P3
+//       right-looking, no change. docs/mma-kernels.md, "Landed (2026-12-03, tenth session)".)
 // No atomics; every element is one fixed instruction sequence: bitwise reproducible.
 // LS and AI keep rows of kLA = 68 words' budget but in lrow order (8-row blocks, rows 0, 1, 4, 5, 2, 3, 6, 7
 // with spare 16-byte units between them, see lrow): the 8-byte pair accesses of rows g (P2's L stores, P4's
@@ -193,9 +193,12 @@ __device__ __forceinline__ void prep_copy_k(const PrepSmem& S, const float* kn, 
 // P0 of gdn_prep_mma_gn, k: the chunk's rows normalised here from the bf16 k (row stride k_stride; QK
 // head qh at qh 128) into KF, fp32, the values gdn_l2norm_fwd writes to kn (fwd::l2norm_lane): warp w takes
 // rows w, w + 8, .., all eight rows' loads first; rows from n on are not written (as prep_copy_k). Stores
-// are plain shared stores: the caller's next __syncthreads publishes them.
+// are plain shared stores: the caller's next __syncthreads publishes them. Where kn_out is given (a forward
+// kept for a backward), the normalised rows < n also go there and their rstd to k_rstd ([T, HQK], lane 0):
+// the values and places gdn_l2norm_fwd writes, so that the forward needs no l2norm kernel for k.
 __device__ __forceinline__ void prep_norm_k(const PrepSmem& S, const bf16* k, int k_stride, int l2norm, int t0, int n,
-                                            int qh, int tid) {
+                                            int qh, int tid, float* kn_out = nullptr, float* k_rstd = nullptr,
+                                            int HQK = 0) {
 	const int lane = tid % 32, warp = tid / 32;
 	const bool vec = fwd::rows_vec8(k, k_stride);
 	float x[8][4];
@@ -205,8 +208,16 @@ __device__ __forceinline__ void prep_norm_k(const PrepSmem& S, const bf16* k, in
 #pragma unroll
 	for (int r = 0; r < 8; ++r) {
 		const int i = warp + 8 * r;
-		fwd::l2norm_lane(x[r], l2norm);  // every lane of the warp: its shuffles
-		if (i < n) *reinterpret_cast<float4*>(S.KF + i * kD + 4 * lane) = make_float4(x[r][0], x[r][1], x[r][2], x[r][3]);
+		const float rstd = fwd::l2norm_lane(x[r], l2norm);  // every lane of the warp: its shuffles
+		if (i < n) {
+			const float4 y = make_float4(x[r][0], x[r][1], x[r][2], x[r][3]);
+			*reinterpret_cast<float4*>(S.KF + i * kD + 4 * lane) = y;
+			if (kn_out != nullptr) {
+				const long long row = (long long)(t0 + i) * HQK + qh;
+				*reinterpret_cast<float4*>(kn_out + row * kD + 4 * lane) = y;
+				if (lane == 0) k_rstd[row] = rstd;
+			}
+		}
 	}
 }
 
@@ -290,15 +301,6 @@ __device__ __forceinline__ void prep_kt4(const PrepSmem& S, float* kt, float gla
 	    make_float4(k4.x * e, k4.y * e, k4.z * e, k4.w * e);
 }
 
-// prep_w_planes_out: after a barrier that follows P5, every thread copies 8 of the 2048 16-byte units of
-// -W's planes from KF to wpc (a warp's 32 units contiguous: whole sectors).
-__device__ __forceinline__ void prep_w_planes_out(const PrepSmem& S, unsigned char* wpc, int tid) {
-	const float4* src = reinterpret_cast<const float4*>(S.KF);
-	float4* dst = reinterpret_cast<float4*>(wpc);
-#pragma unroll
-	for (int x = 0; x < 8; ++x) dst[tid + kThreads * x] = src[tid + kThreads * x];
-}
-
 // prep_k_planes: the K^T planes of the chunk's QK head (walk_planes.cuh) into wkc from KF's fp32 k (every
 // copy of it landed and visible: after a barrier), by all 256 threads: unit (key kk = item % 128, tokens
 // 8b .. 8b + 7, b = item / 128) of items tid + 256 x, a warp's 32 keys of one block reading one row of KF
@@ -315,8 +317,12 @@ __device__ __forceinline__ void prep_k_planes(const PrepSmem& S, unsigned char* 
 }
 
 // P1: KF's fp32 k to bf16 hi / lo in KH, KL (swizzled, zeros from row n on) and, where kt is given, Kt of
-// value head h = e^(gamma_last - gamma) k from the same fp32 values.
-__device__ __forceinline__ void prep_convert_k(const PrepSmem& S, float* kt, int t0, int n, int h, int HV, int tid) {
+// value head h = e^(gamma_last - gamma) k from the same fp32 values. With gams (the grouped prep's first
+// head, every head's gamma staged: prep_stage_gb), Kt of the heads h .. h + heads - 1 from those values,
+// head j's gamma at gams + 64 j: prep_kt4's expression on the same fp32 values, so each head's Kt is the
+// bits it would get from its own pass, without reading kn again.
+__device__ __forceinline__ void prep_convert_k(const PrepSmem& S, float* kt, int t0, int n, int h, int HV, int tid,
+                                               int heads = 1, const float* gams = nullptr) {
 	const float glast = S.gam[n - 1];
 #pragma unroll
 	for (int x = 0; x < 8; ++x) {
@@ -324,7 +330,15 @@ __device__ __forceinline__ void prep_convert_k(const PrepSmem& S, float* kt, int
 		float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f);
 		if (i < n) {
 			k4 = *reinterpret_cast<const float4*>(S.KF + i * kD + d4);
-			if (kt != nullptr) prep_kt4(S, kt, glast, k4, t0, i, d4, h, HV);  // null: the walks rebuild Kt
+			if (kt != nullptr && gams == nullptr) prep_kt4(S, kt, glast, k4, t0, i, d4, h, HV);  // null: the walks rebuild Kt
+			if (kt != nullptr && gams != nullptr) {
+#pragma unroll 1
+				for (int j = 0; j < heads; ++j) {
+					const float e = expf(gams[j * kC + n - 1] - gams[j * kC + i]);
+					*reinterpret_cast<float4*>(kt + ((long long)(t0 + i) * HV + h + j) * kD + d4) =
+					    make_float4(k4.x * e, k4.y * e, k4.z * e, k4.w * e);
+				}
+			}
 		}
 		U32x2 hi, lo;
 		tc::split_bf16x2(k4.x, k4.y, hi.x, lo.x);
@@ -384,13 +398,7 @@ __device__ __forceinline__ void prep_l_store(const PrepSmem& S, int bi, int bj, 
 }
 
 // P3: the diagonal blocks (I + L_bb)^-1, column c a lane: x_i = [i == c] - sum_{j<i} L_ij x_j, each sum
-// an fma chain from zero over j ascending. kP3Right: the same chains run right-looking (once x_j is known
-// it enters every later row's sum, 15 - j independent fma), so the dependent path is x_j -> one fma ->
-// x_{j+1} instead of a whole row's chain after x_{i-1}: about 16 fma + 16 subtractions deep, not 136; the
-// same fma in the same order for every sum, so the same bits. 0: left-looking (row by row).
-#ifndef GDNKCP_PREP_P3_RIGHT
-#define GDNKCP_PREP_P3_RIGHT 0
-#endif
+// an fma chain from zero over j ascending (left-looking, row by row).
 __device__ __forceinline__ void prep_p3(const PrepSmem& S, int warp, int lane) {
 	if (warp < 4 && lane < 16) {
 		const int o = 16 * warp;
@@ -398,20 +406,6 @@ __device__ __forceinline__ void prep_p3(const PrepSmem& S, int warp, int lane) {
 		const float* Lo = S.LS + 2 * warp * (8 * kLA) + o;
 		float* Ao = S.AI + 2 * warp * (8 * kLA) + o;
 		float xcol[16];
-		if (GDNKCP_PREP_P3_RIGHT) {
-			float acc[16];
-#pragma unroll
-			for (int i = 0; i < 16; ++i) acc[i] = 0.f;
-#pragma unroll
-			for (int j = 0; j < 16; ++j) {
-				xcol[j] = (j == lane ? 1.f : 0.f) - acc[j];
-				Ao[lrow(j) + lane] = xcol[j];
-#pragma unroll
-				for (int i = 0; i < 16; ++i)
-					if (i > j) acc[i] = fmaf(Lo[lrow(i) + j], xcol[j], acc[i]);
-			}
-			return;
-		}
 #pragma unroll
 		for (int i = 0; i < 16; ++i) {
 			float s = 0.f;
@@ -464,22 +458,12 @@ __device__ __forceinline__ void prep_p4(const PrepSmem& S, int warp, int gq, int
 	}
 }
 
-// kWDirect: P5's warps store -W's walk planes straight from their W accumulators, 8 bytes a lane in whole
-// 32-byte sectors (walkplanes::store_neg_w_pair16), instead of staging them in KF for a barrier and
-// prep_w_planes_out (4-byte stores of each 8-key tile straight to global memory took the prep 1.11 -> 1.67
-// ms, 2026-12-02: half sectors). The same bytes. Measured with the split P5 (H200, 32K core, 2026-12-03):
-// prep 1.538 ms staged, 1.410 direct.
-#ifndef GDNKCP_PREP_W_DIRECT
-#define GDNKCP_PREP_W_DIRECT 1
-#endif
-constexpr bool kWDirect = GDNKCP_PREP_W_DIRECT != 0;
-
 // P5: W = A diag(coef) K, U = A diag(beta) V of value head h, stored (rows < n; w may be null), and, where
 // wpc (this chunk and head's 64 KB of walk planes) is given, -W as its bf16 hi / lo planes (walk_planes.cuh:
-// every row, zero from row n on): with kWDirect straight to wpc, else into KF's 32 KB (LS is dead since
-// barrier 5) for prep_w_planes_out.
-// (Stored from the accumulators straight to global memory, each warp store wrote eight 16-byte pieces of
-// eight rows: the prep took 1.11 -> 1.67 ms at 32K with the planes, measured 2026-12-02.)
+// every row, zero from row n on), straight from the W accumulators, 8 bytes a lane in whole 32-byte sectors
+// (walkplanes::store_neg_w_pair16). Measured on the H200 (32K core): staged in shared memory and copied out
+// after a barrier, the prep took 1.333 ms, stored directly 1.254 (2026-12-03); 4-byte stores of each 8-key
+// tile straight to global memory (half sectors) had taken it 1.11 -> 1.67 ms (2026-12-02).
 __device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, unsigned char* wpc, int t0, int n, int h,
                                         int HV, int warp, int lane) {
 	const int gq = lane / 4, tq = lane % 4;
@@ -524,12 +508,9 @@ __device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, u
 					if (w != nullptr) *reinterpret_cast<float2*>(w + o) = make_float2(aw[nt][2 * hr], aw[nt][2 * hr + 1]);
 					*reinterpret_cast<float2*>(u + o) = make_float2(au[nt][2 * hr], au[nt][2 * hr + 1]);
 				}
-				if (!kWDirect && wpc != nullptr)
-					walkplanes::store_neg_w2(reinterpret_cast<unsigned char*>(S.KF), i, d, i < n ? aw[nt][2 * hr] : 0.f,
-					                         i < n ? aw[nt][2 * hr + 1] : 0.f);
 			}
 		}
-		if (kWDirect && wpc != nullptr) {  // warp-uniform: every lane takes part in the shuffles
+		if (wpc != nullptr) {  // warp-uniform: every lane takes part in the shuffles
 #pragma unroll
 			for (int hr = 0; hr < 2; ++hr) {
 				const int i = 16 * mi + gq + 8 * hr;
@@ -542,98 +523,6 @@ __device__ __forceinline__ void prep_p5(const PrepSmem& S, float* w, float* u, u
 			}
 		}
 	}
-}
-
-// kP5Split: how P5 shares W and U among the warps. 0 (prep_p5): every warp both products for 32 columns
-// of two row blocks, building both A operands (A diag(coef), A diag(beta), split hi / lo) for each k step:
-// each A fragment is built by four warps and its fp32 loads and splits were ~30% of P5's instructions
-// (ncu, 2026-12-03). 1 (prep_p5_split): warps 0-3 W, warps 4-7 U, each for 64 columns of two row blocks,
-// building only its own operand: half the A work a warp, the same products in the same order (the same
-// bits).
-#ifndef GDNKCP_PREP_P5_SPLIT
-#define GDNKCP_PREP_P5_SPLIT 0
-#endif
-constexpr bool kP5Split = GDNKCP_PREP_P5_SPLIT != 0;
-
-// prep_p5_split: prep_p5's outputs with kP5Split's division of the work: warp w < 4 computes W, w >= 4 U,
-// for columns 64 ((w % 4) / 2) .. + 63 and the row blocks {0, 3} (w % 2 == 0) or {1, 2} (5 block-steps
-// each). A W warp loads K's hi and lo halves (two ldmatrix.x4.trans a 16-column step), a U warp V's.
-__device__ __forceinline__ void prep_p5_split(const PrepSmem& S, float* w, float* u, unsigned char* wpc, int t0, int n,
-                                              int h, int HV, int warp, int lane) {
-	const int gq = lane / 4, tq = lane % 4;
-	const bool isw = warp < 4;
-	const int n0 = 64 * ((warp % 4) / 2);
-	const float* scale = isw ? S.coef : S.bet;
-#pragma unroll
-	for (int pass = 0; pass < 2; ++pass) {
-		const int mi = warp % 2 == 0 ? (pass ? 3 : 0) : (pass ? 2 : 1);
-		float acc[8][4] = {};
-		for (int kk = 0; kk <= mi; ++kk) {
-			unsigned ah[4], al[4];
-#pragma unroll
-			for (int r = 0; r < 4; ++r) {
-				const int m = 16 * mi + gq + 8 * (r & 1), k = 16 * kk + 2 * tq + 8 * (r >> 1);
-				const float2 a = *reinterpret_cast<const float2*>(S.AI + lrow(m) + k);
-				const float2 sc = *reinterpret_cast<const float2*>(scale + k);
-				tc::split_bf16x2(a.x * sc.x, a.y * sc.y, ah[r], al[r]);
-			}
-#pragma unroll
-			for (int np = 0; np < 4; ++np) {
-				const int rr = 16 * kk + lane % 8 + 8 * ((lane / 8) % 2), cc = n0 + 16 * np + 8 * (lane / 16);
-				if (isw) {
-					unsigned kh[4], kl[4];
-					tc::ldmatrix_x4_trans(kh, S.KH + swz(rr, cc));
-					tc::ldmatrix_x4_trans(kl, S.KL + swz(rr, cc));
-#pragma unroll
-					for (int h2 = 0; h2 < 2; ++h2) mma3(acc[2 * np + h2], ah, al, kh + 2 * h2, kl + 2 * h2);
-				} else {
-					unsigned vv[4];
-					tc::ldmatrix_x4_trans(vv, S.VS + swz(rr, cc));
-#pragma unroll
-					for (int h2 = 0; h2 < 2; ++h2) {
-						tc::mma_bf16_16816(acc[2 * np + h2], ah, vv + 2 * h2, acc[2 * np + h2]);
-						tc::mma_bf16_16816(acc[2 * np + h2], al, vv + 2 * h2, acc[2 * np + h2]);
-					}
-				}
-			}
-		}
-#pragma unroll
-		for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-			for (int hr = 0; hr < 2; ++hr) {
-				const int i = 16 * mi + gq + 8 * hr, d = n0 + 8 * nt + 2 * tq;
-				const float2 x = make_float2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
-				if (isw) {
-					if (w != nullptr && i < n) *reinterpret_cast<float2*>(w + ((long long)(t0 + i) * HV + h) * kD + d) = x;
-					if (!kWDirect && wpc != nullptr)
-						walkplanes::store_neg_w2(reinterpret_cast<unsigned char*>(S.KF), i, d, i < n ? x.x : 0.f, i < n ? x.y : 0.f);
-				} else if (i < n) {
-					*reinterpret_cast<float2*>(u + ((long long)(t0 + i) * HV + h) * kD + d) = x;
-				}
-			}
-		}
-		if (kWDirect && isw && wpc != nullptr) {  // warp-uniform: every lane takes part in the shuffles
-#pragma unroll
-			for (int hr = 0; hr < 2; ++hr) {
-				const int i = 16 * mi + gq + 8 * hr;
-				const bool in = i < n;
-#pragma unroll
-				for (int p = 0; p < 4; ++p)
-					walkplanes::store_neg_w_pair16(wpc, i, n0 + 16 * p, tq, in ? acc[2 * p][2 * hr] : 0.f,
-					                               in ? acc[2 * p][2 * hr + 1] : 0.f, in ? acc[2 * p + 1][2 * hr] : 0.f,
-					                               in ? acc[2 * p + 1][2 * hr + 1] : 0.f);
-			}
-		}
-	}
-}
-
-// prep_p5_any: P5 as kP5Split chooses.
-__device__ __forceinline__ void prep_p5_any(const PrepSmem& S, float* w, float* u, unsigned char* wpc, int t0, int n,
-                                            int h, int HV, int warp, int lane) {
-	if (kP5Split)
-		prep_p5_split(S, w, u, wpc, t0, n, h, HV, warp, lane);
-	else
-		prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
@@ -683,11 +572,7 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 	prep_p4(S, warp, gq, tq);  // ---- P4: the blocks below the diagonal ----
 	tc::cp_async_wait<0>();    // this thread's v units (group 2)
 	__syncthreads();           // barrier 5: AI complete, VS
-	prep_p5_any(S, w, u, wpc, t0, n, h, HV, warp, lane);  // ---- P5: W, U (and -W's planes into KF) ----
-	if (!kWDirect && wpc != nullptr) {
-		__syncthreads();  // barrier 6: -W's planes in KF
-		prep_w_planes_out(S, wpc, tid);
-	}
+	prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);  // ---- P5: W, U, -W's planes ----
 }
 
 // ==== gdn_prep_mma_g: gdn_prep_mma a QK head at a time ==================================================
@@ -698,9 +583,12 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 // 1376 mma.sync) do not depend on the value head. Here they happen once; the raw K K^T blocks are kept in
 // RAW (each lane its own 8 values a block, lane-fastest) and each head scales and masks them with its own
 // beta and gamma (prep_l_store), then runs P3-P5 as gdn_prep_mma (the same helpers: the same bits). Kt
-// (where kt is given) of a later head is formed from kn read again from global memory (KF holds L by then):
-// the same fp32 values, the same expression. Per head: one __syncthreads more (the previous head's LS, AI,
-// VS, gamma, beta and coef free) before its v copy.
+// (where kt is given) of every head is formed in the first head's P1 from KF, with each head's gamma staged
+// (prep_stage_gb: G <= kMaxGB); past kMaxGB heads a later head's Kt is formed from kn read again from
+// global memory (KF holds L by then). The same fp32 values and expression either way. (Measured on the H200,
+// 2026-12-02, with every later head reading kn again: 1.347 -> 1.412 ms against gdn_prep_mma with Kt, so
+// kcp ran gdn_prep_mma wherever Kt is written.) Per head: one __syncthreads more (the previous head's LS,
+// AI, VS, gamma, beta and coef free) before its v copy.
 // Predicted (not measured): per later head 896 mma.sync instead of 1376 and no k staging: 1.28 ms at 32K ->
 // ~1.0-1.1 ms; the v copy of each head is exposed inside the CTA (the SM's second CTA hides it, as today).
 // kMaxGB: the value heads a QK head whose gamma and beta prep_heads_g stages at once (prep_stage_gb; more
@@ -722,18 +610,20 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
                                          const float* beta, float* gcum, float* w, float* u, float* kt,
                                          unsigned char* wpc, unsigned char* wkc, int t0, int n, int qh, int HQK, int h,
                                          int HV, bool first, const bf16* kraw, int k_stride, int l2norm, float* gam,
-                                         float* bet) {
+                                         float* bet, int kt_heads, float* kn_out, float* k_rstd) {
 	PrepSmem S = prep_smem(smem);
 	float* RAW = S.coef + kC;  // [10 blocks][8 values][32 lanes]
 	if (gam != nullptr) S.gam = gam, S.bet = bet;
 	const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, gq = lane / 4, tq = lane % 4;
 	prep_stage_head(S, v, v_stride, g, beta, t0, n, h, HV, tid, gam == nullptr);  // v: a commit group of its own
-	if (first && kraw != nullptr) prep_norm_k(S, kraw, k_stride, l2norm, t0, n, qh, tid);
+	if (first && kraw != nullptr) prep_norm_k(S, kraw, k_stride, l2norm, t0, n, qh, tid, kn_out, k_rstd, HQK);
 	__syncthreads();  // barrier 1: gam, bet (and gdn_prep_mma_gn's KF)
 	if (first) {
 		tc::cp_async_wait<1>();  // this thread's k units have landed
-		prep_convert_k(S, kt, t0, n, h, HV, tid);
-	} else if (kt != nullptr) {
+		// With every head's gamma staged (gam: prep_stage_gb's rows, this first head's at their start), Kt of
+		// all kt_heads heads now, from KF; else this head's only, and each later head reads kn again.
+		prep_convert_k(S, kt, t0, n, h, HV, tid, kt_heads, gam);
+	} else if (kt != nullptr && gam == nullptr) {
 		const float glast = S.gam[n - 1];
 #pragma unroll
 		for (int x = 0; x < 8; ++x) {
@@ -775,11 +665,7 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 	prep_p4(S, warp, gq, tq);
 	tc::cp_async_wait<0>();  // this thread's v units
 	__syncthreads();         // barrier 5: AI complete, VS
-	prep_p5_any(S, w, u, wpc, t0, n, h, HV, warp, lane);
-	if (!kWDirect && wpc != nullptr) {
-		__syncthreads();  // barrier 6: -W's planes in KF (the next head's LS waits for its barriers 1-2)
-		prep_w_planes_out(S, wpc, tid);
-	}
+	prep_p5(S, w, u, wpc, t0, n, h, HV, warp, lane);
 }
 
 // prep_heads_g: the G = HV / HQK value heads of QK head qh in chunk c, in ascending order (prep_head_g's
@@ -787,7 +673,7 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 __device__ __forceinline__ void prep_heads_g(float* smem, const float* kn, const bf16* v, int v_stride, const float* g,
                                              const float* beta, float* gcum, float* w, float* u, float* kt, bf16* wp,
                                              bf16* wk, int c, int t0, int n, int qh, int HQK, int HV, const bf16* kraw,
-                                             int k_stride, int l2norm) {
+                                             int k_stride, int l2norm, float* kn_out = nullptr, float* k_rstd = nullptr) {
 	const int G = HV / HQK, h0 = qh * G;
 	float* GAM = prep_smem(smem).coef + kC + 10 * 32 * 8;  // after RAW: [kMaxGB][64] gamma, then beta
 	float* BET = GAM + kMaxGB * kC;
@@ -801,7 +687,8 @@ __device__ __forceinline__ void prep_heads_g(float* smem, const float* kn, const
 		unsigned char* wkc =
 		    wk != nullptr ? reinterpret_cast<unsigned char*>(wk) + ((long long)c * HQK + qh) * walkplanes::kKBytes : nullptr;
 		prep_head_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, wpc, wkc, t0, n, qh, HQK, h, HV, h == h0, kraw,
-		            k_stride, l2norm, gb ? GAM + (h - h0) * kC : nullptr, gb ? BET + (h - h0) * kC : nullptr);
+		            k_stride, l2norm, gb ? GAM + (h - h0) * kC : nullptr, gb ? BET + (h - h0) * kC : nullptr, G, kn_out,
+		            k_rstd);
 	}
 }
 
@@ -820,14 +707,19 @@ gdn_prep_mma_g(const float* __restrict__ kn, const bf16* __restrict__ v, int v_s
 	prep_heads_g(smem, kn, v, v_stride, g, beta, gcum, w, u, kt, wp, wk, c, t0, n, qh, HQK, HV, nullptr, 0, 0);
 }
 
-// ==== gdn_prep_mma_gn: gdn_prep_mma_g on the raw bf16 k, normalised in the kernel ========================
-//   gdn_prep_mma_gn   grid (NC, HQK)   kPrepMMAGSmem (two CTAs an SM)
-// gdn_prep_mma_g with kt null (the forward alone: no backward reads Kt) whose first head normalises the
-// chunk's k rows itself (prep_norm_k: fwd::l2norm_lane, gdn_l2norm_fwd's arithmetic) from the bf16 k
-// (k_stride elements a token; l2norm 0: the rows as they are), instead of copying the fp32 kn that
-// gdn_l2norm_fwd wrote: the same KF values, so gcum, w, u and the walk planes are gdn_prep_mma_g's bits.
-// With gdn_output_mma16gn it lets the forward alone skip gdn_l2norm_fwd (its 0.8 GB of reads and fp32
-// writes at 32K tokens) and read half the bytes of k here.
+// ==== gdn_prep_mma_gn, gdn_prep_mma_gnk: gdn_prep_mma_g on the raw bf16 k, normalised in the kernel ========
+//   gdn_prep_mma_gn    grid (NC, HQK)   kPrepMMAGSmem (two CTAs an SM)
+//   gdn_prep_mma_gnk   grid (NC, HQK)   kPrepMMAGSmem (two CTAs an SM)
+// gdn_prep_mma_g whose first head normalises the chunk's k rows itself (prep_norm_k: fwd::l2norm_lane,
+// gdn_l2norm_fwd's arithmetic) from the bf16 k (k_stride elements a token; l2norm 0: the rows as they are),
+// instead of copying the fp32 kn that gdn_l2norm_fwd wrote: the same KF values, so gcum, w, u, kt and the
+// walk planes are gdn_prep_mma_g's bits. With gdn_output_mma16gn / _gnk (which do the same for q) the
+// forward skips gdn_l2norm_fwd (its 0.8 GB of reads and fp32 writes at 32K tokens) and reads half the bytes
+// of k here.
+// gdn_prep_mma_gn is the forward alone: no Kt (no backward reads it), nothing else written. Its own entry,
+// with the null pointers as constants, so that its code carries nothing of the kept form's (measured on
+// the H200, 2026-12-03: the one entry with kt, kn_out, k_rstd as runtime arguments took the forward
+// alone's prep 1.24 -> 1.28 ms at 32K).
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 gdn_prep_mma_gn(const bf16* __restrict__ k, int k_stride, int l2norm, const bf16* __restrict__ v, int v_stride,
                 const float* __restrict__ g, const float* __restrict__ beta, const int* __restrict__ chunk_tok0,
@@ -839,6 +731,26 @@ gdn_prep_mma_gn(const bf16* __restrict__ k, int k_stride, int l2norm, const bf16
 	const int t0 = chunk_tok0[c], n = chunk_len[c];
 	prep_heads_g(smem, nullptr, v, v_stride, g, beta, gcum, w, u, nullptr, wp, wk, c, t0, n, qh, HQK, HV, k, k_stride,
 	             l2norm);
+}
+
+// gdn_prep_mma_gnk is the forward kept for a backward: gdn_prep_mma_gn's arguments, then kt (Kt, as
+// gdn_prep_mma_g writes it), kn_out and k_rstd (the normalised rows and their rstd, where gdn_l2norm_fwd
+// writes kn and k_rstd). Each may be null. A later head past kMaxGB reads its k rows for Kt from kn_out,
+// which this CTA's first head wrote (visible to every thread of the CTA after the head barriers): Kt there
+// needs it, and the kernel traps without it.
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_prep_mma_gnk(const bf16* __restrict__ k, int k_stride, int l2norm, const bf16* __restrict__ v, int v_stride,
+                 const float* __restrict__ g, const float* __restrict__ beta, const int* __restrict__ chunk_tok0,
+                 const int* __restrict__ chunk_len, float* __restrict__ gcum, float* __restrict__ w,
+                 float* __restrict__ u, bf16* __restrict__ wp, bf16* __restrict__ wk, int HQK, int HV, float* kt,
+                 float* kn_out, float* __restrict__ k_rstd) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+	const int c = lin / HQK, qh = lin % HQK;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	if (kt != nullptr && kn_out == nullptr && HV / HQK > kMaxGB) __trap();
+	prep_heads_g(smem, kn_out, v, v_stride, g, beta, gcum, w, u, kt, wp, wk, c, t0, n, qh, HQK, HV, k, k_stride, l2norm,
+	             kn_out, k_rstd);
 }
 
 }  // namespace prepmma

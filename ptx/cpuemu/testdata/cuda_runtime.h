@@ -116,6 +116,7 @@ inline T shuffle(unsigned mask, T v, F src) {
 }  // namespace emu
 
 inline void __syncthreads() { emu::block_barrier(); }
+inline void __trap() { __builtin_trap(); }
 // The shared-window address of p: its byte offset in the registered dynamic shared memory (emu.h).
 inline unsigned long long __cvta_generic_to_shared(const void* p) { return emu::cvta_shared(p); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_barrier(mask); }

@@ -64,6 +64,7 @@ emu::Registrar mma16_kernels(
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16),
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16g),
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16gn),
+        EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16gnk),
         EMU_KERNEL(gdnkcp::outmma, gdn_output_mma16_probe),
         EMU_KERNEL(gdnkcp::walkp, gdn_state_walk_planes),
         EMU_KERNEL(gdnkcp::walkp, gdn_summary_walk_planes),

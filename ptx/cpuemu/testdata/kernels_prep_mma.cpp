@@ -35,6 +35,7 @@ emu::Registrar prep_mma_kernels(
         EMU_KERNEL(gdnkcp::prepmma, gdn_prep_mma_nokt),
         EMU_KERNEL(gdnkcp::prepmma, gdn_prep_mma_g),
         EMU_KERNEL(gdnkcp::prepmma, gdn_prep_mma_gn),
+        EMU_KERNEL(gdnkcp::prepmma, gdn_prep_mma_gnk),
         EMU_KERNEL(gdnkcp::planesref, test_walk_planes),
     },
     {
