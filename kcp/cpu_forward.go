@@ -160,13 +160,22 @@ func (c *CPU) convForward(cr *cpuRank, in *Inputs) error {
 		return nil
 	}
 	w := c.convWeights(in)
+	C := c.plan.ConvChannels()
+	if o := c.opts.convOut; o != nil && len(o) != c.plan.Tokens*C {
+		return fmt.Errorf("rank %d: conv output override: %d values for %d tokens x %d channels", cr.rp.Rank, len(o),
+			c.plan.Tokens, C)
+	}
 	return parallel(len(cr.segs), func(s int) error {
 		cs := cr.segs[s]
 		y, err := gdnref.Conv1dForward(c.preConv(cs.seg, in), w, cs.halo)
 		if err != nil {
 			return fmt.Errorf("rank %d segment %d: conv: %w", cr.rp.Rank, s, err)
 		}
-		if c.opts.convBF16 {
+		if o := c.opts.convOut; o != nil {
+			for i := range cs.seg.Len {
+				copyF32(y.RawRowView(i), o[(cs.seg.Start+i)*C:(cs.seg.Start+i+1)*C])
+			}
+		} else if c.opts.convBF16 {
 			for i := range cs.seg.Len {
 				row := y.RawRowView(i)
 				for j, v := range row {

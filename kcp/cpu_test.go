@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
+	"github.com/gdnkcp/gdnkcp/internal/gdnref"
 	"github.com/gdnkcp/gdnkcp/sched"
 )
 
@@ -204,4 +206,48 @@ func TestCPUBadInput(t *testing.T) {
 	var empty *Checkpoint
 	_, err = empty.Recompute(context.Background())
 	require.Error(t, err)
+}
+
+// TestCPUConvOutOverride: the module stage's conv output given in
+// Options.convOut (what the GPU tests hand over from GPUForward.ConvOutput)
+// replaces the conv's own. Given the float64 conv output rounded to bf16,
+// the gradients equal the convBF16 reference's bit for bit at R 1 and R 2
+// (with halos); one element one bf16 ulp away changes them; a wrong length
+// is an error.
+func TestCPUConvOutOverride(t *testing.T) {
+	docs := []int{70, 5, 130}
+	p1 := smallPlan(t, docs, 1, LayoutC, 16)
+	in, dout := RandomInputs(p1, StageModule, 11)
+	c, err := NewCPU(p1, Options{Stage: StageModule})
+	require.NoError(t, err)
+	C := p1.ConvChannels()
+	y := make([]float32, p1.Tokens*C)
+	for i := range p1.Ranks[0].Segments { // R 1: a segment a document, no halos
+		seg := &p1.Ranks[0].Segments[i]
+		yd, err := gdnref.Conv1dForward(c.preConv(seg, in), c.convWeights(in), nil)
+		require.NoError(t, err)
+		for r := range seg.Len {
+			for j, v := range yd.RawRowView(r) {
+				y[(seg.Start+r)*C+j] = bf16.Round(float32(v))
+			}
+		}
+	}
+	grads := func(p *Plan, o Options) []Named { return cpuGrads(t, p, o, in, dout).Tensors() }
+	for _, R := range []int{1, 2} {
+		p := smallPlan(t, docs, R, LayoutC, 16)
+		want := grads(p, Options{Stage: StageModule, convBF16: true})
+		got := grads(p, Options{Stage: StageModule, convOut: y})
+		for i := range want {
+			requireBitwise(t, fmt.Sprintf("R %d %s", R, want[i].Name), got[i].Data, want[i].Data)
+		}
+		y2 := append([]float32(nil), y...)
+		k := 37*C + 5 // a q channel of token 37
+		y2[k] = bf16.BF16ToFloat32(bf16.Float32ToBF16(y2[k]) + 1)
+		moved := grads(p, Options{Stage: StageModule, convOut: y2})
+		require.NotEqual(t, want[1].Data, moved[1].Data, "R %d: dk with one conv output element 1 ulp away", R)
+	}
+	be, err := NewCPU(p1, Options{Stage: StageModule, convOut: y[:len(y)-1]})
+	require.NoError(t, err)
+	_, err = be.Forward(context.Background(), in)
+	require.ErrorContains(t, err, "conv output override")
 }

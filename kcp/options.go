@@ -26,10 +26,18 @@ type Options struct {
 	// rank's goroutine; it must be safe for concurrent use).
 	Progress func(rank int, stage string)
 
-	// convBF16 rounds the conv output to bf16 (through float32), as the GPU
-	// stores it, so that tests can tell the GPU's arithmetic error from the
-	// bf16 storage of the conv output (set by tests only).
+	// convBF16 rounds the float64 conv output to bf16 (through float32), as
+	// the GPU stores its own (set by tests only; the GPU tests use convOut,
+	// which is the GPU's values exactly).
 	convBF16 bool
+	// convOut, when set, is the module stage's conv output to use in place of
+	// the conv's own, [T, C] in global token order (a GPU's bf16 conv output,
+	// from GPUForward.ConvOutput), so that tests compare a GPU's gradients
+	// with a reference that saw the very values the GPU stored: bf16 values
+	// that the float64 conv rounds the other way (1 ulp of bf16 in a few
+	// elements) move dg by up to ~1e-4 on a few hundred tokens (set by tests
+	// only).
+	convOut []float32
 }
 
 // Stage names reported to Options.Progress, in the order a rank runs them.
