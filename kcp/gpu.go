@@ -106,8 +106,9 @@ const (
 	// arguments and bits, grid (NC, HQK); the v5 set's output.
 	entryOutputMMA16G = "gdn_output_mma16g"
 	// entryPrepMMAGN and entryOutputMMA16GN are gdn_prep_mma_g (kt null)
-	// and gdn_output_mma16g normalising q and k themselves from the bf16
-	// rows (kernelSet.normQK): the forward alone skips the l2norm kernel.
+	// normalising k itself from its bf16 rows and gdn_output_mma16g
+	// normalising q and reading K as the prep's K^T walk planes
+	// (kernelSet.normQK): the forward alone skips the l2norm kernel.
 	entryPrepMMAGN     = "gdn_prep_mma_gn"
 	entryOutputMMA16GN = "gdn_output_mma16gn"
 	// entryPrepMMAGNK and entryOutputMMA16GNK are the same for a forward
@@ -302,7 +303,8 @@ type kernelSet struct {
 	// stage's (gdn_chunk_grads_mma6) still reads the fp32 ones.
 	statesBF16 bool
 	// normQK: a forward that keeps nothing for a backward (no Kt written)
-	// runs gdn_prep_mma_gn and gdn_output_mma16gn, which normalise q and k
+	// runs gdn_prep_mma_gn and gdn_output_mma16gn, which normalise k (the
+	// prep, into the K^T walk planes the output reads) and q (the output)
 	// from their bf16 rows with gdn_l2norm_fwd's arithmetic (the same bits),
 	// and not the l2norm kernel: no fp32 qn, kn written or read (the v5
 	// set: grouped prep and output on the walk planes).

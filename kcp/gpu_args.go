@@ -60,12 +60,13 @@ func argsPrepMMAGNK(k uintptr, kStride int, l2norm bool, v uintptr, vStride int,
 		DevicePtr(kt).DevicePtr(knOut).DevicePtr(kRstd)
 }
 
-// argsOutputGN: gdn_output_mma16gn(q, k, q_stride, k_stride, l2norm, gcum,
-// vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV, scale): gdn_output_mma16g
-// normalising the bf16 q and k rows itself (the forward alone).
-func argsOutputGN(q, k uintptr, qStride, kStride int, l2norm bool, gcum, vnew16, h16, chunkTok0, chunkLen, o uintptr,
+// argsOutputGN: gdn_output_mma16gn(q, wk, q_stride, l2norm, gcum, vnew16,
+// h16, chunk_tok0, chunk_len, o, HQK, HV, scale): gdn_output_mma16g on the
+// raw bf16 q rows, normalised in the kernel, and K from the prep's K^T walk
+// planes (wk).
+func argsOutputGN(q, wk uintptr, qStride int, l2norm bool, gcum, vnew16, h16, chunkTok0, chunkLen, o uintptr,
 	HQK, HV int, scale float32) *loader.Args {
-	return loader.NewArgs().DevicePtr(q).DevicePtr(k).I32(int32(qStride)).I32(int32(kStride)).I32(b2i(l2norm)).
+	return loader.NewArgs().DevicePtr(q).DevicePtr(wk).I32(int32(qStride)).I32(b2i(l2norm)).
 		DevicePtr(gcum).DevicePtr(vnew16).DevicePtr(h16).DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(o).
 		I32(int32(HQK)).I32(int32(HV)).F32(scale)
 }
@@ -74,9 +75,9 @@ func argsOutputGN(q, k uintptr, qStride, kStride int, l2norm bool, gcum, vnew16,
 // qn_out, q_rstd): the forward kept for a backward, which also writes the
 // normalised q rows and their rstd where gdn_l2norm_fwd writes qn and
 // q_rstd.
-func argsOutputGNK(q, k uintptr, qStride, kStride int, l2norm bool, gcum, vnew16, h16, chunkTok0, chunkLen, o uintptr,
+func argsOutputGNK(q, wk uintptr, qStride int, l2norm bool, gcum, vnew16, h16, chunkTok0, chunkLen, o uintptr,
 	HQK, HV int, scale float32, qnOut, qRstd uintptr) *loader.Args {
-	return argsOutputGN(q, k, qStride, kStride, l2norm, gcum, vnew16, h16, chunkTok0, chunkLen, o, HQK, HV, scale).
+	return argsOutputGN(q, wk, qStride, l2norm, gcum, vnew16, h16, chunkTok0, chunkLen, o, HQK, HV, scale).
 		DevicePtr(qnOut).DevicePtr(qRstd)
 }
 
@@ -181,9 +182,9 @@ func gpuArgSamples() map[string]*loader.Args {
 		entryOutputMMA16:    argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
 		entryOutputMMA16G:   argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // gdn_output_mma16's
 		entryPrepMMAGN:      argsPrepMMAGN(0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOutputMMA16GN:  argsOutputGN(0, 0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputMMA16GN:  argsOutputGN(0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryPrepMMAGNK:     argsPrepMMAGNK(0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOutputMMA16GNK: argsOutputGNK(0, 0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOutputMMA16GNK: argsOutputGNK(0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 
 		entrySummaryPlanes: argsSummaryPlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryStatePlanes:   argsStatePlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),

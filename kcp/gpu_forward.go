@@ -1203,11 +1203,11 @@ func (rr *rankRun) finish() error {
 		rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(g.opts))
 	switch {
 	case rk.normKept():
-		output, outArgs = entryOutputMMA16GNK, argsOutputGNK(rk.qRaw, rk.kRaw, rk.qSt, rk.kSt, !g.opts.NoL2Norm,
+		output, outArgs = entryOutputMMA16GNK, argsOutputGNK(rk.qRaw, rk.wk.Ptr(), rk.qSt, !g.opts.NoL2Norm,
 			rk.gcum.Ptr(), outV, outH, rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(g.opts),
 			rk.qn.Ptr(), rk.qRstd.Ptr())
 	case rk.normQK:
-		output, outArgs = entryOutputMMA16GN, argsOutputGN(rk.qRaw, rk.kRaw, rk.qSt, rk.kSt, !g.opts.NoL2Norm, rk.gcum.Ptr(),
+		output, outArgs = entryOutputMMA16GN, argsOutputGN(rk.qRaw, rk.wk.Ptr(), rk.qSt, !g.opts.NoL2Norm, rk.gcum.Ptr(),
 			outV, outH, rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(g.opts))
 	}
 	if err := rr.launch(output, [3]uint32{uint32(NC), uint32(outBlocks), 1}, ks.outputSmem, outArgs); err != nil {

@@ -332,35 +332,43 @@ func addOutput16(j *job, d *gdnData, in *outInputs, h16, vnew16 []byte, probe bo
 	j.out("og", 2*g.T*HV*dHead)
 	j.poison("og", poisonBF16x2)
 	j.launch("output_mma16g", "gdn_output_mma16g", grid3(l.NC, HQK, 1), 256, "kOutputMMA16Smem", tail("og")...)
-	// The normalising form: the raw bf16 q and k rows (the l2norm's inputs, laid out like qn and kn but
-	// with a padded row stride), normalised in the kernel; checkOutput16 requires gdn_output_mma16g's bits.
+	// The normalising form: the raw bf16 q rows (the l2norm's input, laid out like qn but with a padded row
+	// stride), normalised in the kernel, and K from the walk planes; checkOutput16 requires
+	// gdn_output_mma16g's bits.
 	// Twice: rows 16-byte aligned (stride + 8: staged by cp.async) and only 8-byte aligned (stride + 4:
 	// loaded from global memory).
 	l2 := 0
 	if c.l2norm {
 		l2 = 1
 	}
+	// The normalising forms read K as the prep's K^T walk planes: test_walk_planes' from the gapped kn (its
+	// -W planes, from zeros, unused).
+	j.f32("w0", make([]float32, g.T*HV*dHead))
+	j.out("wp", l.NC*HV*32768)
+	j.poison("wp", poisonBF16x2)
+	j.out("wk", l.NC*HQK*32768)
+	j.poison("wk", poisonBF16x2)
+	j.launch("planes", "test_walk_planes", grid3(l.NC, HV, 1), 256, "0", buf("w0"), buf("kn"), buf("chunk_tok0"),
+		buf("chunk_len"), buf("wp"), buf("wk"), i32a(HQK), i32a(HV))
 	for _, v := range []struct{ sfx, pad int }{{0, 8}, {1, 4}} {
 		qs := HQK*dHead + v.pad
-		qraw, kraw := make([]bf16.BF16, g.T*qs), make([]bf16.BF16, g.T*qs)
+		qraw := make([]bf16.BF16, g.T*qs)
 		for i := range qraw {
-			qraw[i], kraw[i] = bf16.BF16(poisonBF16), bf16.BF16(poisonBF16) // NaN: gap rows and padding never read
+			qraw[i] = bf16.BF16(poisonBF16) // NaN: gap rows and padding never read
 		}
 		for ci := 0; ci < l.NC; ci++ {
 			t0, n := int(l.chunkTok0[ci]), int(l.chunkLen[ci])
 			tg := t0 + gapRows*ci
 			for i := 0; i < n; i++ {
 				copy(qraw[(tg+i)*qs:(tg+i)*qs+HQK*dHead], d.qkv[d.qOff+(t0+i)*d.qStride:])
-				copy(kraw[(tg+i)*qs:(tg+i)*qs+HQK*dHead], d.qkv[d.kOff+(t0+i)*d.qStride:])
 			}
 		}
 		sfx := []string{"", "_u8"}[v.sfx]
 		j.bf16("qraw"+sfx, qraw)
-		j.bf16("kraw"+sfx, kraw)
 		j.out("ogn"+sfx, 2*g.T*HV*dHead)
 		j.poison("ogn"+sfx, poisonBF16x2)
 		j.launch("output_mma16gn"+sfx, "gdn_output_mma16gn", grid3(l.NC, HQK, 1), 256, "kOutputMMA16Smem",
-			buf("qraw"+sfx), buf("kraw"+sfx), i32a(qs), i32a(qs), i32a(l2), buf("gcum"), buf("vnew16"), buf("h16"),
+			buf("qraw"+sfx), buf("wk"), i32a(qs), i32a(l2), buf("gcum"), buf("vnew16"), buf("h16"),
 			buf("chunk_tok0"), buf("chunk_len"), buf("ogn"+sfx), i32a(HQK), i32a(HV), f32a(d.scale))
 		// Kept for a backward: gdn_output_mma16gnk also writes the normalised q rows and their rstd, where
 		// gdn_l2norm_fwd writes qn and q_rstd (checkOutput16 compares them with the l2norm's).
@@ -371,7 +379,7 @@ func addOutput16(j *job, d *gdnData, in *outInputs, h16, vnew16 []byte, probe bo
 		j.out("q_rstd_out"+sfx, 4*g.T*HQK)
 		j.poison("q_rstd_out"+sfx, poisonF32)
 		j.launch("output_mma16gnk"+sfx, "gdn_output_mma16gnk", grid3(l.NC, HQK, 1), 256, "kOutputMMA16Smem",
-			buf("qraw"+sfx), buf("kraw"+sfx), i32a(qs), i32a(qs), i32a(l2), buf("gcum"), buf("vnew16"), buf("h16"),
+			buf("qraw"+sfx), buf("wk"), i32a(qs), i32a(l2), buf("gcum"), buf("vnew16"), buf("h16"),
 			buf("chunk_tok0"), buf("chunk_len"), buf("ognk"+sfx), i32a(HQK), i32a(HV), f32a(d.scale), buf("qn_out"+sfx),
 			buf("q_rstd_out"+sfx))
 	}
@@ -450,7 +458,7 @@ func checkOutput16(t *testing.T, et *errTable, d *gdnData, in *outInputs, g *gap
 	// and nothing in the gaps.
 	require.Equal(t, res.raw["o"], ungap(t, d, g, r.raw["og"], 2, poisonBF16x2, "og"),
 		"gdn_output_mma16g: not gdn_output_mma16's bits")
-	// gdn_output_mma16gn (q, k normalised in the kernel from their bf16 rows) writes the same rows too,
+	// gdn_output_mma16gn (q normalised in the kernel from its bf16 rows, K from the walk planes) writes the same rows too,
 	// whether its rows are staged by cp.async (16-byte aligned) or loaded from global memory.
 	require.Equal(t, res.raw["o"], ungap(t, d, g, r.raw["ogn"], 2, poisonBF16x2, "ogn"),
 		"gdn_output_mma16gn: not gdn_output_mma16g's bits")

@@ -90,6 +90,7 @@
 
 #include "gdn_fwd.cu"
 #include "mma.cuh"
+#include "walk_planes.cuh"
 
 namespace gdnkcp {
 namespace outmma {
@@ -242,6 +243,36 @@ __device__ __forceinline__ void raw_scores(float s[8][4], const bf16* Qb, const 
 			bn_frag<SK>(bh, bl, Kb, jp, kk, lane);
 			mma_terms<SQ, SK>(s[2 * jp], ah, al, bh, bl);
 			mma_terms<SQ, SK>(s[2 * jp + 1], ah, al, bh + 2, bl + 2);
+		}
+	}
+}
+
+// raw_scores_kt: raw_scores<true, true> with K's hi / lo B fragments read from the prep's K^T walk planes
+// (walk_planes.cuh: row = key, 128 bytes of tokens, unit b at b ^ (key % 8); lo 16384 bytes on) staged as
+// they lie at kt, by ldmatrix.trans: matrices (keys 16 kk .. + 7, tokens of tile 2 jp), (keys + 8 .., tile
+// 2 jp), (.., tile 2 jp + 1), (+ 8 .., 2 jp + 1), bn_frag's fragments. The planes hold split_bf16x2 of the
+// normalised k (gdn_l2norm_fwd's rows, zero past n), which is what convert_tile makes of K's fp32 tile: the
+// same fragments, products and order, so the same scores bit for bit.
+__device__ __forceinline__ void raw_scores_kt(float s[8][4], const bf16* Qb, const unsigned char* kt, int rt, int lane) {
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+		for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+	const int mi = lane >> 3, lr = lane & 7;
+#pragma unroll
+	for (int kk = 0; kk < 8; ++kk) {
+		unsigned ah[4], al[4];
+		a_frag<true>(ah, al, Qb, rt, kk, lane);
+		const int key = 16 * kk + 8 * (mi & 1) + lr;
+#pragma unroll
+		for (int jp = 0; jp < 4; ++jp) {
+			if (jp > rt) break;  // warp-uniform
+			const unsigned char* a = kt + key * 128 + (((2 * jp + (mi >> 1)) ^ (key & 7)) << 4);
+			unsigned bh[4], bl[4];
+			tc::ldmatrix_x4_trans(bh, a);
+			tc::ldmatrix_x4_trans(bl, a + walkplanes::kOffLo);
+			mma_terms<true, true>(s[2 * jp], ah, al, bh, bl);
+			mma_terms<true, true>(s[2 * jp + 1], ah, al, bh + 2, bl + 2);
 		}
 	}
 }
@@ -716,54 +747,51 @@ __device__ __forceinline__ void out16_norm_staged(float* tile, const bf16* rows,
 	}
 }
 
-// out16_stage_norm: out16_stage for gdn_output_mma16gn. Where q's and k's rows are 16-byte aligned (every
-// buffer kcp passes): their bf16 rows by cp.async into K's tile region (q's in its first 16 KB, k's in
-// the second; group 1), H^T (group 2), V'^T (group 3), gamma; group 1 waited for and published; Q's rows
-// normalised from there into Q's tile, K's into K's tile once every warp has read them (out16_norm_staged).
-// Otherwise H^T and V'^T only, and the rows loaded and normalised from global memory under the copies
-// (out16_norm_tile; two round trips of synchronous loads at the CTA's start, ~0.09 ms at 32K against
-// gdn_output_mma16g's cp.async of fp32 rows). Either way the same tiles; then H^T waited for, a
-// __syncthreads (the tiles are written by other threads than copy_tile's owners) and Q split in place.
+// out16_stage_norm: out16_stage for gdn_output_mma16gn. Where q's rows are 16-byte aligned (every buffer
+// kcp passes): its bf16 rows by cp.async into Q's tile region (group 1), H^T (group 2), V'^T and K^T's walk
+// planes of the chunk and QK head (kt: 32 KB, as they lie, into K's region; group 3), gamma; group 1 waited
+// for and published; Q's rows normalised from there into Q's tile once every warp has read them
+// (out16_norm_staged). Otherwise the rows loaded and normalised from global memory under the copies
+// (out16_norm_tile). Either way Q's tile as out16_stage makes it; then H^T waited for, a __syncthreads (the
+// tile is written by other threads than copy_tile's owners) and Q split in place. K is not normalised here:
+// the prep wrote its planes (raw_scores_kt).
 __device__ __forceinline__ void out16_stage_norm(float* QR, float* XR, bf16* VT, float* KR, float* gam, const bf16* q,
-                                                 const bf16* k, long long qs, long long ks, int l2norm,
-                                                 const float* gcum, const bf16* h16b, const bf16* v16b, int t0, int n,
-                                                 int h, int HV, float* qo = nullptr, long long qos = 0,
-                                                 float* qro = nullptr, int qrs = 0) {
+                                                 const unsigned char* kt, long long qs, int l2norm, const float* gcum,
+                                                 const bf16* h16b, const bf16* v16b, int t0, int n, int h, int HV,
+                                                 float* qo = nullptr, long long qos = 0, float* qro = nullptr,
+                                                 int qrs = 0) {
 	const int tid = threadIdx.x;
-	const bool async = rows_al16(q, qs) && rows_al16(k, ks);
-	bf16* const qst = reinterpret_cast<bf16*>(KR);  // staged rows: q's, then k's (16 KB each)
-	bf16* const kst = qst + kC * kD;
-	if (async) {
-		copy_rows16(qst, q, qs, n);
-		copy_rows16(kst, k, ks, n);
-	}
-	tc::cp_async_commit();  // group 1: q's and k's rows (empty without async)
+	const bool async = rows_al16(q, qs);
+	bf16* const qst = reinterpret_cast<bf16*>(QR);  // staged rows: q's (16 KB), in Q's own region
+	if (async) copy_rows16(qst, q, qs, n);
+	tc::cp_async_commit();  // group 1: q's rows (empty without async)
 	copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16b);
 	tc::cp_async_commit();  // group 2: H^T
 	copy_bf16_tile<kD, kC / 8>(VT, v16b);
-	tc::cp_async_commit();  // group 3: V'^T
+	unsigned char* kd = reinterpret_cast<unsigned char*>(KR);
+#pragma unroll
+	for (int j = 0; j < walkplanes::kKBytes / 16 / kThreads; ++j) tc::cp_async16(kd + 16 * (tid + kThreads * j), kt + 16 * (tid + kThreads * j));
+	tc::cp_async_commit();  // group 3: V'^T, K^T's planes
 	if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
 	if (async) {
 		tc::cp_async_wait<2>();  // this thread's rows
 		__syncthreads();         // every thread's rows
-		out16_norm_staged<false>(QR, qst, l2norm, n, qo, qos, qro, qrs);
-		out16_norm_staged<true>(KR, kst, l2norm, n);
+		out16_norm_staged<true>(QR, qst, l2norm, n, qo, qos, qro, qrs);
 	} else {
 		out16_norm_tile(QR, q, qs, l2norm, n, qo, qos, qro, qrs);
-		out16_norm_tile(KR, k, ks, l2norm, n);
 	}
-	tc::cp_async_wait<1>();  // H^T (V'^T may still be in flight)
-	__syncthreads();         // Q's and K's tiles
+	tc::cp_async_wait<1>();  // H^T (V'^T and K^T may still be in flight)
+	__syncthreads();         // Q's tile
 	convert_tile<kC, true>(QR);
 }
 
-// NORM: gdn_output_mma16gn (q, k: the raw bf16 rows, strides qs, ks, normalised in the kernel), else
-// gdn_output_mma16g (qn, kn: gdn_l2norm_fwd's fp32 rows; q, k unused).
+// NORM: gdn_output_mma16gn (q: the raw bf16 rows, stride qs, normalised in the kernel; wk: the prep's K^T walk
+// planes), else gdn_output_mma16g (qn, kn: gdn_l2norm_fwd's fp32 rows; q, wk unused).
 template <typename OutT, bool NORM = false>
 __device__ __forceinline__ void output_mma16g(float* smem, const float* qn, const float* kn, const float* gcum,
                                               const bf16* vnew16, const bf16* h16, const int* chunk_tok0,
                                               const int* chunk_len, OutT* o, int HQK, int HV, float scale,
-                                              const bf16* q = nullptr, const bf16* k = nullptr, int qs = 0, int ks = 0,
+                                              const bf16* q = nullptr, const unsigned char* wk = nullptr, int qs = 0,
                                               int l2norm = 0, float* qn_out = nullptr, float* q_rstd = nullptr) {
 	float* QR = smem;                                    // [64][128] fp32: Q, split in place
 	float* XR = QR + kC * kD;                            // H^T [128][128] bf16
@@ -783,8 +811,8 @@ __device__ __forceinline__ void output_mma16g(float* smem, const float* qn, cons
 	const int h0 = qh * G;
 	if (NORM) {
 		const long long blk = (long long)c * HV + h0;
-		out16_stage_norm(QR, XR, VT, KR, gam, q + (long long)t0 * qs + qh * kD, k + (long long)t0 * ks + qh * kD, qs, ks,
-		                 l2norm, gcum, h16 + blk * kD * kD, vnew16 + blk * kD * kC, t0, n, h0, HV,
+		out16_stage_norm(QR, XR, VT, KR, gam, q + (long long)t0 * qs + qh * kD,
+		                 wk + ((long long)c * HQK + qh) * walkplanes::kKBytes, qs, l2norm, gcum, h16 + blk * kD * kD, vnew16 + blk * kD * kC, t0, n, h0, HV,
 		                 qn_out != nullptr ? qn_out + ((long long)t0 * HQK + qh) * kD : nullptr, qk,
 		                 q_rstd != nullptr ? q_rstd + (long long)t0 * HQK + qh : nullptr, HQK);
 	}
@@ -813,9 +841,12 @@ __device__ __forceinline__ void output_mma16g(float* smem, const float* qn, cons
 		float* ss = KR + 1024 * warp + lane;  // this lane's stash: value (nt, e) at ss[32 (4 nt + e)]
 		if (h == h0) {
 			tc::cp_async_wait<0>();  // V'^T and K
-			convert_tile<kC, true>(KR);
+			if (!NORM) convert_tile<kC, true>(KR);
 			__syncthreads();  // K and V'^T staged
-			raw_scores<true, true>(s, Qb, Kb, rt, lane);
+			if (NORM)
+				raw_scores_kt(s, Qb, reinterpret_cast<const unsigned char*>(KR), rt, lane);
+			else
+				raw_scores<true, true>(s, Qb, Kb, rt, lane);
 			__syncthreads();  // every warp done with K: its region takes the raw scores
 #pragma unroll
 			for (int nt = 0; nt < 8; ++nt)
@@ -841,13 +872,14 @@ gdn_output_mma16g(const float* __restrict__ qn, const float* __restrict__ kn, co
 	output_mma16g(smem, qn, kn, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV, scale);
 }
 
-// ==== gdn_output_mma16gn, gdn_output_mma16gnk: gdn_output_mma16g on the raw bf16 q and k, normalised in the kernel
+// ==== gdn_output_mma16gn, gdn_output_mma16gnk: gdn_output_mma16g on the raw bf16 q and the K^T walk planes
 //   gdn_output_mma16gn    grid (NC, HQK)   kOutputMMA16Smem (two CTAs an SM)
 //   gdn_output_mma16gnk   grid (NC, HQK)   kOutputMMA16Smem (two CTAs an SM)
-// gdn_output_mma16g whose first head normalises the chunk's q and k rows itself (out16_stage_norm: q, k
-// bf16 with q_stride, k_stride elements a token, QK head qh at qh 128; l2norm 0: the rows as they are)
-// instead of copying gdn_l2norm_fwd's fp32 qn, kn: the same staged tiles, so the output is
-// gdn_output_mma16g's bits. With gdn_prep_mma_gn / _gnk, gdn_l2norm_fwd does not run, and q, k are read as
+// gdn_output_mma16g whose first head normalises the chunk's q rows itself (out16_stage_norm: q bf16 with
+// q_stride elements a token, QK head qh at qh 128; l2norm 0: the rows as they are) and reads K as the
+// prep's K^T walk planes (wk: 32 KB a chunk and QK head, walk_planes.cuh; raw_scores_kt) instead of
+// copying gdn_l2norm_fwd's fp32 qn, kn: the same tiles and fragments, so the output is gdn_output_mma16g's
+// bits. With gdn_prep_mma_gn / _gnk (which write the planes), gdn_l2norm_fwd does not run, and q is read as
 // bf16 (half the bytes).
 // gdn_output_mma16gn is the forward alone (nothing else written); gdn_output_mma16gnk, the forward kept for
 // a backward, takes two more arguments, qn_out and q_rstd (each may be null): the normalised q rows < n of
@@ -855,24 +887,25 @@ gdn_output_mma16g(const float* __restrict__ qn, const float* __restrict__ kn, co
 // HQK]); gdn_prep_mma_gnk writes kn and k_rstd. Two entries, so that the forward alone's code carries no
 // runtime test of them.
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
-gdn_output_mma16gn(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k, int q_stride,
-                   int k_stride, int l2norm, const float* __restrict__ gcum, const __nv_bfloat16* __restrict__ vnew16,
+gdn_output_mma16gn(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ wk, int q_stride, int l2norm,
+                   const float* __restrict__ gcum, const __nv_bfloat16* __restrict__ vnew16,
                    const __nv_bfloat16* __restrict__ h16, const int* __restrict__ chunk_tok0,
                    const int* __restrict__ chunk_len, __nv_bfloat16* __restrict__ o, int HQK, int HV, float scale) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	output_mma16g<__nv_bfloat16, true>(smem, nullptr, nullptr, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV,
-	                                   scale, q, k, q_stride, k_stride, l2norm);
+	                                   scale, q, reinterpret_cast<const unsigned char*>(wk), q_stride, l2norm);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
-gdn_output_mma16gnk(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k, int q_stride,
-                    int k_stride, int l2norm, const float* __restrict__ gcum, const __nv_bfloat16* __restrict__ vnew16,
+gdn_output_mma16gnk(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ wk, int q_stride,
+                    int l2norm, const float* __restrict__ gcum, const __nv_bfloat16* __restrict__ vnew16,
                     const __nv_bfloat16* __restrict__ h16, const int* __restrict__ chunk_tok0,
                     const int* __restrict__ chunk_len, __nv_bfloat16* __restrict__ o, int HQK, int HV, float scale,
                     float* __restrict__ qn_out, float* __restrict__ q_rstd) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	output_mma16g<__nv_bfloat16, true>(smem, nullptr, nullptr, gcum, vnew16, h16, chunk_tok0, chunk_len, o, HQK, HV,
-	                                   scale, q, k, q_stride, k_stride, l2norm, qn_out, q_rstd);
+	                                   scale, q, reinterpret_cast<const unsigned char*>(wk), q_stride, l2norm, qn_out,
+	                                   q_rstd);
 }
 
 }  // namespace outmma
