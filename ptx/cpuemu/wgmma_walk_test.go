@@ -152,7 +152,8 @@ func checkWGMMAWalks(t *testing.T, et *errTable, d *gdnData, r *result, walks []
 // TestWGMMAOnCPU checks the emulator's wgmma model itself (emu.h), through
 // emu_wgmma_gemm of testdata/mma_kernels.cpp, which calls it directly (not
 // through ptx/src/wgmma.cuh): D = A B and D = C + A B for N 64 and 128
-// against float64, with the results at issue and deferred to the wait; and
+// against float64, with B K-major (emu::wgmma_rs) and MN-major
+// (emu::wgmma_rs_t, imm-trans-b 1), with the results at issue and deferred to the wait; and
 // the errors it must report: a descriptor of another swizzle mode, lanes that
 // disagree, a thread that exits with a wgmma pending and shared memory
 // rewritten under an in-flight wgmma (deferred), and D read before the wait
@@ -174,7 +175,7 @@ func TestWGMMAOnCPU(t *testing.T) {
 		return j, b
 	}
 	for _, n := range []int{64, 128} {
-		for _, mode := range []int{0, 1} {
+		for _, mode := range []int{0, 1, 2, 3} { // 2, 3: B MN-major (emu::wgmma_rs_t)
 			for _, env := range [][]string{nil, {wgmmaDeferred}} {
 				t.Run(fmt.Sprintf("n%d_mode%d_%d", n, mode, len(env)), func(t *testing.T) {
 					t.Parallel()
@@ -185,7 +186,7 @@ func TestWGMMAOnCPU(t *testing.T) {
 					j, b := run(t, n, mode, 0, env, c)
 					r := j.run(bin)
 					want := matmul(bf16Widen(a), bf16Widen(b), mmaM, mmaK, n)
-					if mode == 1 {
+					if mode%2 == 1 {
 						for i := range want {
 							want[i] += float64(c[i])
 						}
@@ -210,11 +211,13 @@ func TestWGMMAOnCPU(t *testing.T) {
 		{"exit_pending", 3, []string{wgmmaDeferred}, "not waited for"},
 		{"b_rewritten_in_flight", 2, []string{wgmmaDeferred}, "changed before its wait"},
 	} {
-		t.Run(bc.name, func(t *testing.T) {
-			t.Parallel()
-			j, _ := run(t, mmaN, 0, bc.bug, bc.env, c)
-			require.Contains(t, j.runFail(bin), bc.want)
-		})
+		for _, mode := range []int{0, 2} {
+			t.Run(fmt.Sprintf("%s_mode%d", bc.name, mode), func(t *testing.T) {
+				t.Parallel()
+				j, _ := run(t, mmaN, mode, bc.bug, bc.env, c)
+				require.Contains(t, j.runFail(bin), bc.want)
+			})
+		}
 	}
 	t.Run("read_before_wait", func(t *testing.T) {
 		t.Parallel()

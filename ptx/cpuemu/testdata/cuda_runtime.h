@@ -82,6 +82,7 @@ void cp_async_wait(int n);
 
 // The Hopper wgmma path of ptx/src/wgmma.cuh, built only where a runner defines GDNKCP_EMU_WGMMA (emu.h).
 void wgmma_rs(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d);
+void wgmma_rs_t(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d);  // B MN-major
 void wgmma_fence();
 void wgmma_commit();
 void wgmma_wait(int n);

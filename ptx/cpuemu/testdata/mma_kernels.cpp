@@ -190,12 +190,31 @@ __device__ unsigned long long sw128_desc(const void* p, unsigned long long mode 
 	return ((a & 0x3ffff) >> 4) | (1ull << 16) | (static_cast<unsigned long long>(1024 >> 4) << 32) | (mode << 62);
 }
 
+// sw128_desc_mn: an MN-major, 128-byte-swizzled operand descriptor at p: leading byte offset lbo (from one
+// 64-column block to the next), stride byte offset 1024 (the next 8 k rows).
+__device__ unsigned long long sw128_desc_mn(const void* p, int lbo, unsigned long long mode = 1) {
+	const unsigned long long a = __cvta_generic_to_shared(p);
+	return ((a & 0x3ffff) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
+	       (static_cast<unsigned long long>(1024 >> 4) << 32) | (mode << 62);
+}
+
 // stage_b writes B (K 128 x N, row-major bf16 in global memory) into shared memory K-major in the 128-byte
 // swizzle: 64-key blocks of N rows of 128 bytes, the 16-byte unit u of row n at u ^ (n % 8).
 __device__ void stage_b(const bf16* B, unsigned char* bs, int N) {
 	for (int e = threadIdx.x; e < N * kK; e += blockDim.x) {
 		const int n = e / kK, k = e % kK;
 		const int off = (k / 64) * N * 128 + n * 128 + ((((k % 64) / 8) ^ (n % 8)) << 4) + 2 * (k % 8);
+		memcpy(bs + off, &B[k * N + n], 2);
+	}
+}
+
+// stage_b_mn writes B (K 128 x N, row-major bf16 in global memory) into shared memory MN-major in the
+// 128-byte swizzle, as emu::wgmma_rs_t reads it: 64-column blocks of K rows of 128 bytes (the block nb at
+// nb 16384: the leading byte offset), the 16-byte unit u of row k at u ^ (k % 8).
+__device__ void stage_b_mn(const bf16* B, unsigned char* bs, int N) {
+	for (int e = threadIdx.x; e < N * kK; e += blockDim.x) {
+		const int n = e % N, k = e / N;
+		const int off = (n / 64) * kK * 128 + k * 128 + ((((n % 64) / 8) ^ (k % 8)) << 4) + 2 * (n % 8);
 		memcpy(bs + off, &B[k * N + n], 2);
 	}
 }
@@ -212,14 +231,20 @@ __device__ void a_frag(const bf16* A, int w, int s, unsigned a[4]) {
 
 // emu_wgmma_gemm: one warpgroup (128 threads) computes D (64 x N) = C + A B with wgmma m64nNk16, A from
 // registers, B staged as above, k steps ascending, one commit and one wait. mode: 0 starts from zero
-// (scale-d 0 on k step 0 over NaN accumulators: the old values must be ignored), 1 adds to C [64][N].
+// (scale-d 0 on k step 0 over NaN accumulators: the old values must be ignored), 1 adds to C [64][N];
+// mode + 2: B staged MN-major (stage_b_mn) and read by emu::wgmma_rs_t (imm-trans-b 1).
 // bug: 1 reads D before the wait, 2 rewrites B before the wait, 3 exits without waiting, 4 passes a
 // descriptor of swizzle mode 0, 5 lanes pass different descriptors.
 extern "C" __global__ void emu_wgmma_gemm(const bf16* A, const bf16* B, const float* C, float* D, int N, int mode,
                                           int bug) {
 	extern __shared__ float smem[];
 	unsigned char* bs = reinterpret_cast<unsigned char*>(smem);
-	stage_b(B, bs, N);
+	const bool trans = mode >= 2;
+	mode %= 2;
+	if (trans)
+		stage_b_mn(B, bs, N);
+	else
+		stage_b(B, bs, N);
 	__syncthreads();
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, t = lane % 4;
 	float d[64];
@@ -231,9 +256,14 @@ extern "C" __global__ void emu_wgmma_gemm(const bf16* A, const bf16* B, const fl
 	for (int s = 0; s < kK / 16; ++s) {
 		unsigned a[4];
 		a_frag(A, w, s, a);
-		unsigned long long desc = sw128_desc(bs + (s / 4) * N * 128 + (s % 4) * 32, bug == 4 ? 0 : 1);
+		// MN-major: k step s is the 16 rows from 16 s (2048 bytes a step), the next 64 columns kK 128 bytes on.
+		unsigned long long desc = trans ? sw128_desc_mn(bs + 2048 * s, kK * 128, bug == 4 ? 0 : 1)
+		                                : sw128_desc(bs + (s / 4) * N * 128 + (s % 4) * 32, bug == 4 ? 0 : 1);
 		if (bug == 5 && lane == 7) desc += 2;
-		emu::wgmma_rs(d, N, a, desc, mode == 0 && s == 0 ? 0 : 1);
+		if (trans)
+			emu::wgmma_rs_t(d, N, a, desc, mode == 0 && s == 0 ? 0 : 1);
+		else
+			emu::wgmma_rs(d, N, a, desc, mode == 0 && s == 0 ? 0 : 1);
 	}
 	emu::wgmma_commit();
 	if (bug == 1) D[threadIdx.x] = d[0];
