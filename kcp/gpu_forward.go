@@ -109,13 +109,14 @@ type gpuRank struct {
 	sumP, sumQ, allP, allQ, start, final, h, vnew, o                  *loader.Buffer
 	h16, vnew16                                                       *loader.Buffer // bf16 H^T, V'^T (MMAForward5)
 	// normQK: this forward normalises q and k inside the prep and the
-	// output (kernelSet.normQK): no l2norm kernel; the kernels read the
-	// bf16 q, k at qRaw, kRaw (row strides qSt, kSt elements). A forward
-	// kept for a backward has them write qn, kn, q_rstd and k_rstd as the
-	// l2norm kernel would (its chunks' rows); the forward alone has none.
-	normQK     bool
-	qRaw, kRaw uintptr
-	qSt, kSt   int
+	// output (kernelSet.normQK): no l2norm kernel; the prep reads k's bf16
+	// rows, the output q's at qRaw (row stride qSt elements) and K from
+	// the prep's walk planes. A forward kept for a backward has them write
+	// qn, kn, q_rstd and k_rstd as the l2norm kernel would (its chunks'
+	// rows); the forward alone has none.
+	normQK bool
+	qRaw   uintptr
+	qSt    int
 }
 
 // normKept reports whether this forward normalises q and k in the prep and
@@ -931,7 +932,7 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	if err := rr.mark(); err != nil { // conv
 		return err
 	}
-	rk.qRaw, rk.kRaw, rk.qSt, rk.kSt = qp, kp, qst, kst
+	rk.qRaw, rk.qSt = qp, qst
 	if !rk.normQK { // with normQK the prep and the output normalise q, k themselves
 		if err := rr.launch(entryL2Norm, [3]uint32{uint32(ceilDiv(Tr*HQK*2, gpuBlock/32)), 1, 1}, 0,
 			argsL2Norm(qp, kp, qst, kst, rk.qn.Ptr(), rk.kn.Ptr(), rk.qRstd.Ptr(), rk.kRstd.Ptr(), Tr, HQK, !g.opts.NoL2Norm)); err != nil {
