@@ -608,60 +608,28 @@ unsigned long long cvta_shared(const void* p) {
 
 namespace {
 
-// wgmma_b reads the B operand (16 x n bf16, K-major, 128-byte swizzle) that desc describes.
-std::vector<unsigned short> wgmma_b(unsigned long long desc, int n) {
-  if (window == nullptr) fail("wgmma: no descriptor address came from __cvta_generic_to_shared");
-  if ((desc >> 62) != 1) fail("wgmma: only the 128-byte swizzle (descriptor mode 1) is emulated");
-  if (((desc >> 49) & 7) != 0) fail("wgmma: a descriptor base offset other than 0");
-  const size_t start = (desc & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
-  std::vector<unsigned short> b(16 * static_cast<size_t>(n));
-  for (int col = 0; col < n; ++col)
-    for (int k = 0; k < 16; ++k) {
-      const size_t u = start + (col / 8) * sbo + (col % 8) * 128 + 2 * k;
-      const size_t a = u ^ (((u >> 7) & 7) << 4);
-      if (a + 2 > window_bytes) fail("wgmma: B reaches past the dynamic shared memory");
-      memcpy(&b[static_cast<size_t>(k) * n + col], window + a, 2);
-    }
-  return b;
-}
-
-// wgmma_b_mn reads B (16 x n) MN-major through the descriptor (imm-trans-b 1): for each k its n values
-// contiguous, 64 of them (128 bytes) a row, rows k % 8 of an atom 128 bytes apart, the next 8 k the
-// stride byte offset on, the next 64 columns the leading byte offset on; the 128-byte swizzle.
-std::vector<unsigned short> wgmma_b_mn(unsigned long long desc, int n) {
+// wgmma_b reads the B operand (16 x n bf16, 128-byte swizzle) that desc describes: K-major (for each
+// column its 16 k values contiguous, rows of 128 bytes, 8-row atoms the stride byte offset apart) or, with
+// trans (imm-trans-b 1), MN-major (for each k its n values contiguous, 64 of them a 128-byte row, rows
+// k % 8 of an atom 128 bytes apart, the next 8 k the stride byte offset on, the next 64 columns the
+// leading byte offset on).
+std::vector<unsigned short> wgmma_b(unsigned long long desc, int n, bool trans) {
   if (window == nullptr) fail("wgmma: no descriptor address came from __cvta_generic_to_shared");
   if ((desc >> 62) != 1) fail("wgmma: only the 128-byte swizzle (descriptor mode 1) is emulated");
   if (((desc >> 49) & 7) != 0) fail("wgmma: a descriptor base offset other than 0");
   const size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
-  if (n > 64 && lbo < 1024) fail("wgmma: an MN-major B wider than 64 needs a leading byte offset");
+  if (trans && n > 64 && lbo < 1024) fail("wgmma: an MN-major B wider than 64 needs a leading byte offset");
   std::vector<unsigned short> b(16 * static_cast<size_t>(n));
   for (int col = 0; col < n; ++col)
     for (int k = 0; k < 16; ++k) {
-      const size_t u = start + (col / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + 2 * (col % 64);
+      const size_t u = trans ? start + (col / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + 2 * (col % 64)
+                             : start + (col / 8) * sbo + (col % 8) * 128 + 2 * k;
       const size_t a = u ^ (((u >> 7) & 7) << 4);
       if (a + 2 > window_bytes) fail("wgmma: B reaches past the dynamic shared memory");
       memcpy(&b[static_cast<size_t>(k) * n + col], window + a, 2);
     }
   return b;
 }
-
-std::vector<unsigned short> wgmma_b_any(unsigned long long desc, int n, bool trans) {
-  return trans ? wgmma_b_mn(desc, n) : wgmma_b(desc, n);
-}
-
-void wgmma_rs_any(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d, bool trans);
-
-}  // namespace
-
-void wgmma_rs(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d) {
-  wgmma_rs_any(d, n, a, desc, scale_d, false);
-}
-
-void wgmma_rs_t(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d) {
-  wgmma_rs_any(d, n, a, desc, scale_d, true);
-}
-
-namespace {
 
 void wgmma_rs_any(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d, bool trans) {
   Exchange& x = enter(kWgmma);
@@ -679,7 +647,7 @@ void wgmma_rs_any(float* d, int n, const unsigned a[4], unsigned long long desc,
   fragment_a(x, A);
   if (lane == 0 && cur_stats) ++cur_stats->wgmmas;
   leave(x);
-  const std::vector<unsigned short> b = wgmma_b_any(desc, n, trans);
+  const std::vector<unsigned short> b = wgmma_b(desc, n, trans);
   Fiber& f = fibers[current];
   // The accumulators' input: a held result for the same D (a chained wgmma), else D itself.
   Wgmma* held = nullptr;
@@ -712,6 +680,15 @@ void wgmma_rs_any(float* d, int n, const unsigned a[4], unsigned long long desc,
 
 }  // namespace
 
+void wgmma_rs(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d) {
+  wgmma_rs_any(d, n, a, desc, scale_d, false);
+}
+
+void wgmma_rs_t(float* d, int n, const unsigned a[4], unsigned long long desc, int scale_d) {
+  wgmma_rs_any(d, n, a, desc, scale_d, true);
+}
+
+
 void wgmma_fence() {
   if (current < 0) fail("wgmma.fence outside a launch");
 }
@@ -725,7 +702,7 @@ void wgmma_wait(int n) {
   if (n != 0) fail("wgmma.wait_group: the emulator takes only 0");
   Fiber& f = fibers[current];
   for (const Wgmma& w : f.wgmmas) {
-    if (w.d == nullptr && wgmma_b_any(w.desc, w.n, w.trans) != w.b)
+    if (w.d == nullptr && wgmma_b(w.desc, w.n, w.trans) != w.b)
       fail("wgmma: shared memory under an in-flight wgmma changed before its wait");
   }
   for (const Wgmma& w : f.wgmmas)
