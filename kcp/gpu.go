@@ -90,11 +90,18 @@ const (
 	entryOutputMMA  = "gdn_output_mma"
 	entryOffsetMMA  = "gdn_offset_walk_mma"
 	entryTapeMMA    = "gdn_tape_walk_mma"
+	// entryTapePlanes: the tape walk on the walk planes and q's bf16 rows
+	// (gdn_tape_planes.cu; kernelSet.tapePlanes).
+	entryTapePlanes = "gdn_tape_walk_planes"
 	entryDVLocalMMA = "gdn_dvlocal_mma"
 	// entryDVLocalMMAG is gdn_dvlocal_mma a CTA a (chunk, QK head): the same
 	// arguments and bits, grid (NC, HQK); the v5 set's dV'_local.
 	entryDVLocalMMAG = "gdn_dvlocal_mma_g"
-	entryGradsMMA    = "gdn_chunk_grads_mma"
+	// entryDVLocalMMAGK is gdn_dvlocal_mma_g reading K as the prep's K^T
+	// walk planes (rk.wk) in place of kn: the same grid, shared memory and
+	// bits (kernelSet.dvlocalKt: the v5 set, whose forward writes them).
+	entryDVLocalMMAGK = "gdn_dvlocal_mma_gk"
+	entryGradsMMA     = "gdn_chunk_grads_mma"
 	// The v5 forward path (MMAForward5): walks that rebuild Kt from kn and
 	// gcum (no per-value-head Kt from the prep), the state walk also
 	// writing bf16 copies of H and V' (transposed), and the output that
@@ -211,6 +218,15 @@ func bwdWalkMMASmem(vh int) int {
 	return 196608 + 128*(vh+8)
 }
 
+// tapePlanesSmem is tape_planes_smem(vh) of gdn_tape_planes.cu: two stages
+// (a chunk's -W and K^T planes, q's bf16 rows, dO and 128 factors, rounded
+// up to 1024 bytes), one fp32 dV'_local buffer and 1008 bytes of
+// alignment: 199664 bytes at vh 64, 232432 at vh 128.
+func tapePlanesSmem(vh int) int {
+	stage := (walkWPlaneBytes + walkKPlaneBytes + 2*ChunkSize*gpuD + 2*ChunkSize*vh + 8*ChunkSize + 1023) / 1024 * 1024
+	return 2*stage + 4*ChunkSize*vh + 1008
+}
+
 // KernelSets are the names SetKernels takes.
 var KernelSets = []string{"fp32", "tc", "mma", "v5"}
 
@@ -259,8 +275,14 @@ type kernelSet struct {
 	prepSmem, outputSmem         int
 	walkSmem                     func(vh int) int
 	offset, tape                 string           // the backward walks
-	bwdWalkSmem                  func(vh int) int // theirs
-	dvlocal, grads               string           // the backward's chunk-parallel kernels
+	bwdWalkSmem                  func(vh int) int // theirs (the tape walk's: tapeSmem)
+	tapeSmem                     func(vh int) int
+	// tapePlanes: the tape walk is gdn_tape_walk_planes, which reads the
+	// forward's -W and K^T walk planes (rk.wp, rk.wk) and q's bf16 rows
+	// with q_rstd in place of fp32 W, Kt and qn (the v5 set with the mma
+	// backward walks).
+	tapePlanes     bool
+	dvlocal, grads string // the backward's chunk-parallel kernels
 	// gradsModule: the module stage's chunk gradients where they are not
 	// grads (gradsFor), with grads' shared memory and arguments.
 	gradsModule            string
@@ -283,6 +305,9 @@ type kernelSet struct {
 	// dvlocalQK: dV'_local runs a CTA a (chunk, QK head), grid (NC, HQK)
 	// (gdn_dvlocal_mma_g), not a CTA a (chunk, value head).
 	dvlocalQK bool
+	// dvlocalKt: dV'_local reads K as the K^T walk planes (rk.wk), not kn
+	// (gdn_dvlocal_mma_gk).
+	dvlocalKt bool
 	// planes: the prep (gdn_prep_mma or gdn_prep_mma_g) writes the walk
 	// planes and summary and state are the plane walks, which read them in
 	// place of w and kn; fp32 w is then written only where a backward
@@ -318,7 +343,7 @@ type kernelSet struct {
 func (o GPUOptions) kernelSet() kernelSet {
 	ks := kernelSet{prep: entryPrep, summary: entrySummary, state: entryState, output: entryOutput,
 		prepSmem: prepSmem, outputSmem: outputSmem, walkSmem: walkSmem,
-		offset: entryOffset, tape: entryTape, bwdWalkSmem: bwdWalkSmem,
+		offset: entryOffset, tape: entryTape, bwdWalkSmem: bwdWalkSmem, tapeSmem: bwdWalkSmem,
 		dvlocal: entryDVLocal, grads: entryChunkGrads, dvlocalSmem: dvlocalSmem, gradsSmem: chunkGradSmem}
 	switch {
 	case o.MMAWalks:
@@ -333,7 +358,7 @@ func (o GPUOptions) kernelSet() kernelSet {
 		ks.prep, ks.output, ks.prepSmem, ks.outputSmem = entryPrepTC, entryOutputTC, prepTCSmem, outputTCSmem
 	}
 	if o.MMABackwardWalks {
-		ks.offset, ks.tape, ks.bwdWalkSmem = entryOffsetMMA, entryTapeMMA, bwdWalkMMASmem
+		ks.offset, ks.tape, ks.bwdWalkSmem, ks.tapeSmem = entryOffsetMMA, entryTapeMMA, bwdWalkMMASmem, bwdWalkMMASmem
 	}
 	if o.MMABackwardChunk {
 		ks.dvlocal, ks.grads, ks.dvlocalSmem, ks.gradsSmem = entryDVLocalMMA, entryGradsMMA, dvlocalMMASmem, chunkGradMMASmem
@@ -346,15 +371,19 @@ func (o GPUOptions) kernelSet() kernelSet {
 			// Only the mma preps write the walk planes.
 			ks.summary, ks.state, ks.walkSmem, ks.planes = entrySummaryPlanes, entryStatePlanes, walkPlanesSmem, true
 			ks.normQK = true
+			if ks.tape == entryTapeMMA {
+				ks.tape, ks.tapeSmem, ks.tapePlanes = entryTapePlanes, tapePlanesSmem, true
+			}
 		}
 	}
 	if o.MMAGroupedGrads {
 		ks.grads, ks.gradsSmem, ks.grads5 = entryGradsMMA5, chunkGradMMA5Smem, true
 		ks.dvlocal, ks.dvlocalSmem, ks.dvlocalQK = entryDVLocalMMAG, dvlocalMMAGSmem, true
-		if ks.planes && ks.tape == entryTapeMMA {
+		if ks.planes && (ks.tape == entryTapeMMA || ks.tapePlanes) {
 			// The core stage's chunk gradients on bf16 products; the module
 			// stage's keep hi / lo ones (GPUOptions.SplitGrads says why).
 			ks.grads, ks.gradsModule, ks.tokenSlots, ks.statesBF16 = entryGradsMMA8, entryGradsMMA6, true, true
+			ks.dvlocal, ks.dvlocalKt = entryDVLocalMMAGK, true
 			if o.SplitGrads {
 				ks.grads, ks.gradsModule, ks.statesBF16 = entryGradsMMA6, "", false
 			}

@@ -38,11 +38,10 @@ const PoisonF32 = 0x7fc0dead
 // backward also launches gdn_compose_fwd and gdn_poison_u32 of the
 // forward's set.
 func (ks kernelSet) backwardEntries() []gpuEntry {
-	walk := max(ks.bwdWalkSmem(64), ks.bwdWalkSmem(128))
 	es := []gpuEntry{
 		{ks.dvlocal, ks.dvlocalSmem},
-		{ks.offset, walk},
-		{ks.tape, walk},
+		{ks.offset, max(ks.bwdWalkSmem(64), ks.bwdWalkSmem(128))},
+		{ks.tape, max(ks.tapeSmem(64), ks.tapeSmem(128))},
 		{ks.grads, ks.gradsSmem},
 	}
 	if m := ks.gradsFor(true); m != ks.grads {
@@ -476,8 +475,12 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 	if ks.dvlocalQK {
 		dvlBlocks = HQK
 	}
+	k := rk.kn.Ptr()
+	if ks.dvlocalKt {
+		k = rk.wk.Ptr()
+	}
 	if err := b.launch(ks.dvlocal, [3]uint32{uint32(NC), uint32(dvlBlocks), 1}, ks.dvlocalSmem,
-		argsDVLocal(rk.qn.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), b.dout.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+		argsDVLocal(rk.qn.Ptr(), k, rk.gcum.Ptr(), b.dout.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))); err != nil {
 		return err
 	}
@@ -545,7 +548,7 @@ func (b *bwdRun) tapeAndGrads() error {
 	}
 	ks := rk.dev.ks
 	tapeArgs := argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())
-	if ks.tape == entryTapeMMA {
+	if ks.tape == entryTapeMMA || ks.tapePlanes {
 		dchunk, dvnew, dvnewp, dvnew16, d16 := b.dchunk.Ptr(), b.dvnew.Ptr(), uintptr(0), uintptr(0), uintptr(0)
 		switch {
 		case ks.bf16States(b.f.stage): // b.dvnew, b.dchunk hold bf16 dV'^T, D^T (gdn_chunk_grads_mma8's)
@@ -558,8 +561,13 @@ func (b *bwdRun) tapeAndGrads() error {
 			return fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
 		tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
+		if ks.tapePlanes {
+			qp, _, _, qst, _, _ := rk.qkv(b.f.stage, cfg, C)
+			tapeArgs = argsTapePlanes(b.walkArgs(vh), rk.wp.Ptr(), rk.wk.Ptr(), qp, qst, rk.qRstd.Ptr(), b.dend.Ptr(), dchunk,
+				dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
+		}
 	}
-	if err := b.launch(ks.tape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.bwdWalkSmem(vh), tapeArgs); err != nil {
+	if err := b.launch(ks.tape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.tapeSmem(vh), tapeArgs); err != nil {
 		return err
 	}
 	if err := b.mark(); err != nil { // tape walk

@@ -63,6 +63,18 @@ func argsTapeMMA(a bwdWalkArgs, dend, dChunk, dvnew, dstart, dvnewp, dvnew16, d1
 	return argsTape(a, dend, dChunk, dvnew, dstart).DevicePtr(dvnewp).DevicePtr(dvnew16).DevicePtr(d16).DevicePtr(order)
 }
 
+// argsTapePlanes: gdn_tape_walk_planes(wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0,
+// chunk_len, seg_chunk0, seg_nchunk, dend, d_chunk, dvnew, dstart, HQK, HV, vh, scale, dvnewp, dvnew16,
+// d16, order): argsTapeMMA's with the -W and K^T walk planes, q's bf16 rows (qStride elements a
+// token) and q_rstd in place of w, kt and qn (a's w, kt, qn are not passed).
+func argsTapePlanes(a bwdWalkArgs, wp, wk, q uintptr, qStride int, qRstd, dend, dChunk, dvnew, dstart, dvnewp, dvnew16, d16,
+	order uintptr) *loader.Args {
+	l := loader.NewArgs().DevicePtr(wp).DevicePtr(wk).DevicePtr(q).I32(int32(qStride)).DevicePtr(qRstd).DevicePtr(a.gcum).
+		DevicePtr(a.dvl).DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).DevicePtr(a.segChunk0).
+		DevicePtr(a.segNChunk).DevicePtr(dend).DevicePtr(dChunk).DevicePtr(dvnew).DevicePtr(dstart)
+	return a.tail(l).DevicePtr(dvnewp).DevicePtr(dvnew16).DevicePtr(d16).DevicePtr(order)
+}
+
 // chunkGradArgs are the arguments of gdn_chunk_grads.
 type chunkGradArgs struct {
 	qn, kn, v                           uintptr
@@ -155,23 +167,25 @@ func argsF32ToBF16(src, dst uintptr, n uint64) *loader.Args {
 // manifest.
 func gpuBwdArgSamples() map[string]*loader.Args {
 	return map[string]*loader.Args{
-		entryDVLocal:     argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOffset:      argsOffset(bwdWalkArgs{}, 0, 0, 0),
-		entryTape:        argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
-		entryOffsetMMA:   argsOffsetMMA(bwdWalkArgs{}, 0, 0, 0, 0),
-		entryTapeMMA:     argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryChunkGrads:  argsChunkGrads(chunkGradArgs{}),
-		entryDVLocalMMA:  argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryDVLocalMMAG: argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryGradsMMA:    argsChunkGrads(chunkGradArgs{}),
-		entryGradsMMA5:   argsChunkGrads5(chunkGrad5Args{}),
-		entryGradsMMA6:   argsChunkGrads5(chunkGrad5Args{}), // vnew, dvnew: token slots
-		entryGradsMMA7:   argsChunkGrads5(chunkGrad5Args{}), // mma6's arguments
-		entryGradsMMA8:   argsChunkGrads5(chunkGrad5Args{}), // h16, vnew16, d16, dvnew16 in h's, vnew's, d_chunk's, dvnew's places
-		entryQKBwd:       argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
-		entryConvBwd:     argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryDWReduce:    argsDWReduce(0, 0, 0, 0),
-		entryAddRows:     argsAddRows(0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryF32ToBF16:   argsF32ToBF16(0, 0, 0),
+		entryDVLocal:      argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOffset:       argsOffset(bwdWalkArgs{}, 0, 0, 0),
+		entryTape:         argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
+		entryOffsetMMA:    argsOffsetMMA(bwdWalkArgs{}, 0, 0, 0, 0),
+		entryTapeMMA:      argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryTapePlanes:   argsTapePlanes(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryChunkGrads:   argsChunkGrads(chunkGradArgs{}),
+		entryDVLocalMMA:   argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDVLocalMMAG:  argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDVLocalMMAGK: argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // wk in kn's place
+		entryGradsMMA:     argsChunkGrads(chunkGradArgs{}),
+		entryGradsMMA5:    argsChunkGrads5(chunkGrad5Args{}),
+		entryGradsMMA6:    argsChunkGrads5(chunkGrad5Args{}), // vnew, dvnew: token slots
+		entryGradsMMA7:    argsChunkGrads5(chunkGrad5Args{}), // mma6's arguments
+		entryGradsMMA8:    argsChunkGrads5(chunkGrad5Args{}), // h16, vnew16, d16, dvnew16 in h's, vnew's, d_chunk's, dvnew's places
+		entryQKBwd:        argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
+		entryConvBwd:      argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDWReduce:     argsDWReduce(0, 0, 0, 0),
+		entryAddRows:      argsAddRows(0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryF32ToBF16:    argsF32ToBF16(0, 0, 0),
 	}
 }

@@ -830,7 +830,15 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	// themselves (kernelSet.normQK) and, where a backward needs them, write
 	// qn, kn and their rstd too; with Kt only while the grouped prep takes
 	// every head's Kt in one pass (kernelSet.prepFor).
-	needKt := !ks.out16 || rr.keepStates || (ks.prep != entryPrepMMA && ks.prep != entryPrepMMAG)
+	//
+	// fp32Walk: a backward's walks will read fp32 W and Kt: the offset walk
+	// (gdn_offset_walk_mma) where the rank has segments with a chain
+	// predecessor, the tape walk unless it reads the walk planes
+	// (kernelSet.tapePlanes). Without them the kept forward writes neither
+	// (1.6 GB at 32,768 tokens and 48 value heads).
+	keep := rr.keepStates
+	fp32Walk := keep && (!ks.tapePlanes || len(g.plan.Ranks[rk.rank].Offset) > 0)
+	needKt := !ks.out16 || fp32Walk || (ks.prep != entryPrepMMA && ks.prep != entryPrepMMAG)
 	rk.normQK = ks.normQK && (!needKt || HV/HQK <= prepMaxGroup)
 	rk.qn, rk.kn, rk.qRstd, rk.kRstd = nil, nil, nil, nil
 	for _, t := range []struct {
@@ -843,7 +851,7 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 		{&rk.kRstd, "k_rstd", Tr * HQK, true}, {&rk.gcum, "gcum", Tr * HV, false}, {&rk.u, "u", Tr * nv, false},
 		{&rk.start, "start states", NS * summarySlot(HV), false}, {&rk.final, "final states", NS * summarySlot(HV), false},
 	} {
-		if t.norm && rk.normQK && !needKt { // the forward alone: nothing reads them
+		if t.norm && rk.normQK && !keep { // the forward alone: nothing reads them
 			continue
 		}
 		if *t.dst, err = f32(t.nm, t.n); err != nil {
@@ -851,8 +859,8 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 		}
 	}
 	// W: fp32 for the walks and the backward; with the plane walks the prep
-	// writes the walk planes and fp32 W only where a backward reads it.
-	if !ks.planes || rr.keepStates {
+	// writes the walk planes and fp32 W only where a backward's walk reads it.
+	if !ks.planes || fp32Walk {
 		if rk.w, err = f32("w", Tr*nv); err != nil {
 			return wrap(err)
 		}

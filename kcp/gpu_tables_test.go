@@ -410,6 +410,8 @@ func TestGPUSharedMemorySizes(t *testing.T) {
 		{"gdn_walk_mma.cu", `, (\d+) at vh 128\)`, walkMMASmem(128)},
 		{"gdn_bwalk_mma.cu", `bwalk_mma_smem\(64\) == (\d+)`, bwdWalkMMASmem(64)},
 		{"gdn_bwalk_mma.cu", `bwalk_mma_smem\(128\) == (\d+)`, bwdWalkMMASmem(128)},
+		{"gdn_tape_planes.cu", `tape_planes_smem\(64\) == (\d+)`, tapePlanesSmem(64)},
+		{"gdn_tape_planes.cu", `tape_planes_smem\(128\) == (\d+)`, tapePlanesSmem(128)},
 		{"gdn_prep_mma.cu", `kPrepMMASmem\s*=\s*(\d+)\s*\n`, prepMMASmem},
 		{"gdn_prep_mma.cu", `kPrepMMAGSmem = (\d+) bytes`, prepMMAGSmem},
 		{"gdn_prep_mma.cu", `static_assert\(kPrepMMAGSmem == (\d+)`, prepMMAGSmem},
@@ -535,7 +537,7 @@ func TestGPUEntries(t *testing.T) {
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
 		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryPlanes, entryCompose, entryStatePlanes, entryOutputMMA16G, entryPrepMMA,
 			entryPrepMMAGN, entryOutputMMA16GN, entryPrepMMAGNK, entryOutputMMA16GNK},
-			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMAG, entryGradsMMA8}},
+			[4]string{entryOffsetMMA, entryTapePlanes, entryDVLocalMMAGK, entryGradsMMA8}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
 		require.NoError(t, o.SetKernels(c.name))

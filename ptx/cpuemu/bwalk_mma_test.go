@@ -207,20 +207,8 @@ func checkBWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, dend []fl
 		require.Equal(t, bf16.Bytes(stateT16(r.f32s("d_chunk"+vh), l.NC, HV)), r.raw["d16"+vh],
 			"d16%s: not the walk's own D^T rounded to bf16", vh)
 	}
-	f := &fwdOut{}
-	for _, p := range []struct {
-		dst  *[]float64
-		name string
-	}{{&f.qn, "qn"}, {&f.kn, "kn"}, {&f.gcum, "gcum"}, {&f.w, "w"}, {&f.u, "u"}, {&f.kt, "kt"}} {
-		*p.dst = widen(r.f32s(p.name))
-	}
 	dvl, dout := widen(r.f32s("dvl")), bf16Widen(d.dout)
-	segs := make([][]*gdnref.Segment, l.NS)
-	for s := range segs {
-		for h := 0; h < HV; h++ {
-			segs[s] = append(segs[s], kernelSegment(t, d, f, s, h, true))
-		}
-	}
+	segs := kernelSegments(t, d, r)
 	segRows := func(v []float64, s, h int) *mat.Dense {
 		return rows(v, int(l.segStart[s]), int(l.segLen[s]), h, HV)
 	}
@@ -237,8 +225,27 @@ func checkBWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, dend []fl
 	requireRel(t, et, "offset PT", widen(r.f32s("out_pt128")), pt, bwalkMMATol)
 	requireRel(t, et, "offset R", widen(r.f32s("out_r128")), rr, bwalkMMATol)
 
-	dChunk, dvnew := make([]float64, l.NC*HV*dHead*dHead), make([]float64, l.T*HV*dHead)
-	dstart := make([]float64, l.NS*HV*dHead*dHead)
+	dChunk, dvnew, dstart := tapeRef(t, d, segs, dvl, dout, dend)
+	requireRel(t, et, "tape d_chunk", widen(r.f32s("d_chunk128")), dChunk, bwalkMMATol)
+	requireRel(t, et, "tape dvnew", widen(r.f32s("dvnew128")), dvnew, bwalkMMATol)
+	requireRel(t, et, "tape dstart", widen(r.f32s("dstart128")), dstart, bwalkMMATol)
+	// The worst element of the start adjoints, relative to their rms: no
+	// single column or key may hide in the norm.
+	worst := maxOverRMS(widen(r.f32s("dstart128")), dstart)
+	et.note("tape dstart (max/rms)", worst)
+	require.Less(t, worst, bwalkMMAElemTol, "start adjoints: an element is %.3g of the rms off", worst)
+}
+
+// tapeRef is gdnref's tape walk of every segment and value head over segs
+// (kernelSegment's), dV'_local dvl, dO dout and the terminal adjoints dend:
+// the chunk adjoints, dV' and the start adjoints in the kernels' layouts.
+func tapeRef(t *testing.T, d *gdnData, segs [][]*gdnref.Segment, dvl, dout, dend []float64) (dChunk, dvnew, dstart []float64) {
+	l, HV := d.l, d.c.hv
+	segRows := func(v []float64, s, h int) *mat.Dense {
+		return rows(v, int(l.segStart[s]), int(l.segLen[s]), h, HV)
+	}
+	dChunk, dvnew = make([]float64, l.NC*HV*dHead*dHead), make([]float64, l.T*HV*dHead)
+	dstart = make([]float64, l.NS*HV*dHead*dHead)
 	for s := 0; s < l.NS; s++ {
 		c0, _ := l.chunks(s)
 		for h := 0; h < HV; h++ {
@@ -251,12 +258,5 @@ func checkBWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, dend []fl
 			putState(dstart, tp.DStart, s, h, HV)
 		}
 	}
-	requireRel(t, et, "tape d_chunk", widen(r.f32s("d_chunk128")), dChunk, bwalkMMATol)
-	requireRel(t, et, "tape dvnew", widen(r.f32s("dvnew128")), dvnew, bwalkMMATol)
-	requireRel(t, et, "tape dstart", widen(r.f32s("dstart128")), dstart, bwalkMMATol)
-	// The worst element of the start adjoints, relative to their rms: no
-	// single column or key may hide in the norm.
-	worst := maxOverRMS(widen(r.f32s("dstart128")), dstart)
-	et.note("tape dstart (max/rms)", worst)
-	require.Less(t, worst, bwalkMMAElemTol, "start adjoints: an element is %.3g of the rms off", worst)
+	return dChunk, dvnew, dstart
 }

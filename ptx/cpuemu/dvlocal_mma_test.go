@@ -115,7 +115,7 @@ func runDvLocalMMA(t *testing.T, c *dvlMMACase) {
 	j.f32("gcum", gcum)
 	j.bf16("dout", dout)
 	elems := T * HV * dHead
-	for _, o := range []string{"dvl", "dvl_fp32", "dvl_g"} {
+	for _, o := range []string{"dvl", "dvl_fp32", "dvl_g", "dvl_gk"} {
 		j.out(o, 4*elems)
 		j.poison(o, poisonF32)
 	}
@@ -127,9 +127,18 @@ func runDvLocalMMA(t *testing.T, c *dvlMMACase) {
 	j.launch("dvlocal_fp32", "gdn_dvlocal_bwd", grid3(NC, HV, 1), 256, "kDvlSmem", args("dvl_fp32")...)
 	// The grouped form: a CTA a (chunk, QK head), its bits gdn_dvlocal_mma's (gap rows included: both poisoned).
 	j.launch("dvlocal_mma_g", "gdn_dvlocal_mma_g", grid3(NC, HQK, 1), 256, "kDvlMMAGSmem", args("dvl_g")...)
+	// On K^T's walk planes (test_walk_planes from kn; its -W planes from zeros, unused): the same bits.
+	j.f32("w0", make([]float32, T*HV*dHead))
+	outPlanes(j, "", NC, HQK, HV)
+	j.launch("planes", "test_walk_planes", grid3(NC, HV, 1), 256, "0", buf("w0"), buf("kn"), buf("chunk_tok0"),
+		buf("chunk_len"), buf("wp"), buf("wk"), i32a(HQK), i32a(HV))
+	argsK := args("dvl_gk")
+	argsK[1] = buf("wk")
+	j.launch("dvlocal_mma_gk", "gdn_dvlocal_mma_gk", grid3(NC, HQK, 1), 256, "kDvlMMAGSmem", argsK...)
 	r := j.run(bin)
 	t.Logf("runner:\n%s", r.log)
 	require.Equal(t, r.raw["dvl"], r.raw["dvl_g"], "gdn_dvlocal_mma_g: not gdn_dvlocal_mma's bits")
+	require.Equal(t, r.raw["dvl"], r.raw["dvl_gk"], "gdn_dvlocal_mma_gk (K^T's walk planes): not gdn_dvlocal_mma's bits")
 
 	// Owned rows: written, finite; gap rows still poisoned. got gathers
 	// (chunk, head, row, column) order.

@@ -344,10 +344,7 @@ func addOutput16(j *job, d *gdnData, in *outInputs, h16, vnew16 []byte, probe bo
 	// The normalising forms read K as the prep's K^T walk planes: test_walk_planes' from the gapped kn (its
 	// -W planes, from zeros, unused).
 	j.f32("w0", make([]float32, g.T*HV*dHead))
-	j.out("wp", l.NC*HV*32768)
-	j.poison("wp", poisonBF16x2)
-	j.out("wk", l.NC*HQK*32768)
-	j.poison("wk", poisonBF16x2)
+	outPlanes(j, "", l.NC, HQK, HV)
 	j.launch("planes", "test_walk_planes", grid3(l.NC, HV, 1), 256, "0", buf("w0"), buf("kn"), buf("chunk_tok0"),
 		buf("chunk_len"), buf("wp"), buf("wk"), i32a(HQK), i32a(HV))
 	for _, v := range []struct{ sfx, pad int }{{0, 8}, {1, 4}} {

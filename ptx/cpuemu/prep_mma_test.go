@@ -160,10 +160,7 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 		return append(append(append([]string{}, a[:11]...), buf("wp"+sfx), buf("wk"+sfx)), a[11:]...)
 	}
 	for _, sfx := range []string{"", "_g", "_gnokt", "_ref"} {
-		j.out("wp"+sfx, NC*HV*32768)
-		j.poison("wp"+sfx, poisonBF16x2)
-		j.out("wk"+sfx, NC*HQK*32768)
-		j.poison("wk"+sfx, poisonBF16x2)
+		outPlanes(j, sfx, NC, HQK, HV)
 	}
 	j.launch("prep_mma", "gdn_prep_mma", grid3(NC, HV, 1), 256, "kPrepMMASmem", mmaArgs(args(""), "")...)
 	j.launch("prep_fp32", "gdn_prep_fwd", grid3(NC, HV, 1), 256, "kPrepSmem", args("_fp32")...)
@@ -393,10 +390,7 @@ func TestMMAPrepNormOnCPU(t *testing.T) {
 					j.out(o.name+sfx, 4*o.elems)
 					j.poison(o.name+sfx, poisonF32)
 				}
-				j.out("wp"+sfx, NC*HV*32768)
-				j.poison("wp"+sfx, poisonBF16x2)
-				j.out("wk"+sfx, NC*HQK*32768)
-				j.poison("wk"+sfx, poisonBF16x2)
+				outPlanes(j, sfx, NC, HQK, HV)
 			}
 			for _, sfx := range []string{"_g", "_gn", "_gw", "_gnw"} {
 				outs(sfx, false)

@@ -114,19 +114,7 @@ func checkWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, start []fl
 		}
 		require.Equal(t, r.raw[n+"64"], r.raw[n+"128"], "%s: the vh 64 and vh 128 walks differ", n)
 	}
-	f := &fwdOut{}
-	for _, p := range []struct {
-		dst  *[]float64
-		name string
-	}{{&f.qn, "qn"}, {&f.kn, "kn"}, {&f.gcum, "gcum"}, {&f.w, "w"}, {&f.u, "u"}, {&f.kt, "kt"}} {
-		*p.dst = widen(r.f32s(p.name))
-	}
-	segs := make([][]*gdnref.Segment, l.NS)
-	for s := range segs {
-		for h := 0; h < HV; h++ {
-			segs[s] = append(segs[s], kernelSegment(t, d, f, s, h, true))
-		}
-	}
+	segs := kernelSegments(t, d, r)
 
 	p, q := make([]float64, len(c.sumList)*HV*dHead*dHead), make([]float64, len(c.sumList)*HV*dHead*dHead)
 	for li, s := range c.sumList {
@@ -176,4 +164,24 @@ func maxOverRMS(got, want []float64) float64 {
 		worst = max(worst, math.Abs(got[i]-want[i])/rms)
 	}
 	return worst
+}
+
+// kernelSegments are gdnref's segments of every (segment, value head) over
+// the fp32 l2norm and prep outputs a job's kernels wrote (qn, kn, gcum, w, u,
+// kt in r): the walks' own inputs (kernelSegment).
+func kernelSegments(t *testing.T, d *gdnData, r *result) [][]*gdnref.Segment {
+	f := &fwdOut{}
+	for _, p := range []struct {
+		dst  *[]float64
+		name string
+	}{{&f.qn, "qn"}, {&f.kn, "kn"}, {&f.gcum, "gcum"}, {&f.w, "w"}, {&f.u, "u"}, {&f.kt, "kt"}} {
+		*p.dst = widen(r.f32s(p.name))
+	}
+	segs := make([][]*gdnref.Segment, d.l.NS)
+	for s := range segs {
+		for h := 0; h < d.c.hv; h++ {
+			segs[s] = append(segs[s], kernelSegment(t, d, f, s, h, true))
+		}
+	}
+	return segs
 }

@@ -11,6 +11,16 @@ import (
 // walk planes (ptx/src/walk_planes.cuh) copied as they lie, in place of the
 // fp32 W and kn rows that its converters turn into those planes every chunk.
 
+// outPlanes adds the poisoned outputs "wp"+sfx and "wk"+sfx: the -W and K^T
+// walk planes of NC chunks (32 KB a chunk and value head, a chunk and QK
+// head).
+func outPlanes(j *job, sfx string, NC, HQK, HV int) {
+	j.out("wp"+sfx, NC*HV*32768)
+	j.poison("wp"+sfx, poisonBF16x2)
+	j.out("wk"+sfx, NC*HQK*32768)
+	j.poison("wk"+sfx, poisonBF16x2)
+}
+
 // planeWalkOuts are a state walk's outputs, in gdn_state_walk_mma16's order.
 var planeWalkOuts = []string{"h", "vnew", "final", "h16", "vnew16"}
 
@@ -32,10 +42,7 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 		j.out(o.name, 4*o.elems)
 		j.poison(o.name, poisonF32)
 	}
-	j.out("wp", l.NC*HV*32768)
-	j.poison("wp", poisonBF16x2)
-	j.out("wk", l.NC*HQK*32768)
-	j.poison("wk", poisonBF16x2)
+	outPlanes(j, "", l.NC, HQK, HV)
 	for _, p := range []string{"ref_", "p64_", "p128_"} {
 		for _, o := range []bufSpec{{"h", 4 * l.NC * HV * dHead * dHead}, {"vnew", 4 * T * HV * dHead},
 			{"final", 4 * l.NS * HV * dHead * dHead}, {"h16", 2 * l.NC * HV * dHead * dHead},

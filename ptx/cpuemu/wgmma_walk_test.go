@@ -228,3 +228,47 @@ func TestWGMMAOnCPU(t *testing.T) {
 		}
 	})
 }
+
+// TestWGTransBOnCPU checks ptx/src/wgmma.cuh's products with a transposed B
+// (mma_m64nNk16_rs_t on desc_sw128_mn: B MN-major, 64-column blocks a
+// leading byte offset apart) through test_wg_trans_b of
+// testdata/kernels_mma16.cpp, for N 64 and 128, in runner_mma16_wg (the
+// emulated wgmma, emu::wgmma_rs_t) and runner_mma16 (the portable products on
+// mma.sync and ldmatrix.trans): in each runner the MN-major product writes the
+// K-major one's bits, both runners write the same bits, and the result is
+// A B within fp32 summation of float64. The device check of the same layout
+// is ptx/devtest/wgmma_t_check.cu.
+func TestWGTransBOnCPU(t *testing.T) {
+	if !haveEmuWGMMA() {
+		t.Skipf("%s/wgmma.cuh does not route wgmma to the emulator (no GDNKCP_EMU_WGMMA)", srcDir())
+	}
+	wgBin, ptBin := built(t, "runner_mma16_wg"), built(t, "runner_mma16")
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, n := range []int{64, 128} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			a, b := randBF16(rng, mmaM*mmaK), randBF16(rng, mmaK*n)
+			run := func(bin string) *result {
+				j := newJob(t)
+				j.bf16("A", a)
+				j.bf16("B", b)
+				for _, o := range []string{"dk", "dt"} {
+					j.out(o, 4*mmaM*n)
+					j.poison(o, poisonF32)
+				}
+				j.launch("trans_b", "test_wg_trans_b", grid1(1), 128, "wgTransBSmem", buf("A"), buf("B"), buf("dk"), buf("dt"),
+					i32a(n))
+				return j.run(bin)
+			}
+			rw, rp := run(wgBin), run(ptBin)
+			require.Contains(t, logLine(rw.log, "trans_b"), "wgmma (warp)", "test_wg_trans_b ran no wgmma in runner_mma16_wg")
+			require.NotContains(t, logLine(rp.log, "trans_b"), "wgmma", "test_wg_trans_b ran wgmma in runner_mma16")
+			for _, r := range []*result{rw, rp} {
+				require.Equal(t, r.raw["dk"], r.raw["dt"], "the MN-major product differs from the K-major one")
+			}
+			require.Equal(t, rw.raw["dt"], rp.raw["dt"], "the portable MN-major product differs from wgmma's")
+			et := &errTable{}
+			requireRel(t, et, "trans-B gemm", widen(rw.f32s("dt")), matmul(bf16Widen(a), bf16Widen(b), mmaM, mmaK, n), gemmTol)
+			et.log(t)
+		})
+	}
+}

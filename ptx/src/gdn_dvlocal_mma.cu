@@ -83,6 +83,7 @@
 #include "gdn_fwd.cu"
 #include "mma.cuh"
 #include "gdn_output_mma.cu"
+#include "walk_planes.cuh"
 
 namespace gdnkcp {
 namespace dvlmma {
@@ -147,7 +148,40 @@ __device__ __forceinline__ void dvl_stage(float* QR, float* KR, bf16* DO, float*
 	tc::cp_async_wait<0>();  // and its dO units
 }
 
+// dvl_stage_kt: dvl_stage with K as the prep's K^T walk planes of the chunk and QK head (kt: 32 KB, hi then
+// lo, row = key, tokens contiguous in the 128-byte swizzle; walk_planes.cuh), copied as they lie into K's
+// region in group 1: only q is split in place.
+__device__ __forceinline__ void dvl_stage_kt(float* QR, float* KR, bf16* DO, float* gam, const float* q,
+                                             const unsigned char* kt, long long qk, const bf16* dO, long long dstride,
+                                             const float* gcum, int t0, int n, int h, int HV) {
+	const int tid = threadIdx.x;
+	copy_tile<kC>(QR, q, qk, n);
+	unsigned char* kd = reinterpret_cast<unsigned char*>(KR);
+#pragma unroll
+	for (int j = 0; j < walkplanes::kKBytes / 16 / kThreads; ++j) tc::cp_async16(kd + 16 * (tid + kThreads * j), kt + 16 * (tid + kThreads * j));
+	tc::cp_async_commit();  // group 1: q, K^T's planes
+	copy_do(DO, dO, dstride, n);
+	tc::cp_async_commit();  // group 2: dO
+	if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
+	tc::cp_async_wait<1>();  // this thread's q pairs and plane units have landed
+	convert_tile<kC, true>(QR);
+	tc::cp_async_wait<0>();  // and its dO units
+}
+
+// ak_frag: a_frag<true>'s fragments of K (rows = tokens 16 rt .., k = keys 16 kk ..) from K^T's planes at kt
+// by ldmatrix.trans: matrices (keys 16 kk .. + 7, tokens 16 rt .. + 7), (keys .., tokens + 8 ..), (keys + 8 ..,
+// tokens ..), (+ 8 .., + 8 ..). The planes hold split_bf16x2 of the normalised k, the values convert_tile
+// makes of K's fp32 rows: the same fragments.
+__device__ __forceinline__ void ak_frag(unsigned ah[4], unsigned al[4], const unsigned char* kt, int rt, int kk, int lane) {
+	const int mi = lane >> 3, key = 16 * kk + 8 * (mi >> 1) + (lane & 7);
+	const unsigned char* a = kt + key * 128 + (((2 * rt + (mi & 1)) ^ (key & 7)) << 4);
+	tc::ldmatrix_x4_trans(ah, a);
+	tc::ldmatrix_x4_trans(al, a + walkplanes::kOffLo);
+}
+
 // dvl_raw: (1) of gdn_dvlocal_mma, the raw S^T = K Q^T over the warp's rows j x the column tiles rt .. last.
+// With KT, K's fragments come from K^T's planes at Kb (ak_frag; dvl_stage_kt), the same values.
+template <bool KT = false>
 __device__ __forceinline__ void dvl_raw(float s[8][4], const bf16* Qb, const bf16* Kb, int rt, int last, int lane) {
 #pragma unroll
 	for (int nt = 0; nt < 8; ++nt)
@@ -156,7 +190,10 @@ __device__ __forceinline__ void dvl_raw(float s[8][4], const bf16* Qb, const bf1
 #pragma unroll
 	for (int kk = 0; kk < 8; ++kk) {
 		unsigned ah[4], al[4];
-		a_frag<true>(ah, al, Kb, rt, kk, lane);
+		if (KT)
+			ak_frag(ah, al, reinterpret_cast<const unsigned char*>(Kb), rt, kk, lane);
+		else
+			a_frag<true>(ah, al, Kb, rt, kk, lane);
 #pragma unroll
 		for (int ip = 0; ip < 4; ++ip) {
 			if (ip < rt || ip > last) continue;  // warp-uniform
@@ -273,11 +310,11 @@ gdn_dvlocal_mma(const float* __restrict__ qn, const float* __restrict__ kn, cons
 constexpr int kDvlMMAGSmem = kDvlMMASmem + 4 * kC;  // a second gamma stage
 static_assert(kDvlMMAGSmem == 82432, "kDvlMMAGSmem: keep the header and kcp in step");
 
-extern "C" __global__ void __launch_bounds__(kThreads, 2)
-gdn_dvlocal_mma_g(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ gcum,
-                  const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
-                  const int* __restrict__ chunk_len, float* __restrict__ dvl, int HQK, int HV, float scale) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+// dvlocal_g: gdn_dvlocal_mma_g's body; KT: gdn_dvlocal_mma_gk (kn is K^T's walk planes).
+template <bool KT>
+__device__ __forceinline__ void dvlocal_g(float* smem, const float* qn, const float* kn, const float* gcum, const bf16* dout,
+                                          const int* chunk_tok0, const int* chunk_len, float* dvl, int HQK, int HV,
+                                          float scale) {
 	float* QR = smem;                // [64][128] q, split in place; then the raw S^T
 	float* KR = QR + kC * kD;        // [64][128] k, split in place; then two dO stages
 	bf16* DO = reinterpret_cast<bf16*>(KR + kC * kD);     // [64][128] head 0's dO, swizzled
@@ -296,12 +333,17 @@ gdn_dvlocal_mma_g(const float* __restrict__ qn, const float* __restrict__ kn, co
 	const bool active = rt <= last;      // warp-uniform
 	float* const ss = QR + 1024 * warp + lane;  // this lane's raw S^T: value (nt, e) at ss[32 (4 nt + e)]
 
-	dvl_stage(QR, KR, DO, gam, qn + ((long long)t0 * HQK + qh) * kD, kn + ((long long)t0 * HQK + qh) * kD, qk,
-	          dout + ((long long)t0 * HV + h0) * kD, vrow, gcum, t0, n, h0, HV);
+	if (KT)
+		dvl_stage_kt(QR, KR, DO, gam, qn + ((long long)t0 * HQK + qh) * kD,
+		             reinterpret_cast<const unsigned char*>(kn) + ((long long)c * HQK + qh) * walkplanes::kKBytes, qk,
+		             dout + ((long long)t0 * HV + h0) * kD, vrow, gcum, t0, n, h0, HV);
+	else
+		dvl_stage(QR, KR, DO, gam, qn + ((long long)t0 * HQK + qh) * kD, kn + ((long long)t0 * HQK + qh) * kD, qk,
+		          dout + ((long long)t0 * HV + h0) * kD, vrow, gcum, t0, n, h0, HV);
 	__syncthreads();  // q, k split, dO and gamma staged
 
 	float s[8][4];
-	if (active) dvl_raw(s, Qb, Kb, rt, last, lane);
+	if (active) dvl_raw<KT>(s, Qb, Kb, rt, last, lane);
 	__syncthreads();  // every warp done with q and k: Q's region takes S^T, K's the next heads' dO
 	if (active) {
 #pragma unroll
@@ -337,6 +379,25 @@ gdn_dvlocal_mma_g(const float* __restrict__ qn, const float* __restrict__ kn, co
 			              vrow, n, scale);
 		}
 	}
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_dvlocal_mma_g(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ gcum,
+                  const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                  const int* __restrict__ chunk_len, float* __restrict__ dvl, int HQK, int HV, float scale) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	dvlocal_g<false>(smem, qn, kn, gcum, dout, chunk_tok0, chunk_len, dvl, HQK, HV, scale);
+}
+
+// gdn_dvlocal_mma_gk: gdn_dvlocal_mma_g with K read as the prep's K^T walk planes (wk: 32 KB a chunk and QK
+// head, walk_planes.cuh) in place of kn: the same grid, shared memory and bits (dvl_stage_kt, ak_frag). The v5
+// set's dV'_local where the forward wrote the planes: no in-place split of K.
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_dvlocal_mma_gk(const float* __restrict__ qn, const __nv_bfloat16* __restrict__ wk, const float* __restrict__ gcum,
+                   const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                   const int* __restrict__ chunk_len, float* __restrict__ dvl, int HQK, int HV, float scale) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	dvlocal_g<true>(smem, qn, reinterpret_cast<const float*>(wk), gcum, dout, chunk_tok0, chunk_len, dvl, HQK, HV, scale);
 }
 
 }  // namespace dvlmma

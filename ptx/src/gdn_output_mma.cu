@@ -672,6 +672,21 @@ gdn_output_mma16(const float* __restrict__ qn, const float* __restrict__ kn, con
 // d / 4 % 2) + d % 4: lane l's four columns 4 l .. are one 16-byte store), rows from n on zero: the same tile,
 // so convert_tile and everything after it are the bits of gdn_output_mma16g. Warp w takes rows w, w + 8, ..,
 // kNormRows rows' loads at a time. Plain shared stores: a __syncthreads publishes them.
+// norm_split_store writes lane's four normalised columns 4 lane .. 4 lane + 3 of row i (zero from row n on)
+// straight into the split tile: the bf16 hi halves into the hi unit of pair (i, lane / 2) and the lo halves
+// into its lo unit, 8 bytes each (half lane % 2 of the unit), the values convert_tile<.., true> makes of the
+// fp32 tile (split_bf16x2 of the same adjacent pairs), so no fp32 tile and no in-place split.
+__device__ __forceinline__ void norm_split_store(float* tile, int i, int n, int lane, const float (&v)[4]) {
+	unsigned h0 = 0u, l0 = 0u, h1 = 0u, l1 = 0u;
+	if (i < n) {
+		tc::split_bf16x2(v[0], v[1], h0, l0);
+		tc::split_bf16x2(v[2], v[3], h1, l1);
+	}
+	bf16* b = reinterpret_cast<bf16*>(tile);
+	*reinterpret_cast<uint2*>(b + unit(i, lane >> 1, 0) + 4 * (lane & 1)) = uint2{h0, h1};
+	*reinterpret_cast<uint2*>(b + unit(i, lane >> 1, 1) + 4 * (lane & 1)) = uint2{l0, l1};
+}
+
 // out16_norm_out: row i's normalised part (lane's columns 4 lane ..) to xo + i os and, lane 0, its rstd to
 // ro[i rs], for rows < n, where xo is given.
 __device__ __forceinline__ void out16_norm_out(float* xo, long long os, float* ro, int rs, int i, int n, int lane,
@@ -688,6 +703,7 @@ constexpr int kNormRows = GDNKCP_OUT_NORM_ROWS;  // rows a warp loads at once (8
 static_assert(8 % kNormRows == 0, "kNormRows divides a warp's 8 rows");
 // xo, ro (may be null): the normalised rows < n also to xo + i os (fp32, 128 a row) and their rstd to ro[i rs]
 // (lane 0): gdn_l2norm_fwd's values and places for a forward kept for a backward (the output's q).
+template <bool SPLIT = false>
 __device__ __forceinline__ void out16_norm_tile(float* tile, const bf16* x, long long xs, int l2norm, int n,
                                                 float* xo = nullptr, long long os = 0, float* ro = nullptr, int rs = 0) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -701,9 +717,13 @@ __device__ __forceinline__ void out16_norm_tile(float* tile, const bf16* x, long
 		for (int r = 0; r < kNormRows; ++r) {
 			const int i = warp + 8 * (r0 + r);
 			const float rstd = fwd::l2norm_lane(v[r], l2norm);  // every lane of the warp: its shuffles
-			// columns 4 lane .. 4 lane + 3: one 16-byte half of slot (i, lane / 2)
-			*reinterpret_cast<float4*>(tile + hslot(i, lane >> 1, lane & 1)) =
-			    i < n ? make_float4(v[r][0], v[r][1], v[r][2], v[r][3]) : make_float4(0.f, 0.f, 0.f, 0.f);
+			if (SPLIT) {
+				norm_split_store(tile, i, n, lane, v[r]);
+			} else {
+				// columns 4 lane .. 4 lane + 3: one 16-byte half of slot (i, lane / 2)
+				*reinterpret_cast<float4*>(tile + hslot(i, lane >> 1, lane & 1)) =
+				    i < n ? make_float4(v[r][0], v[r][1], v[r][2], v[r][3]) : make_float4(0.f, 0.f, 0.f, 0.f);
+			}
 			out16_norm_out(xo, os, ro, rs, i, n, lane, v[r], rstd);
 		}
 	}
@@ -729,7 +749,7 @@ __device__ __forceinline__ void copy_rows16(bf16* dst, const bf16* x, long long 
 // 128 r; rows from n on read as row n - 1, as out16_norm_tile's loads): the same values, so the same tile.
 // Each warp loads its eight rows before it normalises them; with SYNC a __syncthreads follows the loads
 // (the tile overlaps the staged rows: every warp must have read them before any writes).
-template <bool SYNC>
+template <bool SYNC, bool SPLIT = false>
 __device__ __forceinline__ void out16_norm_staged(float* tile, const bf16* rows, int l2norm, int n, float* xo = nullptr,
                                                   long long os = 0, float* ro = nullptr, int rs = 0) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -741,8 +761,12 @@ __device__ __forceinline__ void out16_norm_staged(float* tile, const bf16* rows,
 	for (int r = 0; r < 8; ++r) {
 		const int i = warp + 8 * r;
 		const float rstd = fwd::l2norm_lane(v[r], l2norm);  // every lane of the warp: its shuffles
-		*reinterpret_cast<float4*>(tile + hslot(i, lane >> 1, lane & 1)) =
-		    i < n ? make_float4(v[r][0], v[r][1], v[r][2], v[r][3]) : make_float4(0.f, 0.f, 0.f, 0.f);
+		if (SPLIT) {
+			norm_split_store(tile, i, n, lane, v[r]);
+		} else {
+			*reinterpret_cast<float4*>(tile + hslot(i, lane >> 1, lane & 1)) =
+			    i < n ? make_float4(v[r][0], v[r][1], v[r][2], v[r][3]) : make_float4(0.f, 0.f, 0.f, 0.f);
+		}
 		out16_norm_out(xo, os, ro, rs, i, n, lane, v[r], rstd);
 	}
 }
@@ -750,11 +774,11 @@ __device__ __forceinline__ void out16_norm_staged(float* tile, const bf16* rows,
 // out16_stage_norm: out16_stage for gdn_output_mma16gn. Where q's rows are 16-byte aligned (every buffer
 // kcp passes): its bf16 rows by cp.async into Q's tile region (group 1), H^T (group 2), V'^T and K^T's walk
 // planes of the chunk and QK head (kt: 32 KB, as they lie, into K's region; group 3), gamma; group 1 waited
-// for and published; Q's rows normalised from there into Q's tile once every warp has read them
-// (out16_norm_staged). Otherwise the rows loaded and normalised from global memory under the copies
-// (out16_norm_tile). Either way Q's tile as out16_stage makes it; then H^T waited for, a __syncthreads (the
-// tile is written by other threads than copy_tile's owners) and Q split in place. K is not normalised here:
-// the prep wrote its planes (raw_scores_kt).
+// for and published; Q's rows normalised from there straight into Q's split tile once every warp has read
+// them (out16_norm_staged, norm_split_store). Otherwise the rows loaded and normalised from global memory
+// under the copies (out16_norm_tile). Either way the split tile that out16_stage's copy and convert_tile
+// make; then H^T waited for (the caller's __syncthreads publishes both). K is not normalised here: the prep
+// wrote its planes (raw_scores_kt).
 __device__ __forceinline__ void out16_stage_norm(float* QR, float* XR, bf16* VT, float* KR, float* gam, const bf16* q,
                                                  const unsigned char* kt, long long qs, int l2norm, const float* gcum,
                                                  const bf16* h16b, const bf16* v16b, int t0, int n, int h, int HV,
@@ -776,13 +800,11 @@ __device__ __forceinline__ void out16_stage_norm(float* QR, float* XR, bf16* VT,
 	if (async) {
 		tc::cp_async_wait<2>();  // this thread's rows
 		__syncthreads();         // every thread's rows
-		out16_norm_staged<true>(QR, qst, l2norm, n, qo, qos, qro, qrs);
+		out16_norm_staged<true, true>(QR, qst, l2norm, n, qo, qos, qro, qrs);
 	} else {
-		out16_norm_tile(QR, q, qs, l2norm, n, qo, qos, qro, qrs);
+		out16_norm_tile<true>(QR, q, qs, l2norm, n, qo, qos, qro, qrs);
 	}
 	tc::cp_async_wait<1>();  // H^T (V'^T and K^T may still be in flight)
-	__syncthreads();         // Q's tile
-	convert_tile<kC, true>(QR);
 }
 
 // NORM: gdn_output_mma16gn (q: the raw bf16 rows, stride qs, normalised in the kernel; wk: the prep's K^T walk

@@ -14,6 +14,7 @@
 #include "gdn_walk_planes.cu"
 #include "gdn_bwalk_wgmma.cu"
 #include "gdn_bwalk_mma.cu"
+#include "gdn_tape_planes.cu"
 #include "gdn_prep_mma.cu"
 #include "gdn_output_mma.cu"
 #include "gdn_dvlocal_mma.cu"

@@ -48,6 +48,16 @@ __device__ __forceinline__ unsigned long long desc_sw128(const void* p) {
 	       (1ull << 62);
 }
 
+// desc_sw128_mn: the descriptor of an MN-major ("transposed"), 128-byte-swizzled bf16 B operand at p: for each
+// k its N values contiguous, 64 of them (128 bytes) a row, eight k rows an atom of 1024 bytes (stride byte
+// offset 1024 to the next eight k), lbo bytes from one 64-column block to the next (N > 64); read by the
+// _t products (imm-trans-b 1). Checked on the H200 by ptx/devtest/wgmma_t_check.cu (scripts/wgmma-t-check.sh).
+__device__ __forceinline__ unsigned long long desc_sw128_mn(const void* p, int lbo) {
+	const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+	return static_cast<unsigned long long>((a & 0x3ffff) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
+	       (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
+}
+
 #if defined(GDNKCP_CPU_EMULATOR)
 __device__ __forceinline__ void fence() { emu::wgmma_fence(); }
 __device__ __forceinline__ void commit() { emu::wgmma_commit(); }
@@ -63,6 +73,15 @@ __device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const unsigned 
 }
 __device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const unsigned (&a)[4], unsigned long long desc, int scale_d = 1) {
 	emu::wgmma_rs(d, 128, a, desc, scale_d);
+}
+// The _t products: B MN-major (desc_sw128_mn; lbo is in the descriptor and unused here).
+__device__ __forceinline__ void mma_m64n64k16_rs_t(float (&d)[32], const unsigned (&a)[4], unsigned long long desc, int,
+                                                   int scale_d = 1) {
+	emu::wgmma_rs_t(d, 64, a, desc, scale_d);
+}
+__device__ __forceinline__ void mma_m64n128k16_rs_t(float (&d)[64], const unsigned (&a)[4], unsigned long long desc, int,
+                                                    int scale_d = 1) {
+	emu::wgmma_rs_t(d, 128, a, desc, scale_d);
 }
 #else
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -102,6 +121,29 @@ __device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const unsigned
 	    "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
 	    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
 	    "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+}
+
+// mma_m64n64k16_rs_t, mma_m64n128k16_rs_t: mma_m64n64k16_rs, mma_m64n128k16_rs with B MN-major (imm-trans-b
+// 1; desc_sw128_mn, whose descriptor holds lbo: the int argument is for the portable products).
+__device__ __forceinline__ void mma_m64n64k16_rs_t(float (&d)[32], const unsigned (&a)[4], unsigned long long desc, int,
+                                                   int scale_d = 1) {
+	asm volatile(
+	    "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+	    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+	    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+	    "{%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+}
+__device__ __forceinline__ void mma_m64n128k16_rs_t(float (&d)[64], const unsigned (&a)[4], unsigned long long desc, int,
+                                                    int scale_d = 1) {
+	asm volatile(
+	    "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+	    "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+	    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+	    "{%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
 	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
@@ -166,6 +208,43 @@ __device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const unsigned 
 }
 __device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const unsigned (&a)[4], unsigned long long desc, int scale_d = 1) {
 	mma_rs_sync<128>(d, a, desc, scale_d);
+}
+
+// desc_sw128_mn: here the generic address of the MN-major operand (the _t products take lbo themselves).
+__device__ __forceinline__ unsigned long long desc_sw128_mn(const void* p, int) {
+	return static_cast<unsigned long long>(reinterpret_cast<size_t>(p));
+}
+
+// mma_rs_sync_t: mma_rs_sync with B MN-major (k row r of a 64-column block at 128 r bytes from the block,
+// blocks lbo bytes apart, unit u of a row at u ^ (the row's address bits 7-9)): per n16 pair jj one
+// ldmatrix.x4.trans of matrices (k 0-7, columns 16 jj ..), (k 8-15, ..), (k 0-7, 16 jj + 8 ..), (k 8-15, ..).
+template <int N>
+__device__ __forceinline__ void mma_rs_sync_t(float* d, const unsigned (&a)[4], unsigned long long desc, int lbo, int scale_d) {
+	const unsigned char* b = reinterpret_cast<const unsigned char*>(static_cast<size_t>(desc));
+	const int lane = threadIdx.x % 32, mi = lane / 8, k = 8 * (mi % 2) + lane % 8;
+	if (scale_d == 0) {
+#pragma unroll
+		for (int i = 0; i < N / 2; ++i) d[i] = 0.f;
+	}
+#pragma unroll
+	for (int jj = 0; jj < N / 16; ++jj) {
+		const int n0 = 16 * jj + 8 * (mi / 2);
+		const unsigned char* row = b + (n0 / 64) * lbo + k * 128;
+		const unsigned sh = static_cast<unsigned>(__cvta_generic_to_shared(row));
+		unsigned bf[4];
+		tc::ldmatrix_x4_trans(bf, row + ((static_cast<unsigned>((n0 % 64) / 8) ^ ((sh >> 7) & 7u)) << 4));
+		tc::mma_bf16_16816(d + 8 * jj, a, bf, d + 8 * jj);
+		tc::mma_bf16_16816(d + 8 * jj + 4, a, bf + 2, d + 8 * jj + 4);
+	}
+}
+
+__device__ __forceinline__ void mma_m64n64k16_rs_t(float (&d)[32], const unsigned (&a)[4], unsigned long long desc, int lbo,
+                                                   int scale_d = 1) {
+	mma_rs_sync_t<64>(d, a, desc, lbo, scale_d);
+}
+__device__ __forceinline__ void mma_m64n128k16_rs_t(float (&d)[64], const unsigned (&a)[4], unsigned long long desc, int lbo,
+                                                    int scale_d = 1) {
+	mma_rs_sync_t<128>(d, a, desc, lbo, scale_d);
 }
 
 }  // namespace wg

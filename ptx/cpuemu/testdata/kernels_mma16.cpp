@@ -51,6 +51,58 @@ extern "C" __global__ void gdn_output_mma16_probe(const float* __restrict__ qn, 
 }
 
 }  // namespace outmma
+
+namespace wgtest {
+
+// test_wg_trans_b: one warpgroup computes D = A B (A [64][128], B [128][N] bf16 row-major, N 64 or 128) with
+// ptx/src/wgmma.cuh's products twice: dk with B K-major (mma_m64nNk16_rs, desc_sw128: 64-key blocks of N
+// rows) and dt with B MN-major (mma_m64nNk16_rs_t, desc_sw128_mn: 64-column blocks of 128 k rows, 16384
+// bytes apart), both [64][N] fp32 row-major; dynamic shared memory 2 128 N 2 bytes (+ alignment).
+extern "C" __global__ void test_wg_trans_b(const __nv_bfloat16* A, const __nv_bfloat16* B, float* dk, float* dt, int N) {
+	extern __shared__ float smem[];
+	const unsigned s0 = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+	unsigned char* bk = reinterpret_cast<unsigned char*>(smem) + ((1024u - (s0 & 1023u)) & 1023u);
+	unsigned char* bt = bk + 128 * N * 2;
+	for (int e = threadIdx.x; e < 128 * N; e += blockDim.x) {
+		const int k = e / N, n = e % N;
+		const __nv_bfloat16 v = B[k * N + n];
+		*reinterpret_cast<__nv_bfloat16*>(bk + (k / 64) * N * 128 + n * 128 + ((((k % 64) / 8) ^ (n % 8)) << 4) + 2 * (k % 8)) = v;
+		*reinterpret_cast<__nv_bfloat16*>(bt + (n / 64) * 16384 + k * 128 + ((((n % 64) / 8) ^ (k % 8)) << 4) + 2 * (n % 8)) = v;
+	}
+	wg::fence_proxy_async();
+	__syncthreads();
+	const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+	float d1[64], d2[64];
+	float(&k64)[32] = *reinterpret_cast<float(*)[32]>(d1);
+	float(&t64)[32] = *reinterpret_cast<float(*)[32]>(d2);
+	wg::fence();
+	for (int s = 0; s < 8; ++s) {
+		unsigned a[4];
+		for (int r = 0; r < 4; ++r) {
+			const int row = 16 * w + g + 8 * (r % 2), col = 16 * s + 2 * t + 8 * (r / 2);
+			a[r] = static_cast<unsigned>(__bfloat16_as_ushort(A[row * 128 + col])) |
+			       (static_cast<unsigned>(__bfloat16_as_ushort(A[row * 128 + col + 1])) << 16);
+		}
+		const unsigned long long dK = wg::desc_sw128(bk + (s / 4) * N * 128 + (s % 4) * 32);
+		const unsigned long long dT = wg::desc_sw128_mn(bt + 2048 * s, 16384);
+		if (N == 64) {
+			wg::mma_m64n64k16_rs(k64, a, dK, s == 0 ? 0 : 1);
+			wg::mma_m64n64k16_rs_t(t64, a, dT, 16384, s == 0 ? 0 : 1);
+		} else {
+			wg::mma_m64n128k16_rs(d1, a, dK, s == 0 ? 0 : 1);
+			wg::mma_m64n128k16_rs_t(d2, a, dT, 16384, s == 0 ? 0 : 1);
+		}
+		wg::commit();
+		wg::wait<0>();  // a[] is rewritten next step (and the emulator takes wait 0 only)
+	}
+	for (int i = 0; i < N / 2; ++i) {
+		const int row = 16 * w + g + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * t + i % 2;
+		dk[row * N + col] = d1[i];
+		dt[row * N + col] = d2[i];
+	}
+}
+
+}  // namespace wgtest
 }  // namespace gdnkcp
 
 namespace {
@@ -69,6 +121,7 @@ emu::Registrar mma16_kernels(
         EMU_KERNEL(gdnkcp::walkp, gdn_state_walk_planes),
         EMU_KERNEL(gdnkcp::walkp, gdn_summary_walk_planes),
         EMU_KERNEL(gdnkcp::planesref, test_walk_planes),
+        EMU_KERNEL(gdnkcp::wgtest, test_wg_trans_b),
     },
     {
         {"walk_mma_smem(64)", gdnkcp::walkmma::walk_mma_smem(64)},
@@ -76,5 +129,6 @@ emu::Registrar mma16_kernels(
         {"kOutputMMA16Smem", gdnkcp::outmma::kOutputMMA16Smem},
         {"walk_planes_smem(64)", gdnkcp::walkp::walk_planes_smem(64)},
         {"walk_planes_smem(128)", gdnkcp::walkp::walk_planes_smem(128)},
+        {"wgTransBSmem", 2 * 128 * 128 * 2 + 1024},
     });
 }  // namespace

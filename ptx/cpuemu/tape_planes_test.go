@@ -1,0 +1,158 @@
+package cpuemu
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gdnkcp/gdnkcp/internal/bf16"
+)
+
+// The tape walk on the walk planes (ptx/src/gdn_tape_planes.cu,
+// gdn_tape_walk_planes): gdn_tape_walk_mma's walk with the prep's -W and
+// K^T planes read as they lie (B MN-major: wgmma's transposed B on sm_90a,
+// ldmatrix.trans elsewhere) and q's bf16 rows with their rstd in place of
+// fp32 W, Kt and qn.
+
+// tapePlaneOuts are the tape walks' outputs, fp32 and bf16.
+var tapePlaneOuts = []string{"d_chunk", "dvnew", "dstart", "dvnewp", "dvnew16", "d16"}
+
+// addTapePlanes adds the fp32 l2norm, prep and dV'_local (the walks'
+// inputs), test_walk_planes (the planes from the prep's W and kn), the
+// reference gdn_tape_walk_mma at vh 128 ("ref_") and gdn_tape_walk_planes at
+// vh 64 (CTAs in reverse launch order) and 128 ("p64_", "p128_"), every
+// output poisoned first.
+func addTapePlanes(j *job, d *gdnData, dend []float32) {
+	c, l := d.c, d.l
+	T, HQK, HV := l.T, c.hqk, c.hv
+	addInputs(j, d)
+	j.bf16("dout", d.dout)
+	j.f32("dend", dend)
+	for _, o := range append(prepOuts(d), bufSpec{"dvl", T * HV * dHead}) {
+		j.out(o.name, 4*o.elems)
+		j.poison(o.name, poisonF32)
+	}
+	outPlanes(j, "", l.NC, HQK, HV)
+	for _, p := range []string{"ref_", "p64_", "p128_"} {
+		for _, o := range []bufSpec{{"d_chunk", 4 * l.NC * HV * dHead * dHead}, {"dvnew", 4 * T * HV * dHead},
+			{"dstart", 4 * l.NS * HV * dHead * dHead}, {"dvnewp", l.NC * HV * tokenSlotBlock},
+			{"dvnew16", l.NC * HV * tokenSlotBlock / 2}, {"d16", 2 * l.NC * HV * dHead * dHead}} {
+			j.out(p+o.name, o.elems)
+			if o.name == "dvnew16" || o.name == "d16" {
+				j.poison(p+o.name, poisonBF16x2)
+			} else {
+				j.poison(p+o.name, poisonF32)
+			}
+		}
+	}
+	scale := f32a(d.scale)
+	launchL2NormPrep(j, d)
+	j.launch("dvlocal", "gdn_dvlocal_bwd", grid3(l.NC, HV, 1), 256, "kDvlSmem",
+		buf("qn"), buf("kn"), buf("gcum"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"), buf("dvl"),
+		i32a(HQK), i32a(HV), scale)
+	j.launch("planes", "test_walk_planes", grid3(l.NC, HV, 1), 256, "0", buf("w"), buf("kn"), buf("chunk_tok0"),
+		buf("chunk_len"), buf("wp"), buf("wk"), i32a(HQK), i32a(HV))
+	tabs := []string{buf("chunk_tok0"), buf("chunk_len"), buf("seg_chunk0"), buf("seg_nchunk"), buf("dend")}
+	outs := func(p string) []string {
+		return []string{buf(p + "d_chunk"), buf(p + "dvnew"), buf(p + "dstart")}
+	}
+	extra := func(p string) []string {
+		return []string{buf(p + "dvnewp"), buf(p + "dvnew16"), buf(p + "d16")}
+	}
+	cat := func(parts ...[]string) []string {
+		var a []string
+		for _, p := range parts {
+			a = append(a, p...)
+		}
+		return a
+	}
+	j.launch("ref_tape", "gdn_tape_walk_mma", grid3(1, l.NS, HV), 256, smemOf("bwalk_mma_smem", 128),
+		cat([]string{buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout")}, tabs, outs("ref_"),
+			[]string{i32a(HQK), i32a(HV), i32a(128), scale}, extra("ref_"), []string{nullBuf()})...)
+	j.i32("tape_order_rev", reverseOrder(dHead/64*l.NS*HV))
+	for _, vh := range []int{64, 128} {
+		p := "p" + vhName(vh) + "_"
+		order := nullBuf()
+		if vh == 64 {
+			order = buf("tape_order_rev")
+		}
+		j.launch(p+"tape", "gdn_tape_walk_planes", grid3(dHead/vh, l.NS, HV), 256, smemOf("tape_planes_smem", vh),
+			cat([]string{buf("wp"), buf("wk"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
+				buf("dvl"), buf("dout")}, tabs, outs(p), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra(p),
+				[]string{order})...)
+	}
+}
+
+// TestTapePlanesOnCPU runs gdn_tape_walk_planes at vh 64 and 128 on planes
+// made by test_walk_planes from the fp32 prep's W and kn, beside
+// gdn_tape_walk_mma on that W, Kt and qn, on fwdCases (grouped heads, short
+// chunks, q in the module's strided conv rows; "no_l2norm" with copies and
+// wgmma deferred to their waits), in two runners: runner_bwalk_mma_wg (the
+// sm_90a products on the emulator's wgmma) and runner_bwalk_mma (wgmma.cuh's
+// portable products on mma.sync). Every output is written; D per chunk, dV'
+// and the start adjoints are within bwalkMMATol of gdnref's tape walk on the
+// kernels' own W, Kt, qn, gamma, dV'_local; the start adjoints' worst
+// element within bwalkMMAElemTol of their rms; the token slots and bf16
+// tiles are the walk's own fp32 values; vh 64 and 128 and the two runners
+// give the same bits; the log shows wgmma in the wgmma runner only.
+func TestTapePlanesOnCPU(t *testing.T) {
+	if !haveEmuWGMMA() {
+		t.Skipf("%s/wgmma.cuh does not route wgmma to the emulator (no GDNKCP_EMU_WGMMA)", srcDir())
+	}
+	wgBin := built(t, "runner_bwalk_mma_wg")
+	ptBin := built(t, "runner_bwalk_mma")
+	for i := range fwdCases {
+		c := &fwdCases[i]
+		deferred := c.name == "no_l2norm"
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d := newData(t, c)
+			dend := randomStates(d.l.NS*c.hv, 13)
+			run := func(bin string, env []string) *result {
+				j := newJob(t)
+				j.env = env
+				addTapePlanes(j, d, dend)
+				return j.run(bin)
+			}
+			var wgEnv, ptEnv []string
+			if deferred {
+				wgEnv, ptEnv = []string{cpAsyncDeferred, wgmmaDeferred}, []string{cpAsyncDeferred}
+			}
+			rw, rp := run(wgBin, wgEnv), run(ptBin, ptEnv)
+			t.Logf("wgmma runner:\n%s\nportable runner:\n%s", rw.log, rp.log)
+			l, HV := d.l, c.hv
+			for _, vh := range []int{64, 128} {
+				p := "p" + vhName(vh) + "_"
+				require.Contains(t, logLine(rw.log, p+"tape"), "wgmma (warp)", "%stape ran no wgmma in runner_bwalk_mma_wg", p)
+				require.NotContains(t, logLine(rp.log, p+"tape"), "wgmma", "%stape ran wgmma in runner_bwalk_mma", p)
+				for _, n := range []string{"d_chunk", "dvnew", "dstart"} {
+					rw.f32s(p + n) // fully written, no NaN or Inf
+				}
+				for _, n := range tapePlaneOuts {
+					require.NotEmpty(t, rw.raw[p+n], p+n)
+					require.Equal(t, rw.raw["p64_"+n], rw.raw[p+n], "%s: vh 64 and vh %d differ", n, vh)
+					require.Equal(t, rw.raw[p+n], rp.raw[p+n], "%s: the portable products differ from wgmma's", p+n)
+				}
+				require.Equal(t, tokenSlots(rw.f32s(p+"dvnew"), l.chunkTok0, l.chunkLen, HV), rw.raw[p+"dvnewp"],
+					"%sdvnewp: not the token slots of the walk's own dV'", p)
+				require.Equal(t, bf16.Bytes(vnewT16(rw.f32s(p+"dvnew"), l.chunkTok0, l.chunkLen, HV)), rw.raw[p+"dvnew16"],
+					"%sdvnew16: not the walk's own dV'^T rounded to bf16", p)
+				require.Equal(t, bf16.Bytes(stateT16(rw.f32s(p+"d_chunk"), l.NC, HV)), rw.raw[p+"d16"],
+					"%sd16: not the walk's own D^T rounded to bf16", p)
+			}
+			// Against float64 on the kernels' own inputs, and beside the fp32-operand walk.
+			segs := kernelSegments(t, d, rw)
+			dChunk, dvnew, dstart := tapeRef(t, d, segs, widen(rw.f32s("dvl")), bf16Widen(d.dout), widen(dend))
+			et := &errTable{}
+			for _, p := range []string{"ref_", "p128_"} {
+				requireRel(t, et, p+"d_chunk", widen(rw.f32s(p+"d_chunk")), dChunk, bwalkMMATol)
+				requireRel(t, et, p+"dvnew", widen(rw.f32s(p+"dvnew")), dvnew, bwalkMMATol)
+				requireRel(t, et, p+"dstart", widen(rw.f32s(p+"dstart")), dstart, bwalkMMATol)
+				worst := maxOverRMS(widen(rw.f32s(p+"dstart")), dstart)
+				et.note(p+"dstart (max/rms)", worst)
+				require.Less(t, worst, bwalkMMAElemTol, "%sdstart: an element is %.3g of the rms off", p, worst)
+			}
+			et.log(t)
+		})
+	}
+}

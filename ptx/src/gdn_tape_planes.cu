@@ -1,0 +1,388 @@
+// gdn_tape_planes.cu: the tape walk (#7 tape) on the forward's walk planes (walk_planes.cuh) and the raw
+// bf16 q, for every target from one source:
+//   gdn_tape_walk_planes   grid (128/vh, NS, HV), block 256, dynamic shared memory tape_planes_smem(vh)
+// gdn_tape_walk_mma's outputs and layouts (d_chunk, dvnew, dstart, dvnewp, dvnew16, d16; any of the per-chunk
+// ones may be null), with the prep's -W planes (wp, a value head) and K^T planes (wk, a QK head), q's bf16
+// rows (q, q_stride elements a token; 16-byte aligned rows) and their l2norm factors q_rstd in place of the
+// fp32 W, Kt and qn, which the kept forward then need not write. On sm_90a the products are wgmma with B
+// MN-major (wgmma.cuh's _rs_t products, imm-trans-b); elsewhere wgmma.cuh's portable products, the same
+// calls, layouts and bits.
+//
+// ---- The data flow (gdn_bwalk_wgmma.cu's WGBWalker, with its operands as they lie) -------------------
+// Warpgroup q holds adjoint columns c0 + 64 q + [0, 64) of D^T as the m64n128 accumulator s (vh 128: both
+// groups; vh 64: group 0). Per chunk, in reverse:
+//   (1) P = D^T K^T                        m64n64k16 x 8 k steps (keys): A = D^T split to bf16 hi / lo,
+//                                          B = K^T's planes (key k x token n, tokens contiguous: MN-major),
+//                                          from zero; ah bh + ah bl + al bh a k step.
+//       dV'^T = dvl^T + P diag(e)          e_i = e^(gamma_last - gamma_i), 0 from token n on: one fma a
+//                                          element (Kt_i = e_i k_i is not formed: the planes serve every
+//                                          value head of their QK head, as in the forward's plane walks).
+//   (2) D^T = e^gl D^T - dV'^T W           m64n128k16 x 4 k steps (tokens): A = dV'^T split, B = -W's
+//             + (dO^T diag(f)) Q            planes (token k x key n, keys contiguous: MN-major), then
+//                                          A = dO^T diag(f) split (f_i = fp32(fp32(scale e^gamma_i) rstd_i),
+//                                          0 from n on) with B = q's bf16 rows (exact: Qg_i = q_i f_i in
+//                                          exact arithmetic, q_i the raw row, qn_i = q_i rstd_i).
+// Per k step of (2): -W hi*hi, hi*lo, lo*hi, then dOf hi * q, dOf lo * q, k steps ascending. The bits differ
+// from gdn_tape_walk_mma's (Kt_i and Qg_i were rounded products, here the factors are applied to the
+// other side); the precision is the same (every fp32 operand split, ~2^-16 a term). vh 64 and vh 128 give
+// the same bits: a column's instructions and operands do not depend on vh.
+//
+// ---- Shared memory (from the first 1024-aligned byte) ------------------------------------------------
+//   stage x (x = 0, 1; tape_stage_bytes(vh) each, 1024-aligned):
+//     0       -W hi, lo (32 KB, as the prep wrote them: two 64-key blocks of 8192 bytes a plane)
+//     32768   K^T hi, lo (32 KB, as the prep wrote them)
+//     65536   q's rows: keys 0-63 in block 0 (8192 bytes), 64-127 in block 1; row i (token) 128 bytes,
+//             its unit u at u ^ (i % 8) (-W's hi plane's layout); rows from n on zero
+//     81920   dO [64][vh] bf16, 16-byte units XOR row % 8 (WGBWalker::os), rows from n on zero
+//     +       e[64], f[64] (fp32)
+//   then dvl^T's fp32 rows [64][vh] (WGWalker::ur's swizzle), one buffer: each state warp copies and reads
+//   only its own columns, and copies the next chunk's once it has read this one's (after (1)).
+// tape_planes_smem(64) = 2 * 90 KB + 16 KB + 1008, tape_planes_smem(128) = 2 * 98 KB + 32 KB + 1008 =
+// 232432 (of the 232448 an SM gives a block).
+//
+// ---- A chunk c (walked in reverse; stage x = chunks from the last % 2) --------------------------------
+//   every thread waits for its copies, fences them for the async proxy; __syncthreads (the stage complete;
+//   every wgmma of the previous chunk waited, so the other stage is free)
+//   copies of the next chunk into the other stage: the planes and q rows by the copiers (vh 64: warpgroup 1,
+//   40 16-byte copies a thread; vh 128: all, 20), dO by each state warp for its own columns; the gates
+//   state warps: split D, (1) issued, D stored under it, dvl^T read; wait; dV'^T = dvl^T + P diag(e); the
+//                next chunk's dvl^T copied; dO^T diag(f) split; dV'^T split, D decayed, (2) issued; dV'
+//                stored under it; wait
+//   copiers: e, f of the next chunk into its stage (read after the next barrier)
+// The last chunk walked (the segment's first) copies itself again into the other stage (read by no one), so
+// that no branch on the chunk count sits between a wgmma and its wait.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "gdn_walk_wgmma.cu"
+#include "walk_planes.cuh"
+
+// GDNKCP_TAPE_MARK(slot, ci): a timeline hook at the phase boundaries of walk() (gdn_bwalk_wgmma.cu's, which
+// defines it on sm_90a); empty in every blob.
+#ifndef GDNKCP_TAPE_MARK
+#define GDNKCP_TAPE_MARK(slot, ci)
+#endif
+
+namespace gdnkcp {
+namespace tapep {
+
+using tc::bf16;
+using walkwg::kC;
+using walkwg::kD;
+using walkplanes::kKBytes;
+using walkplanes::kOffLo;
+using walkplanes::kWBytes;
+constexpr int kOffK = kWBytes;                 // K^T's planes after -W's
+constexpr int kOffQ = kWBytes + kKBytes;       // then q's bf16 rows (16 KB)
+constexpr int kQBytes = kC * kD * 2;
+constexpr int kOffO = kOffQ + kQBytes;         // then dO [64][vh] bf16
+__host__ __device__ constexpr int off_ef(int vh) { return kOffO + kC * vh * 2; }  // then e[64], f[64]
+__host__ __device__ constexpr int tape_stage_bytes(int vh) { return (off_ef(vh) + 8 * kC + 1023) / 1024 * 1024; }
+__host__ __device__ constexpr int dvl_bytes(int vh) { return kC * vh * 4; }
+__host__ __device__ constexpr int tape_planes_smem(int vh) { return 2 * tape_stage_bytes(vh) + dvl_bytes(vh) + 1008; }
+static_assert(tape_planes_smem(64) == 199664 && tape_planes_smem(128) == 232432, "kcp's tapePlanesSmem");
+static_assert(tape_planes_smem(128) <= 232448, "two stages and dvl fit an SM's 227 KB");
+
+template <int VH>
+struct TapePlaneWalker : walkwg::WGWalker<VH> {
+	using Base = walkwg::WGWalker<VH>;
+	using Base::col;
+	using Base::converts;
+	using Base::d;
+	using Base::gl;
+	using Base::gln;
+	using Base::grp;
+	using Base::holds;
+	using Base::lane;
+	using Base::s;
+	using Base::t;
+	using Base::ur;
+	using Base::uv;
+	using Base::warp;
+	using Base::wq;
+	using Base::X;
+	static constexpr int kCopiers = Base::kGroups == 2 ? 256 : 128;  // threads that copy the planes and q
+	float ge_i, ge_l, gr_i;  // a copier ct < 64: gcum of token ct (or n - 1), of token n - 1, rstd of token ct
+	int ge_n;
+
+	__device__ __forceinline__ explicit TapePlaneWalker(float* smem) : Base(smem) {}
+
+	__device__ __forceinline__ unsigned char* stage(int x) const { return X + x * tape_stage_bytes(VH); }
+	__device__ __forceinline__ float* dvl_buf() const { return reinterpret_cast<float*>(X + 2 * tape_stage_bytes(VH)); }
+	__device__ __forceinline__ int copier() const {
+		return Base::kGroups == 2 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) - 128;
+	}
+	// os: the swizzled element offset in a stage's dO of (token i, column cc); 16-byte units XOR i % 8.
+	__device__ __forceinline__ int os(int i, int cc) const { return i * VH + ((((cc >> 3) ^ (i & 7))) << 3) + (cc & 7); }
+
+	// issue starts the copies of chunk c (t0, n) into stage x: a copier's share of the 64 KB of planes (-W's
+	// of value head h, K^T's of QK head qh) and of q's 64 rows (zero from n on, by plain stores), a state
+	// warp's 16 dO columns (zero from n on); one commit group. A copier ct < 64 loads the gates and rstd of
+	// e_ct, f_ct (finish_ef), a state warp gamma_last of the chunk into gln.
+	__device__ __forceinline__ void issue(const unsigned char* wp, const unsigned char* wk, const bf16* q, long long q_stride,
+	                                      const float* q_rstd, const float* gcum, const bf16* dout, int c, int t0, int n, int h,
+	                                      int HV, int qh, int HQK, int c0, int x) {
+		unsigned char* st = stage(x);
+		if (converts()) {
+			const int ct = copier();
+			const unsigned char* sw = wp + ((long long)c * HV + h) * kWBytes + 16 * ct;
+			const unsigned char* sk = wk + ((long long)c * HQK + qh) * kKBytes + 16 * ct - kWBytes;
+			unsigned char* dst = st + 16 * ct;
+			constexpr int kJ = (kWBytes + kKBytes) / 16 / kCopiers;
+#pragma unroll
+			for (int j = 0; j < kJ; ++j) tc::cp_async16(dst + 16 * kCopiers * j, (j < kJ / 2 ? sw : sk) + 16 * kCopiers * j);
+			// q: unit ct % 16 (keys 8 (ct % 16) ..) of rows ct / 16 + (kCopiers / 16) j.
+			constexpr int kQJ = kQBytes / 16 / kCopiers, kRowStep = kCopiers / 16;
+			const int u = ct % 16, i0 = ct / 16;
+			const bf16* qp = q + (long long)(t0 + i0) * q_stride + (long long)qh * kD + 8 * u;
+			unsigned char* qd = st + kOffQ + (u / 8) * 8192 + i0 * 128 + (((u % 8) ^ (i0 & 7)) << 4);
+#pragma unroll
+			for (int j = 0; j < kQJ; ++j) {
+				// Rows i0 + kRowStep j: kRowStep is a multiple of 8, so the row's swizzle phase is i0's.
+				unsigned char* dq = qd + j * kRowStep * 128;
+				if (i0 + kRowStep * j < n)
+					tc::cp_async16(dq, qp + (long long)kRowStep * j * q_stride);
+				else
+					*reinterpret_cast<walkwg::U32x4*>(dq) = walkwg::U32x4{0u, 0u, 0u, 0u};
+			}
+			if (ct < kC) {
+				const int i = ct < n ? ct : n - 1;
+				ge_n = n;
+				ge_i = gcum[(long long)(t0 + i) * HV + h];
+				ge_l = gcum[(long long)(t0 + n - 1) * HV + h];
+				gr_i = q_rstd[(long long)(t0 + i) * HQK + qh];
+			}
+		}
+		if (holds()) {
+			// Lane: 8 columns (unit cc / 8) of tokens lane / 2 + 16 y (WGBWalker::issue's dO copies).
+			const int cc = 64 * grp + 16 * wq + 8 * (lane % 2);
+			bf16* ob = reinterpret_cast<bf16*>(st + kOffO);
+#pragma unroll
+			for (int y = 0; y < 4; ++y) {
+				const int i = lane / 2 + 16 * y;
+				bf16* dst = ob + os(i, cc);
+				if (i < n)
+					tc::cp_async16(dst, dout + ((long long)(t0 + i) * HV + h) * kD + c0 + cc);
+				else
+					*reinterpret_cast<walkwg::U32x4*>(dst) = walkwg::U32x4{0u, 0u, 0u, 0u};
+			}
+			gln = gcum[(long long)(t0 + n - 1) * HV + h];
+		}
+		tc::cp_async_commit();
+	}
+
+	// issue_dvl (state warps): the copies of dvl^T of chunk (t0, n), this warp's 16 columns of the rows < n,
+	// into the dvl buffer (WGWalker::issue's U copies); one commit group. Rows from n on are not read.
+	__device__ __forceinline__ void issue_dvl(const float* dvl, int t0, int n, int h, int HV, int c0) {
+		const int i0 = lane / 4, cc = 64 * grp + 16 * wq + 4 * (lane % 4);
+		const long long vs = 8LL * HV * kD;
+		const float* vp = dvl + ((long long)(t0 + i0) * HV + h) * kD + c0 + cc;
+		float* dst = dvl_buf() + ur(i0, cc);
+#pragma unroll
+		for (int y = 0; y < 8; ++y) {
+			if (i0 + 8 * y < n) tc::cp_async16(dst + 8 * y * VH, vp);
+			vp += vs;
+		}
+		tc::cp_async_commit();
+	}
+
+	// finish_ef (copiers ct < 64): e_ct = e^(gamma_last - gamma_ct) and f_ct = fp32(fp32(scale e^gamma_ct)
+	// rstd_ct) of the chunk last issued (both zero from token n on) into stage x: read after the next barrier.
+	__device__ __forceinline__ void finish_ef(int x, float scale) const {
+		const int ct = copier();
+		if (converts() && ct < kC) {
+			float* ef = reinterpret_cast<float*>(stage(x) + off_ef(VH));
+			ef[ct] = ct < ge_n ? expf(ge_l - ge_i) : 0.f;
+			ef[kC + ct] = ct < ge_n ? __fmul_rn(scale * expf(ge_i), gr_i) : 0.f;
+		}
+	}
+
+	// read_dvl (state warps): dvl^T of the chunk (n rows) from the buffer into uv, zero from n on.
+	__device__ __forceinline__ void read_dvl(int n) {
+		__syncwarp();  // the warp's dvl copies, each visible to its own lane after the wait, to the warp
+		const float* b = dvl_buf();
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+			for (int r = 0; r < 4; ++r) {
+				const int i = 8 * nt + 2 * t + (r & 1);
+				uv[4 * nt + r] = i < n ? b[ur(i, col(r))] : 0.f;
+			}
+		}
+	}
+
+	// dvprime_issue issues (1) on the K^T planes at kb: d = D^T K^T from zero. ah, al must live until the wait.
+	__device__ __forceinline__ void dvprime_issue(const unsigned char* kb, unsigned (&ah)[8][4], unsigned (&al)[8][4]) {
+		Base::template split_frags<8>(s, ah, al);
+		wg::fence();
+#pragma unroll
+		for (int k = 0; k < 8; ++k) {
+			// Keys 16 k ..: two 8-key atoms of 1024 bytes from 2048 k on; one 64-token block.
+			const unsigned long long bh = wg::desc_sw128_mn(kb + 2048 * k, 8192);
+			const unsigned long long bl = wg::desc_sw128_mn(kb + kOffLo + 2048 * k, 8192);
+			wg::mma_m64n64k16_rs_t(d, ah[k], bh, 8192, k == 0 ? 0 : 1);  // k step 0 starts from zero
+			wg::mma_m64n64k16_rs_t(d, ah[k], bl, 8192);
+			wg::mma_m64n64k16_rs_t(d, al[k], bh, 8192);
+		}
+		wg::commit();
+	}
+
+	// dvprime_finish waits for (1) and forms dV'^T = dvl^T + P diag(e) (uv holds dvl^T, E the 64 factors).
+	__device__ __forceinline__ void dvprime_finish(const float* E) {
+		wg::wait<0>();
+		wg::fence_operand(d);
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt) {
+			// d[4 nt + r]: token 8 nt + 2t + (r & 1)
+			const float2 e = *reinterpret_cast<const float2*>(E + 8 * nt + 2 * t);
+			d[4 * nt] = __fmaf_rn(d[4 * nt], e.x, uv[4 * nt]);
+			d[4 * nt + 1] = __fmaf_rn(d[4 * nt + 1], e.y, uv[4 * nt + 1]);
+			d[4 * nt + 2] = __fmaf_rn(d[4 * nt + 2], e.x, uv[4 * nt + 2]);
+			d[4 * nt + 3] = __fmaf_rn(d[4 * nt + 3], e.y, uv[4 * nt + 3]);
+		}
+	}
+
+	// dof_frags: the A fragments of dO^T diag(f) of k step j (tokens 16 j ..), split to hi / lo, from the
+	// stage's dO (ldmatrix.x4.trans of the warp's 16 columns: bf16, exact) and F.
+	__device__ __forceinline__ void dof_frags(const unsigned char* st, const float* F, unsigned (&oh)[4][4],
+	                                          unsigned (&ol)[4][4]) const {
+		const bf16* ob = reinterpret_cast<const bf16*>(st + kOffO);
+		const int orow = (lane & 7) + 8 * (lane >> 4), ocol = 64 * grp + 16 * wq + 8 * ((lane >> 3) & 1);
+#pragma unroll
+		for (int j = 0; j < 4; ++j) {
+			unsigned o[4];
+			tc::ldmatrix_x4_trans(o, ob + os(16 * j + orow, ocol));
+			// o[0], o[1]: tokens 16 j + 2t, + 1; o[2], o[3]: tokens 16 j + 8 + 2t, + 1 (A's k layout).
+			const float2 f0 = *reinterpret_cast<const float2*>(F + 16 * j + 2 * t);
+			const float2 f1 = *reinterpret_cast<const float2*>(F + 16 * j + 8 + 2 * t);
+#pragma unroll
+			for (int q = 0; q < 4; ++q) {
+				const float2 f = q < 2 ? f0 : f1;
+				const float2 v = make_float2(__uint_as_float(o[q] << 16), __uint_as_float(o[q] & 0xffff0000u));  // exact
+				tc::split_bf16x2(__fmul_rn(v.x, f.x), __fmul_rn(v.y, f.y), oh[j][q], ol[j][q]);
+			}
+		}
+	}
+
+	// dupdate_issue issues (2) on stage st: D^T = e^gl D^T - dV'^T W + (dO^T diag(f)) Q. All four fragment
+	// arrays must live until the wait.
+	__device__ __forceinline__ void dupdate_issue(const unsigned char* st, unsigned (&ah)[4][4], unsigned (&al)[4][4],
+	                                              const unsigned (&oh)[4][4], const unsigned (&ol)[4][4]) {
+		Base::template split_frags<4>(d, ah, al);
+		this->decay_state();
+		wg::fence();
+#pragma unroll
+		for (int k = 0; k < 4; ++k) {
+			// Tokens 16 k ..: two 8-token atoms from 2048 k on; keys 64-127 8192 bytes on (lbo).
+			const unsigned long long wh = wg::desc_sw128_mn(st + 2048 * k, 8192);
+			const unsigned long long wl = wg::desc_sw128_mn(st + kOffLo + 2048 * k, 8192);
+			const unsigned long long qd = wg::desc_sw128_mn(st + kOffQ + 2048 * k, 8192);
+			wg::mma_m64n128k16_rs_t(s, ah[k], wh, 8192);
+			wg::mma_m64n128k16_rs_t(s, ah[k], wl, 8192);
+			wg::mma_m64n128k16_rs_t(s, al[k], wh, 8192);
+			wg::mma_m64n128k16_rs_t(s, oh[k], qd, 8192);
+			wg::mma_m64n128k16_rs_t(s, ol[k], qd, 8192);
+		}
+		wg::commit();
+	}
+
+	__device__ __forceinline__ void walk(const unsigned char* wp, const unsigned char* wk, const bf16* q, long long q_stride,
+	                                     const float* q_rstd, const float* gcum, const float* dvl, const bf16* dout,
+	                                     const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h, int HQK,
+	                                     int HV, int c0, float scale, float* d_chunk, float* dvnew, float* dvnewp,
+	                                     bf16* dvnew16, bf16* d16) {
+		if (nch <= 0) return;
+		const int last = ch0 + nch - 1, qh = h / (HV / HQK);
+		issue(wp, wk, q, q_stride, q_rstd, gcum, dout, last, chunk_tok0[last], chunk_len[last], h, HV, qh, HQK, c0, 0);
+		if (holds()) issue_dvl(dvl, chunk_tok0[last], chunk_len[last], h, HV, c0);
+		finish_ef(0, scale);
+		for (int ci = 0; ci < nch; ++ci) {
+			const int c = last - ci, x = ci & 1, n = chunk_len[c];
+			// The next chunk (or the segment's first again, into the stage no one reads).
+			const int cn = c - 1 > ch0 ? c - 1 : ch0;
+			tc::cp_async_wait<0>();
+			wg::fence_proxy_async();
+			__syncthreads();
+			GDNKCP_TAPE_MARK(0, ci);  // every warp: past the chunk's barrier
+			if (holds()) gl = gln;  // chunk c's gamma_last (issue loads the next chunk's into gln)
+			issue(wp, wk, q, q_stride, q_rstd, gcum, dout, cn, chunk_tok0[cn], chunk_len[cn], h, HV, qh, HQK, c0, 1 - x);
+			if (holds()) {
+				const long long blk = (long long)c * HV + h;
+				const unsigned char* st = stage(x);
+				const float* ef = reinterpret_cast<const float*>(st + off_ef(VH));
+				{
+					unsigned ah[8][4], al[8][4];
+					dvprime_issue(st + kOffK, ah, al);
+					GDNKCP_TAPE_MARK(1, ci);  // state: D split, (1) issued
+					if (d_chunk != nullptr) this->store_state(d_chunk + blk * kD * kD, c0);
+					if (d16 != nullptr) this->store_frags16(d16 + blk * kD * kD, c0, ah);
+					read_dvl(n);
+					GDNKCP_TAPE_MARK(2, ci);  // state: D stores issued, dvl read
+					dvprime_finish(ef);
+				}
+				GDNKCP_TAPE_MARK(3, ci);  // state: (1) done, dV' formed
+				__syncwarp();  // every lane's dvl reads are done before the next chunk's copies overwrite them
+				issue_dvl(dvl, chunk_tok0[cn], chunk_len[cn], h, HV, c0);
+				unsigned oh[4][4], ol[4][4], bh[4][4], bl[4][4];
+				dof_frags(st, ef + kC, oh, ol);
+				dupdate_issue(st, bh, bl, oh, ol);
+				GDNKCP_TAPE_MARK(4, ci);  // state: dV' split, D decayed, (2) issued
+				if (dvnew != nullptr) this->store_vprime(dvnew, chunk_tok0[c], n, h, HV, c0);
+				if (dvnewp != nullptr) this->store_vprime_slots(dvnewp + blk * kD * kC, n, c0);
+				if (dvnew16 != nullptr) this->store_vprime16(dvnew16 + blk * kD * kC, n, c0);
+				GDNKCP_TAPE_MARK(5, ci);  // state: dV' stores issued
+				wg::wait<0>();
+				wg::fence_operand(s);
+				GDNKCP_TAPE_MARK(6, ci);  // state: (2) done
+			}
+			finish_ef(1 - x, scale);  // the next chunk's factors (their gates loaded by issue)
+		}
+		tc::cp_async_wait<0>();  // the copies issued past the end land before the CTA exits
+	}
+};
+
+template <int VH>
+__device__ __forceinline__ void tape_walk(float* smem, const unsigned char* wp, const unsigned char* wk, const bf16* q,
+                                          long long q_stride, const float* q_rstd, const float* gcum, const float* dvl,
+                                          const bf16* dout, const int* chunk_tok0, const int* chunk_len,
+                                          const int* seg_chunk0, const int* seg_nchunk, const float* dend, float* d_chunk,
+                                          float* dvnew, float* dstart, int HQK, int HV, float scale, float* dvnewp,
+                                          bf16* dvnew16, bf16* d16, const int* order) {
+	TapePlaneWalker<VH> wk_(smem);
+	int x, seg, h;
+	tc::dispatch_cta(order, x, seg, h);
+	const int c0 = x * VH;
+	wk_.init_state(dend + ((long long)seg * HV + h) * kD * kD, c0);
+	wk_.walk(wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK,
+	         HV, c0, scale, d_chunk, dvnew, dvnewp, dvnew16, d16);
+	wk_.store_state(dstart + ((long long)seg * HV + h) * kD * kD, c0);
+}
+
+// gdn_tape_walk_planes: gdn_tape_walk_mma's walk on the walk planes: wp (-W, 32 KB a chunk and value head),
+// wk (K^T, 32 KB a chunk and QK head), q (bf16 rows of q_stride elements, 16-byte aligned, QK head qh at
+// element 128 qh of a row) and q_rstd ([T, HQK]: qn = q rstd) in place of w, kt and qn; the other arguments
+// and outputs are gdn_tape_walk_mma's (any of d_chunk, dvnew, dvnewp, dvnew16, d16 may be null).
+extern "C" __global__ void __launch_bounds__(256)
+gdn_tape_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ wk,
+                     const __nv_bfloat16* __restrict__ q, int q_stride, const float* __restrict__ q_rstd,
+                     const float* __restrict__ gcum, const float* __restrict__ dvl, const __nv_bfloat16* __restrict__ dout,
+                     const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+                     const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk,
+                     const float* __restrict__ dend, float* __restrict__ d_chunk, float* __restrict__ dvnew,
+                     float* __restrict__ dstart, int HQK, int HV, int vh, float scale, float* __restrict__ dvnewp,
+                     __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16, const int* __restrict__ order) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
+	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
+	if (vh == 64)
+		tape_walk<64>(smem, p, k, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
+		              d_chunk, dvnew, dstart, HQK, HV, scale, dvnewp, dvnew16, d16, order);
+	else
+		tape_walk<128>(smem, p, k, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
+		               d_chunk, dvnew, dstart, HQK, HV, scale, dvnewp, dvnew16, d16, order);
+}
+
+}  // namespace tapep
+}  // namespace gdnkcp
