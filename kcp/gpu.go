@@ -91,9 +91,11 @@ const (
 	entryOffsetMMA  = "gdn_offset_walk_mma"
 	entryTapeMMA    = "gdn_tape_walk_mma"
 	// entryTapePlanes: the tape walk on the walk planes and q's bf16 rows
-	// (gdn_tape_planes.cu; kernelSet.tapePlanes).
+	// (gdn_tape_planes.cu; kernelSet.bwalkPlanes).
 	entryTapePlanes = "gdn_tape_walk_planes"
-	entryDVLocalMMA = "gdn_dvlocal_mma"
+	// entryOffsetPlanes: the offset walk on them (the same file).
+	entryOffsetPlanes = "gdn_offset_walk_planes"
+	entryDVLocalMMA   = "gdn_dvlocal_mma"
 	// entryDVLocalMMAG is gdn_dvlocal_mma a CTA a (chunk, QK head): the same
 	// arguments and bits, grid (NC, HQK); the v5 set's dV'_local.
 	entryDVLocalMMAG = "gdn_dvlocal_mma_g"
@@ -275,13 +277,14 @@ type kernelSet struct {
 	prepSmem, outputSmem         int
 	walkSmem                     func(vh int) int
 	offset, tape                 string           // the backward walks
-	bwdWalkSmem                  func(vh int) int // theirs (the tape walk's: tapeSmem)
+	bwdWalkSmem                  func(vh int) int // the offset walk's (the tape walk's: tapeSmem)
 	tapeSmem                     func(vh int) int
-	// tapePlanes: the tape walk is gdn_tape_walk_planes, which reads the
-	// forward's -W and K^T walk planes (rk.wp, rk.wk) and q's bf16 rows
-	// with q_rstd in place of fp32 W, Kt and qn (the v5 set with the mma
-	// backward walks).
-	tapePlanes     bool
+	// bwalkPlanes: the offset and tape walks are gdn_offset_walk_planes and
+	// gdn_tape_walk_planes, which read the forward's -W and K^T walk planes
+	// (rk.wp, rk.wk) and q's bf16 rows with q_rstd in place of fp32 W, Kt
+	// and qn (the v5 set with the mma backward walks), so no kept forward
+	// writes fp32 W or Kt.
+	bwalkPlanes    bool
 	dvlocal, grads string // the backward's chunk-parallel kernels
 	// gradsModule: the module stage's chunk gradients where they are not
 	// grads (gradsFor), with grads' shared memory and arguments.
@@ -372,14 +375,15 @@ func (o GPUOptions) kernelSet() kernelSet {
 			ks.summary, ks.state, ks.walkSmem, ks.planes = entrySummaryPlanes, entryStatePlanes, walkPlanesSmem, true
 			ks.normQK = true
 			if ks.tape == entryTapeMMA {
-				ks.tape, ks.tapeSmem, ks.tapePlanes = entryTapePlanes, tapePlanesSmem, true
+				ks.offset, ks.tape, ks.bwdWalkSmem, ks.tapeSmem = entryOffsetPlanes, entryTapePlanes, tapePlanesSmem, tapePlanesSmem
+				ks.bwalkPlanes = true
 			}
 		}
 	}
 	if o.MMAGroupedGrads {
 		ks.grads, ks.gradsSmem, ks.grads5 = entryGradsMMA5, chunkGradMMA5Smem, true
 		ks.dvlocal, ks.dvlocalSmem, ks.dvlocalQK = entryDVLocalMMAG, dvlocalMMAGSmem, true
-		if ks.planes && (ks.tape == entryTapeMMA || ks.tapePlanes) {
+		if ks.planes && (ks.tape == entryTapeMMA || ks.bwalkPlanes) {
 			// The core stage's chunk gradients on bf16 products; the module
 			// stage's keep hi / lo ones (GPUOptions.SplitGrads says why).
 			ks.grads, ks.gradsModule, ks.tokenSlots, ks.statesBF16 = entryGradsMMA8, entryGradsMMA6, true, true

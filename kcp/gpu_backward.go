@@ -339,6 +339,14 @@ func (b *bwdRun) walkArgs(vh int) bwdWalkArgs {
 	}
 }
 
+// planeArgs are the arguments the offset and tape walks on the walk planes
+// share at width vh: walkArgs and the planes, q's bf16 rows and q_rstd.
+func (b *bwdRun) planeArgs(vh int) bwdPlaneArgs {
+	rk, p := b.rk, b.f.plan
+	qp, _, _, qst, _, _ := rk.qkv(b.f.stage, p.Config, p.ConvChannels())
+	return bwdPlaneArgs{bwdWalkArgs: b.walkArgs(vh), wp: rk.wp.Ptr(), wk: rk.wk.Ptr(), q: qp, qStride: qst, qRstd: rk.qRstd.Ptr()}
+}
+
 // begin makes the events, uploads dO and the backward tables, allocates and
 // poisons the gradient buffers, and runs dV'_local.
 func (b *bwdRun) begin(dout []float32) (err error) {
@@ -507,13 +515,16 @@ func (b *bwdRun) offsetWalk() (err error) {
 		}
 		ks := b.rk.dev.ks
 		args := argsOffset(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr())
-		if ks.offset == entryOffsetMMA {
+		if ks.offset == entryOffsetMMA || ks.bwalkPlanes {
 			order, err := b.f.be.walkOrder(b.mem, b.rk.stream, listChains(b.rk.tb.SegNChunk, b.tb.Offset), HV,
 				2*gpuD/vh, "offset walk order")
 			if err != nil {
 				return fmt.Errorf("rank %d: %w", b.rk.rank, err)
 			}
 			args = argsOffsetMMA(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order.Ptr())
+			if ks.bwalkPlanes {
+				args = argsOffsetPlanes(b.planeArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order.Ptr())
+			}
 		}
 		if err := b.launch(ks.offset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.bwdWalkSmem(vh), args); err != nil {
 			return err
@@ -548,7 +559,7 @@ func (b *bwdRun) tapeAndGrads() error {
 	}
 	ks := rk.dev.ks
 	tapeArgs := argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())
-	if ks.tape == entryTapeMMA || ks.tapePlanes {
+	if ks.tape == entryTapeMMA || ks.bwalkPlanes {
 		dchunk, dvnew, dvnewp, dvnew16, d16 := b.dchunk.Ptr(), b.dvnew.Ptr(), uintptr(0), uintptr(0), uintptr(0)
 		switch {
 		case ks.bf16States(b.f.stage): // b.dvnew, b.dchunk hold bf16 dV'^T, D^T (gdn_chunk_grads_mma8's)
@@ -561,10 +572,8 @@ func (b *bwdRun) tapeAndGrads() error {
 			return fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
 		tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
-		if ks.tapePlanes {
-			qp, _, _, qst, _, _ := rk.qkv(b.f.stage, cfg, C)
-			tapeArgs = argsTapePlanes(b.walkArgs(vh), rk.wp.Ptr(), rk.wk.Ptr(), qp, qst, rk.qRstd.Ptr(), b.dend.Ptr(), dchunk,
-				dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
+		if ks.bwalkPlanes {
+			tapeArgs = argsTapePlanes(b.planeArgs(vh), b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
 		}
 	}
 	if err := b.launch(ks.tape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.tapeSmem(vh), tapeArgs); err != nil {

@@ -63,16 +63,38 @@ func argsTapeMMA(a bwdWalkArgs, dend, dChunk, dvnew, dstart, dvnewp, dvnew16, d1
 	return argsTape(a, dend, dChunk, dvnew, dstart).DevicePtr(dvnewp).DevicePtr(dvnew16).DevicePtr(d16).DevicePtr(order)
 }
 
+// bwdPlaneArgs are the arguments of the offset and tape walks on the walk
+// planes: the fp32 walks' tables, gcum, dvl and dout, with the -W and K^T
+// planes (wp, wk), q's bf16 rows (qStride elements a token) and q_rstd in
+// place of w, kt and qn (which are not passed).
+type bwdPlaneArgs struct {
+	bwdWalkArgs
+	wp, wk, q uintptr
+	qStride   int
+	qRstd     uintptr
+}
+
+// head appends the shared leading arguments: wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0,
+// chunk_len, seg_chunk0, seg_nchunk.
+func (a bwdPlaneArgs) head() *loader.Args {
+	return loader.NewArgs().DevicePtr(a.wp).DevicePtr(a.wk).DevicePtr(a.q).I32(int32(a.qStride)).DevicePtr(a.qRstd).
+		DevicePtr(a.gcum).DevicePtr(a.dvl).DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).
+		DevicePtr(a.segChunk0).DevicePtr(a.segNChunk)
+}
+
 // argsTapePlanes: gdn_tape_walk_planes(wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0,
 // chunk_len, seg_chunk0, seg_nchunk, dend, d_chunk, dvnew, dstart, HQK, HV, vh, scale, dvnewp, dvnew16,
-// d16, order): argsTapeMMA's with the -W and K^T walk planes, q's bf16 rows (qStride elements a
-// token) and q_rstd in place of w, kt and qn (a's w, kt, qn are not passed).
-func argsTapePlanes(a bwdWalkArgs, wp, wk, q uintptr, qStride int, qRstd, dend, dChunk, dvnew, dstart, dvnewp, dvnew16, d16,
-	order uintptr) *loader.Args {
-	l := loader.NewArgs().DevicePtr(wp).DevicePtr(wk).DevicePtr(q).I32(int32(qStride)).DevicePtr(qRstd).DevicePtr(a.gcum).
-		DevicePtr(a.dvl).DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).DevicePtr(a.segChunk0).
-		DevicePtr(a.segNChunk).DevicePtr(dend).DevicePtr(dChunk).DevicePtr(dvnew).DevicePtr(dstart)
+// d16, order): argsTapeMMA's outputs and order.
+func argsTapePlanes(a bwdPlaneArgs, dend, dChunk, dvnew, dstart, dvnewp, dvnew16, d16, order uintptr) *loader.Args {
+	l := a.head().DevicePtr(dend).DevicePtr(dChunk).DevicePtr(dvnew).DevicePtr(dstart)
 	return a.tail(l).DevicePtr(dvnewp).DevicePtr(dvnew16).DevicePtr(d16).DevicePtr(order)
+}
+
+// argsOffsetPlanes: gdn_offset_walk_planes(wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0,
+// chunk_len, seg_chunk0, seg_nchunk, list, out_pt, out_r, HQK, HV, vh, scale, order): argsOffsetMMA's
+// list, outputs and order.
+func argsOffsetPlanes(a bwdPlaneArgs, list, outPT, outR, order uintptr) *loader.Args {
+	return a.tail(a.head().DevicePtr(list).DevicePtr(outPT).DevicePtr(outR)).DevicePtr(order)
 }
 
 // chunkGradArgs are the arguments of gdn_chunk_grads.
@@ -172,7 +194,8 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryTape:         argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
 		entryOffsetMMA:    argsOffsetMMA(bwdWalkArgs{}, 0, 0, 0, 0),
 		entryTapeMMA:      argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryTapePlanes:   argsTapePlanes(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryTapePlanes:   argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOffsetPlanes: argsOffsetPlanes(bwdPlaneArgs{}, 0, 0, 0, 0),
 		entryChunkGrads:   argsChunkGrads(chunkGradArgs{}),
 		entryDVLocalMMA:   argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDVLocalMMAG:  argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),

@@ -288,8 +288,8 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 	samples := gpuBwdArgSamples()
 	fp32, mma := GPUOptions{}.kernelSet(), GPUOptions{MMABackwardWalks: true, MMABackwardChunk: true}.kernelSet()
 	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients (mma5, 6, 7, 8) and
-	// dV'_local (on kn, and on K^T's walk planes), and the tape walk on the walk planes
-	require.Len(t, samples, len(fp32.backwardEntries())+11)
+	// dV'_local (on kn, and on K^T's walk planes), and the offset and tape walks on the walk planes
+	require.Len(t, samples, len(fp32.backwardEntries())+12)
 	v5 := GPUOptions{}
 	require.NoError(t, v5.SetKernels("v5"))
 	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet(), v5.kernelSet()} {
@@ -317,7 +317,7 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 			return entryDVLocal
 		case entryGradsMMA:
 			return entryChunkGrads
-		case entryTapeMMA, entryOffsetMMA, entryTapePlanes: // their own signatures: the fp32 twin's and trailing arguments
+		case entryTapeMMA, entryOffsetMMA, entryTapePlanes, entryOffsetPlanes: // their own signatures: the fp32 twin's and trailing arguments
 			return name
 		}
 		return strings.TrimSuffix(name, "_mma")

@@ -831,13 +831,12 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	// qn, kn and their rstd too; with Kt only while the grouped prep takes
 	// every head's Kt in one pass (kernelSet.prepFor).
 	//
-	// fp32Walk: a backward's walks will read fp32 W and Kt: the offset walk
-	// (gdn_offset_walk_mma) where the rank has segments with a chain
-	// predecessor, the tape walk unless it reads the walk planes
-	// (kernelSet.tapePlanes). Without them the kept forward writes neither
-	// (1.6 GB at 32,768 tokens and 48 value heads).
+	// fp32Walk: a backward's offset and tape walks will read fp32 W and Kt,
+	// unless they read the walk planes (kernelSet.bwalkPlanes); then the
+	// kept forward writes neither (1.6 GB at 32,768 tokens and 48 value
+	// heads).
 	keep := rr.keepStates
-	fp32Walk := keep && (!ks.tapePlanes || len(g.plan.Ranks[rk.rank].Offset) > 0)
+	fp32Walk := keep && !ks.bwalkPlanes
 	needKt := !ks.out16 || fp32Walk || (ks.prep != entryPrepMMA && ks.prep != entryPrepMMAG)
 	rk.normQK = ks.normQK && (!needKt || HV/HQK <= prepMaxGroup)
 	rk.qn, rk.kn, rk.qRstd, rk.kRstd = nil, nil, nil, nil

@@ -537,7 +537,7 @@ func TestGPUEntries(t *testing.T) {
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
 		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryPlanes, entryCompose, entryStatePlanes, entryOutputMMA16G, entryPrepMMA,
 			entryPrepMMAGN, entryOutputMMA16GN, entryPrepMMAGNK, entryOutputMMA16GNK},
-			[4]string{entryOffsetMMA, entryTapePlanes, entryDVLocalMMAGK, entryGradsMMA8}},
+			[4]string{entryOffsetPlanes, entryTapePlanes, entryDVLocalMMAGK, entryGradsMMA8}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
 		require.NoError(t, o.SetKernels(c.name))

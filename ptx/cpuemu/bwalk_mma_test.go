@@ -209,19 +209,7 @@ func checkBWalksMMA(t *testing.T, et *errTable, d *gdnData, r *result, dend []fl
 	}
 	dvl, dout := widen(r.f32s("dvl")), bf16Widen(d.dout)
 	segs := kernelSegments(t, d, r)
-	segRows := func(v []float64, s, h int) *mat.Dense {
-		return rows(v, int(l.segStart[s]), int(l.segLen[s]), h, HV)
-	}
-
-	pt, rr := make([]float64, len(offList)*HV*dHead*dHead), make([]float64, len(offList)*HV*dHead*dHead)
-	for li, s := range offList {
-		for h := 0; h < HV; h++ {
-			o, err := gdnref.OffsetWalk(segs[s][h], segRows(dvl, s, h), segRows(dout, s, h), 128)
-			require.NoError(t, err)
-			putState(pt, o.PT, li, h, HV)
-			putState(rr, o.R, li, h, HV)
-		}
-	}
+	pt, rr := offsetRef(t, d, segs, dvl, dout, offList)
 	requireRel(t, et, "offset PT", widen(r.f32s("out_pt128")), pt, bwalkMMATol)
 	requireRel(t, et, "offset R", widen(r.f32s("out_r128")), rr, bwalkMMATol)
 
@@ -259,4 +247,23 @@ func tapeRef(t *testing.T, d *gdnData, segs [][]*gdnref.Segment, dvl, dout, dend
 		}
 	}
 	return dChunk, dvnew, dstart
+}
+
+// offsetRef is gdnref's offset walk of the segments of offList and every
+// value head over segs, dvl and dout: Pᵀ and R in the kernels' layouts.
+func offsetRef(t *testing.T, d *gdnData, segs [][]*gdnref.Segment, dvl, dout []float64, offList []int) (pt, rr []float64) {
+	l, HV := d.l, d.c.hv
+	segRows := func(v []float64, s, h int) *mat.Dense {
+		return rows(v, int(l.segStart[s]), int(l.segLen[s]), h, HV)
+	}
+	pt, rr = make([]float64, len(offList)*HV*dHead*dHead), make([]float64, len(offList)*HV*dHead*dHead)
+	for li, s := range offList {
+		for h := 0; h < HV; h++ {
+			o, err := gdnref.OffsetWalk(segs[s][h], segRows(dvl, s, h), segRows(dout, s, h), 128)
+			require.NoError(t, err)
+			putState(pt, o.PT, li, h, HV)
+			putState(rr, o.R, li, h, HV)
+		}
+	}
+	return pt, rr
 }

@@ -15,19 +15,26 @@ import (
 // fp32 W, Kt and qn.
 
 // tapePlaneOuts are the tape walks' outputs, fp32 and bf16.
-var tapePlaneOuts = []string{"d_chunk", "dvnew", "dstart", "dvnewp", "dvnew16", "d16"}
+var tapePlaneOuts = []string{"d_chunk", "dvnew", "dstart", "dvnewp", "dvnew16", "d16", "out_pt", "out_r"}
 
 // addTapePlanes adds the fp32 l2norm, prep and dV'_local (the walks'
 // inputs), test_walk_planes (the planes from the prep's W and kn), the
-// reference gdn_tape_walk_mma at vh 128 ("ref_") and gdn_tape_walk_planes at
-// vh 64 (CTAs in reverse launch order) and 128 ("p64_", "p128_"), every
-// output poisoned first.
-func addTapePlanes(j *job, d *gdnData, dend []float32) {
+// reference gdn_tape_walk_mma and gdn_offset_walk_mma at vh 128 ("ref_") and
+// gdn_tape_walk_planes and gdn_offset_walk_planes at vh 64 (CTAs in reverse
+// launch order) and 128 ("p64_", "p128_"), the offset walks over offList,
+// every output poisoned first.
+func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 	c, l := d.c, d.l
 	T, HQK, HV := l.T, c.hqk, c.hv
 	addInputs(j, d)
 	j.bf16("dout", d.dout)
 	j.f32("dend", dend)
+	off := make([]int32, len(offList))
+	for i, s := range offList {
+		off[i] = int32(s)
+	}
+	require.NotEmpty(j.t, off)
+	j.i32("off_list", off)
 	for _, o := range append(prepOuts(d), bufSpec{"dvl", T * HV * dHead}) {
 		j.out(o.name, 4*o.elems)
 		j.poison(o.name, poisonF32)
@@ -36,7 +43,8 @@ func addTapePlanes(j *job, d *gdnData, dend []float32) {
 	for _, p := range []string{"ref_", "p64_", "p128_"} {
 		for _, o := range []bufSpec{{"d_chunk", 4 * l.NC * HV * dHead * dHead}, {"dvnew", 4 * T * HV * dHead},
 			{"dstart", 4 * l.NS * HV * dHead * dHead}, {"dvnewp", l.NC * HV * tokenSlotBlock},
-			{"dvnew16", l.NC * HV * tokenSlotBlock / 2}, {"d16", 2 * l.NC * HV * dHead * dHead}} {
+			{"dvnew16", l.NC * HV * tokenSlotBlock / 2}, {"d16", 2 * l.NC * HV * dHead * dHead},
+			{"out_pt", 4 * len(off) * HV * dHead * dHead}, {"out_r", 4 * len(off) * HV * dHead * dHead}} {
 			j.out(p+o.name, o.elems)
 			if o.name == "dvnew16" || o.name == "d16" {
 				j.poison(p+o.name, poisonBF16x2)
@@ -69,13 +77,22 @@ func addTapePlanes(j *job, d *gdnData, dend []float32) {
 	j.launch("ref_tape", "gdn_tape_walk_mma", grid3(1, l.NS, HV), 256, smemOf("bwalk_mma_smem", 128),
 		cat([]string{buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout")}, tabs, outs("ref_"),
 			[]string{i32a(HQK), i32a(HV), i32a(128), scale}, extra("ref_"), []string{nullBuf()})...)
+	offTabs := []string{buf("chunk_tok0"), buf("chunk_len"), buf("seg_chunk0"), buf("seg_nchunk"), buf("off_list")}
+	j.launch("ref_offset", "gdn_offset_walk_mma", grid3(2, len(off), HV), 256, smemOf("bwalk_mma_smem", 128),
+		cat([]string{buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout")}, offTabs,
+			[]string{buf("ref_out_pt"), buf("ref_out_r"), i32a(HQK), i32a(HV), i32a(128), scale, nullBuf()})...)
 	j.i32("tape_order_rev", reverseOrder(dHead/64*l.NS*HV))
+	j.i32("offset_order_rev", reverseOrder(2*dHead/64*len(off)*HV))
 	for _, vh := range []int{64, 128} {
 		p := "p" + vhName(vh) + "_"
-		order := nullBuf()
+		order, offOrder := nullBuf(), nullBuf()
 		if vh == 64 {
-			order = buf("tape_order_rev")
+			order, offOrder = buf("tape_order_rev"), buf("offset_order_rev")
 		}
+		j.launch(p+"offset", "gdn_offset_walk_planes", grid3(2*dHead/vh, len(off), HV), 256, smemOf("tape_planes_smem", vh),
+			cat([]string{buf("wp"), buf("wk"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
+				buf("dvl"), buf("dout")}, offTabs, []string{buf(p + "out_pt"), buf(p + "out_r"), i32a(HQK), i32a(HV),
+				i32a(vh), scale, offOrder})...)
 		j.launch(p+"tape", "gdn_tape_walk_planes", grid3(dHead/vh, l.NS, HV), 256, smemOf("tape_planes_smem", vh),
 			cat([]string{buf("wp"), buf("wk"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
 				buf("dvl"), buf("dout")}, tabs, outs(p), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra(p),
@@ -111,7 +128,7 @@ func TestTapePlanesOnCPU(t *testing.T) {
 			run := func(bin string, env []string) *result {
 				j := newJob(t)
 				j.env = env
-				addTapePlanes(j, d, dend)
+				addTapePlanes(j, d, dend, c.offList)
 				return j.run(bin)
 			}
 			var wgEnv, ptEnv []string
@@ -123,9 +140,11 @@ func TestTapePlanesOnCPU(t *testing.T) {
 			l, HV := d.l, c.hv
 			for _, vh := range []int{64, 128} {
 				p := "p" + vhName(vh) + "_"
-				require.Contains(t, logLine(rw.log, p+"tape"), "wgmma (warp)", "%stape ran no wgmma in runner_bwalk_mma_wg", p)
-				require.NotContains(t, logLine(rp.log, p+"tape"), "wgmma", "%stape ran wgmma in runner_bwalk_mma", p)
-				for _, n := range []string{"d_chunk", "dvnew", "dstart"} {
+				for _, k := range []string{"tape", "offset"} {
+					require.Contains(t, logLine(rw.log, p+k), "wgmma (warp)", "%s%s ran no wgmma in runner_bwalk_mma_wg", p, k)
+					require.NotContains(t, logLine(rp.log, p+k), "wgmma", "%s%s ran wgmma in runner_bwalk_mma", p, k)
+				}
+				for _, n := range []string{"d_chunk", "dvnew", "dstart", "out_pt", "out_r"} {
 					rw.f32s(p + n) // fully written, no NaN or Inf
 				}
 				for _, n := range tapePlaneOuts {
@@ -142,9 +161,13 @@ func TestTapePlanesOnCPU(t *testing.T) {
 			}
 			// Against float64 on the kernels' own inputs, and beside the fp32-operand walk.
 			segs := kernelSegments(t, d, rw)
-			dChunk, dvnew, dstart := tapeRef(t, d, segs, widen(rw.f32s("dvl")), bf16Widen(d.dout), widen(dend))
+			dvl, dout := widen(rw.f32s("dvl")), bf16Widen(d.dout)
+			dChunk, dvnew, dstart := tapeRef(t, d, segs, dvl, dout, widen(dend))
+			pt, rr := offsetRef(t, d, segs, dvl, dout, c.offList)
 			et := &errTable{}
 			for _, p := range []string{"ref_", "p128_"} {
+				requireRel(t, et, p+"out_pt", widen(rw.f32s(p+"out_pt")), pt, bwalkMMATol)
+				requireRel(t, et, p+"out_r", widen(rw.f32s(p+"out_r")), rr, bwalkMMATol)
 				requireRel(t, et, p+"d_chunk", widen(rw.f32s(p+"d_chunk")), dChunk, bwalkMMATol)
 				requireRel(t, et, p+"dvnew", widen(rw.f32s(p+"dvnew")), dvnew, bwalkMMATol)
 				requireRel(t, et, p+"dstart", widen(rw.f32s(p+"dstart")), dstart, bwalkMMATol)

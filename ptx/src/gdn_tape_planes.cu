@@ -1,6 +1,9 @@
 // gdn_tape_planes.cu: the tape walk (#7 tape) on the forward's walk planes (walk_planes.cuh) and the raw
 // bf16 q, for every target from one source:
-//   gdn_tape_walk_planes   grid (128/vh, NS, HV), block 256, dynamic shared memory tape_planes_smem(vh)
+//   gdn_tape_walk_planes     grid (128/vh, NS, HV), block 256, dynamic shared memory tape_planes_smem(vh)
+//   gdn_offset_walk_planes   grid (2 x 128/vh, nlist, HV), the same block and shared memory: the offset walk
+//                            (P^T's columns from the identity's without dvl, dO or Qg; R's from zero with
+//                            them), only the final adjoints stored, as gdn_offset_walk_mma
 // gdn_tape_walk_mma's outputs and layouts (d_chunk, dvnew, dstart, dvnewp, dvnew16, d16; any of the per-chunk
 // ones may be null), with the prep's -W planes (wp, a value head) and K^T planes (wk, a QK head), q's bf16
 // rows (q, q_stride elements a token; 16-byte aligned rows) and their l2norm factors q_rstd in place of the
@@ -85,7 +88,10 @@ __host__ __device__ constexpr int tape_planes_smem(int vh) { return 2 * tape_sta
 static_assert(tape_planes_smem(64) == 199664 && tape_planes_smem(128) == 232432, "kcp's tapePlanesSmem");
 static_assert(tape_planes_smem(128) <= 232448, "two stages and dvl fit an SM's 227 KB");
 
-template <int VH>
+// DO: the walk of the adjoint columns (the tape walk; the offset walk's R columns: dvl, dO and Qg terms);
+// without it the offset walk's P^T columns: (1) without dvl, (2) the -W products alone, so neither q's rows
+// nor dO nor dvl are copied.
+template <int VH, bool DO = true>
 struct TapePlaneWalker : walkwg::WGWalker<VH> {
 	using Base = walkwg::WGWalker<VH>;
 	using Base::col;
@@ -134,7 +140,7 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 #pragma unroll
 			for (int j = 0; j < kJ; ++j) tc::cp_async16(dst + 16 * kCopiers * j, (j < kJ / 2 ? sw : sk) + 16 * kCopiers * j);
 			// q: unit ct % 16 (keys 8 (ct % 16) ..) of rows ct / 16 + (kCopiers / 16) j.
-			constexpr int kQJ = kQBytes / 16 / kCopiers, kRowStep = kCopiers / 16;
+			constexpr int kQJ = DO ? kQBytes / 16 / kCopiers : 0, kRowStep = kCopiers / 16;
 			const int u = ct % 16, i0 = ct / 16;
 			const bf16* qp = q + (long long)(t0 + i0) * q_stride + (long long)qh * kD + 8 * u;
 			unsigned char* qd = st + kOffQ + (u / 8) * 8192 + i0 * 128 + (((u % 8) ^ (i0 & 7)) << 4);
@@ -152,10 +158,10 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 				ge_n = n;
 				ge_i = gcum[(long long)(t0 + i) * HV + h];
 				ge_l = gcum[(long long)(t0 + n - 1) * HV + h];
-				gr_i = q_rstd[(long long)(t0 + i) * HQK + qh];
+				if (DO) gr_i = q_rstd[(long long)(t0 + i) * HQK + qh];
 			}
 		}
-		if (holds()) {
+		if (DO && holds()) {
 			// Lane: 8 columns (unit cc / 8) of tokens lane / 2 + 16 y (WGBWalker::issue's dO copies).
 			const int cc = 64 * grp + 16 * wq + 8 * (lane % 2);
 			bf16* ob = reinterpret_cast<bf16*>(st + kOffO);
@@ -168,14 +174,15 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 				else
 					*reinterpret_cast<walkwg::U32x4*>(dst) = walkwg::U32x4{0u, 0u, 0u, 0u};
 			}
-			gln = gcum[(long long)(t0 + n - 1) * HV + h];
 		}
+		if (holds()) gln = gcum[(long long)(t0 + n - 1) * HV + h];
 		tc::cp_async_commit();
 	}
 
 	// issue_dvl (state warps): the copies of dvl^T of chunk (t0, n), this warp's 16 columns of the rows < n,
 	// into the dvl buffer (WGWalker::issue's U copies); one commit group. Rows from n on are not read.
 	__device__ __forceinline__ void issue_dvl(const float* dvl, int t0, int n, int h, int HV, int c0) {
+		if (!DO) return;
 		const int i0 = lane / 4, cc = 64 * grp + 16 * wq + 4 * (lane % 4);
 		const long long vs = 8LL * HV * kD;
 		const float* vp = dvl + ((long long)(t0 + i0) * HV + h) * kD + c0 + cc;
@@ -195,12 +202,14 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		if (converts() && ct < kC) {
 			float* ef = reinterpret_cast<float*>(stage(x) + off_ef(VH));
 			ef[ct] = ct < ge_n ? expf(ge_l - ge_i) : 0.f;
-			ef[kC + ct] = ct < ge_n ? __fmul_rn(scale * expf(ge_i), gr_i) : 0.f;
+			if (DO) ef[kC + ct] = ct < ge_n ? __fmul_rn(scale * expf(ge_i), gr_i) : 0.f;
 		}
 	}
 
-	// read_dvl (state warps): dvl^T of the chunk (n rows) from the buffer into uv, zero from n on.
+	// read_dvl (state warps): dvl^T of the chunk (n rows) from the buffer into uv, zero from n on (nothing
+	// without DO).
 	__device__ __forceinline__ void read_dvl(int n) {
+		if (!DO) return;
 		__syncwarp();  // the warp's dvl copies, each visible to its own lane after the wait, to the warp
 		const float* b = dvl_buf();
 #pragma unroll
@@ -229,7 +238,8 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		wg::commit();
 	}
 
-	// dvprime_finish waits for (1) and forms dV'^T = dvl^T + P diag(e) (uv holds dvl^T, E the 64 factors).
+	// dvprime_finish waits for (1) and forms dV'^T = dvl^T + P diag(e) (uv holds dvl^T, E the 64 factors;
+	// without DO, P diag(e)).
 	__device__ __forceinline__ void dvprime_finish(const float* E) {
 		wg::wait<0>();
 		wg::fence_operand(d);
@@ -237,10 +247,17 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		for (int nt = 0; nt < 8; ++nt) {
 			// d[4 nt + r]: token 8 nt + 2t + (r & 1)
 			const float2 e = *reinterpret_cast<const float2*>(E + 8 * nt + 2 * t);
-			d[4 * nt] = __fmaf_rn(d[4 * nt], e.x, uv[4 * nt]);
-			d[4 * nt + 1] = __fmaf_rn(d[4 * nt + 1], e.y, uv[4 * nt + 1]);
-			d[4 * nt + 2] = __fmaf_rn(d[4 * nt + 2], e.x, uv[4 * nt + 2]);
-			d[4 * nt + 3] = __fmaf_rn(d[4 * nt + 3], e.y, uv[4 * nt + 3]);
+			if (DO) {
+				d[4 * nt] = __fmaf_rn(d[4 * nt], e.x, uv[4 * nt]);
+				d[4 * nt + 1] = __fmaf_rn(d[4 * nt + 1], e.y, uv[4 * nt + 1]);
+				d[4 * nt + 2] = __fmaf_rn(d[4 * nt + 2], e.x, uv[4 * nt + 2]);
+				d[4 * nt + 3] = __fmaf_rn(d[4 * nt + 3], e.y, uv[4 * nt + 3]);
+			} else {
+				d[4 * nt] = __fmul_rn(d[4 * nt], e.x);
+				d[4 * nt + 1] = __fmul_rn(d[4 * nt + 1], e.y);
+				d[4 * nt + 2] = __fmul_rn(d[4 * nt + 2], e.x);
+				d[4 * nt + 3] = __fmul_rn(d[4 * nt + 3], e.y);
+			}
 		}
 	}
 
@@ -282,8 +299,10 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 			wg::mma_m64n128k16_rs_t(s, ah[k], wh, 8192);
 			wg::mma_m64n128k16_rs_t(s, ah[k], wl, 8192);
 			wg::mma_m64n128k16_rs_t(s, al[k], wh, 8192);
-			wg::mma_m64n128k16_rs_t(s, oh[k], qd, 8192);
-			wg::mma_m64n128k16_rs_t(s, ol[k], qd, 8192);
+			if (DO) {
+				wg::mma_m64n128k16_rs_t(s, oh[k], qd, 8192);
+				wg::mma_m64n128k16_rs_t(s, ol[k], qd, 8192);
+			}
 		}
 		wg::commit();
 	}
@@ -326,7 +345,7 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 				__syncwarp();  // every lane's dvl reads are done before the next chunk's copies overwrite them
 				issue_dvl(dvl, chunk_tok0[cn], chunk_len[cn], h, HV, c0);
 				unsigned oh[4][4], ol[4][4], bh[4][4], bl[4][4];
-				dof_frags(st, ef + kC, oh, ol);
+				if (DO) dof_frags(st, ef + kC, oh, ol);
 				dupdate_issue(st, bh, bl, oh, ol);
 				GDNKCP_TAPE_MARK(4, ci);  // state: dV' split, D decayed, (2) issued
 				if (dvnew != nullptr) this->store_vprime(dvnew, chunk_tok0[c], n, h, HV, c0);
@@ -358,6 +377,64 @@ __device__ __forceinline__ void tape_walk(float* smem, const unsigned char* wp, 
 	wk_.walk(wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK,
 	         HV, c0, scale, d_chunk, dvnew, dvnewp, dvnew16, d16);
 	wk_.store_state(dstart + ((long long)seg * HV + h) * kD * kD, c0);
+}
+
+// offset_walk: gdn_offset_walk_planes's body. Blocks x < 128 / vh walk R's columns (from zero, with dvl, dO
+// and Qg), the others P^T's (from the identity's columns, without them); only the final adjoints are stored.
+template <int VH, bool DO>
+__device__ __forceinline__ void offset_walk_form(float* smem, const unsigned char* wp, const unsigned char* wk,
+                                                 const bf16* q, long long q_stride, const float* q_rstd,
+                                                 const float* gcum, const float* dvl, const bf16* dout,
+                                                 const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h,
+                                                 int HQK, int HV, int c0, float scale, float* out) {
+	TapePlaneWalker<VH, DO> wk_(smem);
+	wk_.init_state(nullptr, c0, !DO);
+	wk_.walk(wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, ch0, nch, h, HQK, HV, c0, scale,
+	         nullptr, nullptr, nullptr, nullptr, nullptr);
+	wk_.store_state(out, c0);
+}
+
+template <int VH>
+__device__ __forceinline__ void offset_walk(float* smem, const unsigned char* wp, const unsigned char* wk, const bf16* q,
+                                            long long q_stride, const float* q_rstd, const float* gcum, const float* dvl,
+                                            const bf16* dout, const int* chunk_tok0, const int* chunk_len,
+                                            const int* seg_chunk0, const int* seg_nchunk, const int* list, float* out_pt,
+                                            float* out_r, int HQK, int HV, float scale, const int* order) {
+	const int tiles = kD / VH;
+	int x, li, h;
+	tc::dispatch_cta(order, x, li, h);
+	const bool isP = x >= tiles;
+	const int c0 = (isP ? x - tiles : x) * VH;
+	const int seg = list[li];
+	const long long blk = ((long long)li * HV + h) * kD * kD;
+	if (isP)
+		offset_walk_form<VH, false>(smem, wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len,
+		                            seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0, scale, out_pt + blk);
+	else
+		offset_walk_form<VH, true>(smem, wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len,
+		                           seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0, scale, out_r + blk);
+}
+
+// gdn_offset_walk_planes: gdn_offset_walk_mma's walks (grid (2 x 128/vh, nlist, HV), out_pt and out_r as
+// there) on the walk planes and q's bf16 rows, as gdn_tape_walk_planes reads them in place of w, kt and qn;
+// dynamic shared memory tape_planes_smem(vh).
+extern "C" __global__ void __launch_bounds__(256)
+gdn_offset_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ wk,
+                       const __nv_bfloat16* __restrict__ q, int q_stride, const float* __restrict__ q_rstd,
+                       const float* __restrict__ gcum, const float* __restrict__ dvl,
+                       const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                       const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
+                       const int* __restrict__ seg_nchunk, const int* __restrict__ list, float* __restrict__ out_pt,
+                       float* __restrict__ out_r, int HQK, int HV, int vh, float scale, const int* __restrict__ order) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
+	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
+	if (vh == 64)
+		offset_walk<64>(smem, p, k, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk,
+		                list, out_pt, out_r, HQK, HV, scale, order);
+	else
+		offset_walk<128>(smem, p, k, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk,
+		                 list, out_pt, out_r, HQK, HV, scale, order);
 }
 
 // gdn_tape_walk_planes: gdn_tape_walk_mma's walk on the walk planes: wp (-W, 32 KB a chunk and value head),
