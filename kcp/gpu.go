@@ -920,6 +920,12 @@ func newGPU(plan *Plan, gopts GPUOptions, fleet *gpuFleet) (*GPU, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A v5 core stage keeps only bf16 H and V' (kernelSet.bf16States): its
+	// forward walks store no fp32 states, where the sm_90a rule measured a
+	// wide walk relatively cheaper (sched.CostRule.ForwardLean). Every forward,
+	// recompute and backward of this GPU reads its widths through this one
+	// profile, so they agree.
+	o.Profile.LeanForward = dev.ks.bf16States(o.Stage)
 	perDev := map[int]int{}
 	for _, r := range layout.local {
 		perDev[layout.devices[r]]++

@@ -8,7 +8,7 @@ var p1cp8d = []int{60, 60, 18, 18, 44, 44, 8, 8, 72, 72, 35, 35}
 
 // BenchmarkDecide is one rule-B decision for that walk list on sm_100a.
 func BenchmarkDecide(b *testing.B) {
-	prof := Profile{VariantSM100a, 148}
+	prof := Profile{Variant: VariantSM100a, SMs: 148}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Decide(State, p1cp8d, 48, prof, RuleB); err != nil {
@@ -20,7 +20,7 @@ func BenchmarkDecide(b *testing.B) {
 // BenchmarkDecideSM90a is the same decision on sm_90a, whose cost rule
 // compares the dispatch orders' makespans (two DispatchOrder calls).
 func BenchmarkDecideSM90a(b *testing.B) {
-	prof := Profile{VariantSM90a, 132}
+	prof := Profile{Variant: VariantSM90a, SMs: 132}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Decide(State, p1cp8d, 48, prof, RuleB); err != nil {

@@ -231,7 +231,10 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 		narrow, why = twoWaveRule()
 	case cost != nil:
 		head += ", " + prof.Variant
-		cc := cost.For(kind)
+		cc := cost.ForRun(kind, prof.LeanForward)
+		if cc != cost.For(kind) {
+			head += " (lean forward: no fp32 states stored)"
+		}
 		a, b := d.CostMakespan2*cc.Narrow, d.CostMakespan1*cc.Wide
 		narrow = a <= b
 		order := "launch-order"

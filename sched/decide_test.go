@@ -18,10 +18,10 @@ func rep(c, n int) []int {
 }
 
 var (
-	sm100 = Profile{VariantSM100a, 148}
-	sm103 = Profile{VariantSM103a, 148}
-	sm107 = Profile{VariantSM107a, 148}
-	sm90  = Profile{VariantSM90a, 132}
+	sm100 = Profile{Variant: VariantSM100a, SMs: 148}
+	sm103 = Profile{Variant: VariantSM103a, SMs: 148}
+	sm107 = Profile{Variant: VariantSM107a, SMs: 148}
+	sm90  = Profile{Variant: VariantSM90a, SMs: 132}
 )
 
 func decide(t *testing.T, kind WalkKind, chains []int, hv int, p Profile, r Rule) Decision {
@@ -66,7 +66,7 @@ func TestLongChainThreshold(t *testing.T) {
 		{"sm_103a has no clause", Offset, rep(400, 7), 48, sm103, RuleB, 64, "offset walks take vh = 64 on sm_103a"},
 		{"sm_107a offset has no clause", Offset, rep(400, 7), 48, sm107, RuleB, 64, "offset walks take vh = 64"},
 		{"sm_90a has its own rule", Tape, rep(400, 7), 48, sm90, RuleB, 128, "measured cost rule"},
-		{"forward walks have no clause", State, rep(400, 7), 48, Profile{VariantSM100a, 148}, RuleB, 128, "neither one wave"},
+		{"forward walks have no clause", State, rep(400, 7), 48, Profile{Variant: VariantSM100a, SMs: 148}, RuleB, 128, "neither one wave"},
 	})
 }
 
@@ -77,21 +77,26 @@ func TestLongChainThreshold(t *testing.T) {
 // 2.3-2.5 times a vh = 64 one) and for the tape walk (2026-12-01 and, with
 // the dispatch order and gdn_chunk_grads_mma8's bf16 dV' store, 2026-12-02
 // on 3 x 342 and the 3-document pack: a vh = 128 chunk 1.56-1.83 times a
-// vh = 64 one, hence 5/3). The makespans are the dispatch order's.
+// vh = 64 one, hence 5/3). The column lean is the state walk's width in a run
+// whose forward stores no fp32 states (Profile.LeanForward: 15/8, from the
+// v5.21 sweep of 2026-12-03 on all seven packs, the core stage's plane state
+// walk at 1.78-1.98 times; vh = 128 measured faster on 2 x 512, 8 x 128 and
+// 16 x 64). The makespans are the dispatch order's.
 func TestSM90aCostRule(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		chains      []int
 		state, tape int
 		m1, m2      int
+		lean        int // the state walk's width in a lean run (Profile.LeanForward)
 	}{
-		{"1 x 1024", []int{1024}, 64, 64, 1024, 1024},
-		{"2 x 512", rep(512, 2), 64, 128, 512, 1024},
-		{"3 x 342", rep(342, 3), 64, 64, 684, 1026},
-		{"4 x 256", rep(256, 4), 64, 64, 512, 768},
-		{"3 documents, 120,908 tokens", []int{625, 704, 562}, 64, 64, 1124, 1686},
-		{"8 x 128", rep(128, 8), 64, 128, 384, 768},
-		{"16 x 64", rep(64, 16), 64, 128, 384, 768},
+		{"1 x 1024", []int{1024}, 64, 64, 1024, 1024, 64},
+		{"2 x 512", rep(512, 2), 64, 128, 512, 1024, 128},
+		{"3 x 342", rep(342, 3), 64, 64, 684, 1026, 64},
+		{"4 x 256", rep(256, 4), 64, 64, 512, 768, 64},
+		{"3 documents, 120,908 tokens", []int{625, 704, 562}, 64, 64, 1124, 1686, 64},
+		{"8 x 128", rep(128, 8), 64, 128, 384, 768, 128},
+		{"16 x 64", rep(64, 16), 64, 128, 384, 768, 128},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, vh := range map[WalkKind]int{State: tc.state, Tape: tc.tape} {
@@ -125,8 +130,20 @@ func TestSM90aCostRule(t *testing.T) {
 				assert.Equal(t, vh, d.VH, d.Reason)
 				assert.Equal(t, []int{tc.m1, tc.m2}, []int{d.CostMakespan1, d.CostMakespan2}, d.Reason)
 			}
+			// A lean run (the forward stores no fp32 states): the forward walks
+			// at 15/8, the measured faster state width of the v5.21 sweep; the
+			// backward walks as before.
+			lean := sm90
+			lean.LeanForward = true
+			for k, vh := range map[WalkKind]int{State: tc.lean, Tape: tc.tape} {
+				d := decide(t, k, tc.chains, 48, lean, RuleB)
+				assert.Equal(t, vh, d.VH, d.Reason)
+				assert.Equal(t, k == State, strings.Contains(d.Reason, "lean forward"), d.Reason)
+			}
+			d := decide(t, Summary, tc.chains, 24, lean, RuleB)
+			assert.Equal(t, tc.lean, d.VH, d.Reason)
 			// Rule A does not read the cost rule.
-			d := decide(t, State, tc.chains, 48, sm90, RuleA)
+			d = decide(t, State, tc.chains, 48, sm90, RuleA)
 			assert.Contains(t, d.Reason, "one-wave rule")
 			assert.Equal(t, d.OneWave, d.VH == 64, d.Reason)
 		})
@@ -138,7 +155,7 @@ func TestSM90aCostRule(t *testing.T) {
 func TestLongChainMakespanComparison(t *testing.T) {
 	eq := []int{400, 94, 7, 49, 153}     // LPT(jobs1) = LPT(jobs2) = 400
 	over := []int{400, 104, 59, 74, 164} // LPT(jobs1) = 400, LPT(jobs2) = 401
-	p := Profile{VariantSM100a, 2}
+	p := Profile{Variant: VariantSM100a, SMs: 2}
 	d := decide(t, Offset, eq, 1, p, RuleB)
 	require.Equal(t, []int{400, 400}, []int{d.Makespan1, d.Makespan2})
 	d = decide(t, Offset, over, 1, p, RuleB)
@@ -154,7 +171,7 @@ func TestLongChainMakespanComparison(t *testing.T) {
 // Chain fit: HV 1 on 2 SMs (4 slots), 3 chains: 6 CTAs, not one wave.
 // jobs2 of {4,2,2} = 4,4,2,2,2,2 -> loads 4,4,4,4; of {4,3,2} -> 5.
 func TestChainFitBoundary(t *testing.T) {
-	p := Profile{VariantSM103a, 2}
+	p := Profile{Variant: VariantSM103a, SMs: 2}
 	d := decide(t, State, []int{4, 2, 2}, 1, p, RuleB)
 	require.Equal(t, 4, d.Makespan2)
 	require.False(t, d.OneWave)
@@ -177,10 +194,10 @@ func TestChainFitBoundary(t *testing.T) {
 // One wave: 2*n_walk*HV <= 2*SM. The CTA count is even, so the closest to
 // "one CTA over" is one SM short (two CTAs over).
 func TestWaveBoundaries(t *testing.T) {
-	full := Profile{VariantSM103a, 144} // 3 chains * 2 * 48 = 288 = 2*144
-	short := Profile{VariantSM103a, 143}
-	half := Profile{VariantSM107a, 72} // 288 = 4*72: two waves exactly full
-	halfShort := Profile{VariantSM107a, 71}
+	full := Profile{Variant: VariantSM103a, SMs: 144} // 3 chains * 2 * 48 = 288 = 2*144
+	short := Profile{Variant: VariantSM103a, SMs: 143}
+	half := Profile{Variant: VariantSM107a, SMs: 72} // 288 = 4*72: two waves exactly full
+	halfShort := Profile{Variant: VariantSM107a, SMs: 71}
 	long := []int{50, 10, 10} // LPT(jobs2) > 50 once the grid does not fit
 	runBoundary(t, []boundaryCase{
 		{"A state one wave full", State, long, 48, full, RuleA, 64, "288 <= 2*SM = 288"},
@@ -190,15 +207,15 @@ func TestWaveBoundaries(t *testing.T) {
 		{"B state one wave full", State, long, 48, full, RuleB, 64, "one wave: 2*n_walk*HV = 288 <= 2*SM = 288"},
 		{"B state one wave over, chain fit decides", State, []int{50, 10, 10}, 48, short, RuleB, 64, "chain fit"},
 		{"B state one wave over, no fit", State, []int{50, 50, 50}, 48, short, RuleB, 128, "neither one wave"},
-		{"A offset two waves full", Offset, long, 48, Profile{VariantSM100a, 72}, RuleA, 64, "288 <= 4*SM = 288"},
-		{"A offset two waves over", Offset, long, 48, Profile{VariantSM100a, 71}, RuleA, 128, "288 > 4*SM = 284"},
+		{"A offset two waves full", Offset, long, 48, Profile{Variant: VariantSM100a, SMs: 72}, RuleA, 64, "288 <= 4*SM = 288"},
+		{"A offset two waves over", Offset, long, 48, Profile{Variant: VariantSM100a, SMs: 71}, RuleA, 128, "288 > 4*SM = 284"},
 		{"A tape two waves full", Tape, long, 48, half, RuleA, 64, "two-wave rule"},
 		{"A tape two waves over", Tape, long, 48, halfShort, RuleA, 128, "two-wave rule"},
 		{"B sm_107a tape two waves full", Tape, long, 48, half, RuleB, 64, "rule B, sm_107a: vh = 64: two-wave rule"},
 		{"B sm_107a tape two waves over", Tape, long, 48, halfShort, RuleB, 128, "288 > 4*SM = 284"},
-		{"B sm_103a tape always 64", Tape, long, 48, Profile{VariantSM103a, 71}, RuleB, 64, "tape walks take vh = 64"},
-		{"B offset always 64", Offset, long, 48, Profile{VariantSM107a, 1}, RuleB, 64, "offset walks take vh = 64"},
-		{"B generic follows sm_103a", Tape, long, 48, Profile{VariantGeneric, 1}, RuleB, 64, "on generic"},
+		{"B sm_103a tape always 64", Tape, long, 48, Profile{Variant: VariantSM103a, SMs: 71}, RuleB, 64, "tape walks take vh = 64"},
+		{"B offset always 64", Offset, long, 48, Profile{Variant: VariantSM107a, SMs: 1}, RuleB, 64, "offset walks take vh = 64"},
+		{"B generic follows sm_103a", Tape, long, 48, Profile{Variant: VariantGeneric, SMs: 1}, RuleB, 64, "on generic"},
 	})
 }
 
@@ -243,7 +260,7 @@ func TestDecideFields(t *testing.T) {
 
 // Every decision against the rule as written, on random walk lists.
 func TestDecideMatchesSpec(t *testing.T) {
-	profiles := append(ReferenceProfiles(), Profile{VariantGeneric, 100}, Profile{VariantSM100a, 20})
+	profiles := append(ReferenceProfiles(), Profile{Variant: VariantGeneric, SMs: 100}, Profile{Variant: VariantSM100a, SMs: 20})
 	seed := uint64(7)
 	next := func(n int) int {
 		seed = seed*6364136223846793005 + 1442695040888963407
@@ -336,16 +353,16 @@ func TestDecideErrors(t *testing.T) {
 		rule   Rule
 		msg    string
 	}{
-		{"zero SMs", State, []int{1}, 48, Profile{VariantSM100a, 0}, RuleB, "SM count 0"},
-		{"negative SMs", State, []int{1}, 48, Profile{VariantSM100a, -4}, RuleB, "SM count -4"},
-		{"unknown variant", State, []int{1}, 48, Profile{"sm_120", 10}, RuleB, `unknown arch variant "sm_120"`},
-		{"empty variant", State, []int{1}, 48, Profile{"", 10}, RuleB, "unknown arch variant"},
+		{"zero SMs", State, []int{1}, 48, Profile{Variant: VariantSM100a, SMs: 0}, RuleB, "SM count 0"},
+		{"negative SMs", State, []int{1}, 48, Profile{Variant: VariantSM100a, SMs: -4}, RuleB, "SM count -4"},
+		{"unknown variant", State, []int{1}, 48, Profile{Variant: "sm_120", SMs: 10}, RuleB, `unknown arch variant "sm_120"`},
+		{"empty variant", State, []int{1}, 48, Profile{Variant: "", SMs: 10}, RuleB, "unknown arch variant"},
 		{"zero HV", State, []int{1}, 0, sm100, RuleB, "HV 0"},
 		{"negative HV", Tape, []int{1}, -1, sm100, RuleA, "HV -1"},
 		{"zero rule", State, []int{1}, 48, sm100, 0, "unknown rule"},
 		{"bad kind", WalkKind(9), []int{1}, 48, sm100, RuleB, "unknown walk kind"},
 		{"empty chain", Offset, []int{3, 0}, 48, sm100, RuleB, "chain 1 has 0 chunks"},
-		{"errors even for empty walk lists", State, nil, 48, Profile{VariantSM100a, 0}, RuleB, "SM count"},
+		{"errors even for empty walk lists", State, nil, 48, Profile{Variant: VariantSM100a, SMs: 0}, RuleB, "SM count"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -64,12 +64,13 @@ var variants = map[string]VariantRules{
 	},
 	VariantSM90a: {
 		DefaultSMs: 132,
-		Cost: &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, Backward: ChunkCost{Narrow: 3, Wide: 5},
-			Dispatch: true},
+		Cost: &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 8, Wide: 15},
+			Backward: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true},
 		Measured: true,
 		Note: "Hopper (H100/H200, 132 SMs): measured on an H200 with the v5 kernels (docs/perf-notes.md, " +
 			"\"Width rule on sm_90a\"): one walk CTA an SM; a vh = 128 CTA's chunk costs 9/4 of a vh = 64 CTA's in " +
-			"the forward's plane walks (summary, state) and 5/3 in the backward walks (offset, tape); " +
+			"the forward's plane walks (summary, state) that store fp32 states, 15/8 in those that store only bf16 " +
+			"ones (Profile.LeanForward: the v5 core stage), and 5/3 in the backward walks (offset, tape); " +
 			"vh = 64 iff Narrow*M64 <= Wide*M128, M the makespan of the CTAs over SM slots in the walks' dispatch " +
 			"order (DispatchOrder)",
 	},
@@ -100,7 +101,10 @@ var variants = map[string]VariantRules{
 type CostRule struct {
 	CTAsPerSM int       // walk CTAs resident on one SM
 	Forward   ChunkCost // the summary and state walks
-	Backward  ChunkCost // the offset and tape walks
+	// ForwardLean: the summary and state walks of a run whose forward stores
+	// no fp32 per-chunk states (Profile.LeanForward); zero: Forward.
+	ForwardLean ChunkCost
+	Backward    ChunkCost // the offset and tape walks
 	// Dispatch: the variant's walks run their CTAs in DispatchOrder's order
 	// (kcp passes it to the v5 walks), so the makespans compared are
 	// DispatchOrder's; otherwise launch order's (ListMakespan).
@@ -120,6 +124,16 @@ func (c CostRule) For(kind WalkKind) ChunkCost {
 		return c.Forward
 	}
 	return c.Backward
+}
+
+// ForRun returns the chunk costs of kind's walks in a run whose forward
+// stores no fp32 per-chunk states (lean) or does: ForwardLean where lean, set
+// and kind is a forward walk, else For.
+func (c CostRule) ForRun(kind WalkKind, lean bool) ChunkCost {
+	if lean && kind.Forward() && c.ForwardLean != (ChunkCost{}) {
+		return c.ForwardLean
+	}
+	return c.For(kind)
 }
 
 // Variants returns the known width-rule variants, sorted.
@@ -149,6 +163,12 @@ func RulesFor(variant string) (VariantRules, error) {
 type Profile struct {
 	Variant string // one of Variants()
 	SMs     int    // streaming multiprocessors, >= 1
+	// LeanForward: the run's forward walks store no fp32 per-chunk states
+	// (kcp's v5 core stage keeps only bf16 H and V'), which makes a wide
+	// forward walk relatively cheaper on a variant whose CostRule measured
+	// it (CostRule.ForwardLean). It describes the run, not the GPU: the
+	// backend sets it; NewProfile leaves it false.
+	LeanForward bool
 }
 
 // NewProfile returns the profile for variant with sms SMs; sms = 0 takes the
@@ -173,10 +193,10 @@ func NewProfile(variant string, sms int) (Profile, error) {
 // 132.
 func ReferenceProfiles() []Profile {
 	return []Profile{
-		{VariantSM100a, 148},
-		{VariantSM103a, 148},
-		{VariantSM107a, 148},
-		{VariantSM90a, 132},
+		{Variant: VariantSM100a, SMs: 148},
+		{Variant: VariantSM103a, SMs: 148},
+		{Variant: VariantSM107a, SMs: 148},
+		{Variant: VariantSM90a, SMs: 132},
 	}
 }
 
@@ -200,5 +220,10 @@ func (p Profile) Note() string { return variants[p.Variant].Note }
 // Slots is the number of LPT slots, two CTAs per SM.
 func (p Profile) Slots() int { return 2 * p.SMs }
 
-// String is "variant/SMs", e.g. "sm_100a/148".
-func (p Profile) String() string { return fmt.Sprintf("%s/%d", p.Variant, p.SMs) }
+// String is "variant/SMs", e.g. "sm_100a/148", with " lean" where LeanForward.
+func (p Profile) String() string {
+	if p.LeanForward {
+		return fmt.Sprintf("%s/%d lean", p.Variant, p.SMs)
+	}
+	return fmt.Sprintf("%s/%d", p.Variant, p.SMs)
+}

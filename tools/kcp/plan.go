@@ -23,7 +23,7 @@ var allCPs = []int{2, 4, 8}
 type planOptions struct {
 	pack, docs, layout, arch, rule string
 	cp, sms, hv, hqk               int
-	json, all                      bool
+	json, all, lean                bool
 }
 
 func newPlanCmd() *cobra.Command {
@@ -39,6 +39,8 @@ A (previous) and rule B (current), and why.
 
 Without --arch it plans for the GPU present, or says there is none. --sms defaults to
 the architecture's SM count (sm_100a, sm_103a, sm_107a: 148; sm_90a: 132; generic: give it).
+--lean-forward plans a run whose forward stores no fp32 per-chunk states, as the GPU
+backend's v5 core stage does (sm_90a's measured rule then costs a wide forward walk less).
 
 --all plans every pack P1-P5 x CP 2/4/8 x layout C/Z/D on the four reference profiles
 (sm_100a, sm_103a, sm_107a with 148 SMs, sm_90a with 132) and summarizes which decisions
@@ -62,6 +64,7 @@ A/B summary then goes to stderr).`,
 	f.StringVar(&o.rule, "rule", "b", "rule whose reason the output shows: a or b (both widths are always shown)")
 	f.BoolVar(&o.json, "json", false, "write JSON to stdout, nothing else")
 	f.BoolVar(&o.all, "all", false, "every pack x CP 2/4/8 x layout x reference profile, and an A/B summary")
+	f.BoolVar(&o.lean, "lean-forward", false, "the forward stores no fp32 states (the GPU backend's v5 core stage)")
 	return cmd
 }
 
@@ -109,6 +112,7 @@ func (o *planOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	prof.LeanForward = o.lean
 	p, err := kcp.NewPlan(kcp.PlanConfig{Docs: docs, Ranks: o.cp, Layout: layout, HQK: o.hqk, HV: o.hv})
 	if err != nil {
 		return err

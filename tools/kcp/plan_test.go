@@ -143,6 +143,30 @@ func TestPlanDocsAndRule(t *testing.T) {
 	}
 }
 
+// --lean-forward plans a run whose forward stores no fp32 states (the GPU
+// backend's v5 core stage): on sm_90a two 32,768-token documents then walk
+// the state walk at vh 128 (measured faster there in the v5.21
+// width sweep), the offset and tape walks as without it.
+func TestPlanLeanForward(t *testing.T) {
+	widths := func(extra ...string) map[string]int {
+		args := append([]string{"plan", "--docs", "32768,32768", "--cp", "1", "--layout", "C", "--arch", "sm_90a", "--json"}, extra...)
+		stdout, stderr, code := execute(args...)
+		require.Equal(t, 0, code, stderr)
+		var pj planJSON
+		require.NoError(t, json.Unmarshal([]byte(stdout), &pj))
+		require.Len(t, pj.Ranks, 1)
+		out := map[string]int{}
+		for _, wj := range pj.Ranks[0].Walks {
+			if wj.VHB != nil {
+				out[wj.Walk] = *wj.VHB
+			}
+		}
+		return out
+	}
+	assert.Equal(t, map[string]int{"state": 64, "tape": 128}, widths())
+	assert.Equal(t, map[string]int{"state": 128, "tape": 128}, widths("--lean-forward"))
+}
+
 func TestPlanText(t *testing.T) {
 	stdout, stderr, code := execute("plan", "--pack", "P1", "--cp", "8", "--layout", "D", "--arch", "sm_107a")
 	require.Equal(t, 0, code, stderr)

@@ -542,6 +542,7 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 		return nil, gpuOpenError(err)
 	}
 	defer func() { _ = g.Close() }() // the run's own errors matter more
+	prof = g.Options().Profile       // as the GPU decides widths (LeanForward set by the backend)
 	ctx := context.Background()
 	t0 := time.Now()
 	var steps []*gpuStep
