@@ -340,11 +340,19 @@ func (b *bwdRun) walkArgs(vh int) bwdWalkArgs {
 }
 
 // planeArgs are the arguments the offset and tape walks on the walk planes
-// share at width vh: walkArgs and the planes, q's bf16 rows and q_rstd.
-func (b *bwdRun) planeArgs(vh int) bwdPlaneArgs {
+// share at width vh: walkArgs and the planes, q's bf16 rows and q_rstd. The
+// walks copy q's rows in 16-byte units: a row start that is not 16-byte
+// aligned is an error here, not a fault on the device.
+func (b *bwdRun) planeArgs(vh int) (bwdPlaneArgs, error) {
 	rk, p := b.rk, b.f.plan
 	qp, _, _, qst, _, _ := rk.qkv(b.f.stage, p.Config, p.ConvChannels())
-	return bwdPlaneArgs{bwdWalkArgs: b.walkArgs(vh), wp: rk.wp.Ptr(), wk: rk.wk.Ptr(), q: qp, qStride: qst, qRstd: rk.qRstd.Ptr()}
+	if qp%16 != 0 || qst%8 != 0 {
+		return bwdPlaneArgs{}, fmt.Errorf("rank %d: the walks on the walk planes need q's bf16 rows 16-byte aligned: base %#x, row stride %d elements", rk.rank, qp, qst)
+	}
+	if rk.wp == nil || rk.wk == nil || rk.qRstd == nil {
+		return bwdPlaneArgs{}, fmt.Errorf("rank %d: the walks on the walk planes need the kept forward's planes and q_rstd", rk.rank)
+	}
+	return bwdPlaneArgs{bwdWalkArgs: b.walkArgs(vh), wp: rk.wp.Ptr(), wk: rk.wk.Ptr(), q: qp, qStride: qst, qRstd: rk.qRstd.Ptr()}, nil
 }
 
 // begin makes the events, uploads dO and the backward tables, allocates and
@@ -523,7 +531,11 @@ func (b *bwdRun) offsetWalk() (err error) {
 			}
 			args = argsOffsetMMA(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order.Ptr())
 			if ks.bwalkPlanes {
-				args = argsOffsetPlanes(b.planeArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order.Ptr())
+				pa, err := b.planeArgs(vh)
+				if err != nil {
+					return err
+				}
+				args = argsOffsetPlanes(pa, b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order.Ptr())
 			}
 		}
 		if err := b.launch(ks.offset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.bwdWalkSmem(vh), args); err != nil {
@@ -573,7 +585,11 @@ func (b *bwdRun) tapeAndGrads() error {
 		}
 		tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
 		if ks.bwalkPlanes {
-			tapeArgs = argsTapePlanes(b.planeArgs(vh), b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
+			pa, err := b.planeArgs(vh)
+			if err != nil {
+				return err
+			}
+			tapeArgs = argsTapePlanes(pa, b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
 		}
 	}
 	if err := b.launch(ks.tape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.tapeSmem(vh), tapeArgs); err != nil {
