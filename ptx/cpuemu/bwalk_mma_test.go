@@ -126,15 +126,7 @@ func testBackwardWalks(t *testing.T, name string, wgmma bool) {
 func addBWalksMMA(j *job, d *gdnData, dend []float32, offList []int) {
 	c, l := d.c, d.l
 	T, HQK, HV := l.T, c.hqk, c.hv
-	addInputs(j, d)
-	j.bf16("dout", d.dout)
-	j.f32("dend", dend)
-	off := make([]int32, len(offList))
-	for i, s := range offList {
-		off[i] = int32(s)
-	}
-	require.NotEmpty(j.t, off)
-	j.i32("off_list", off)
+	off := addBWalkInputs(j, d, dend, offList)
 	outs := append(prepOuts(d), bufSpec{"dvl", T * HV * dHead})
 	for _, vh := range []int{64, 128} {
 		sfx := vhName(vh)
@@ -266,4 +258,20 @@ func offsetRef(t *testing.T, d *gdnData, segs [][]*gdnref.Segment, dvl, dout []f
 		}
 	}
 	return pt, rr
+}
+
+// addBWalkInputs adds the backward walks' inputs: the forward's (addInputs),
+// dO, the terminal adjoints dend and the offset list offList ("off_list",
+// which must not be empty), and returns that list as int32.
+func addBWalkInputs(j *job, d *gdnData, dend []float32, offList []int) []int32 {
+	addInputs(j, d)
+	j.bf16("dout", d.dout)
+	j.f32("dend", dend)
+	off := make([]int32, len(offList))
+	for i, s := range offList {
+		off[i] = int32(s)
+	}
+	require.NotEmpty(j.t, off)
+	j.i32("off_list", off)
+	return off
 }

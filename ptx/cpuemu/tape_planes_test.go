@@ -26,15 +26,7 @@ var tapePlaneOuts = []string{"d_chunk", "dvnew", "dstart", "dvnewp", "dvnew16", 
 func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 	c, l := d.c, d.l
 	T, HQK, HV := l.T, c.hqk, c.hv
-	addInputs(j, d)
-	j.bf16("dout", d.dout)
-	j.f32("dend", dend)
-	off := make([]int32, len(offList))
-	for i, s := range offList {
-		off[i] = int32(s)
-	}
-	require.NotEmpty(j.t, off)
-	j.i32("off_list", off)
+	off := addBWalkInputs(j, d, dend, offList)
 	for _, o := range append(prepOuts(d), bufSpec{"dvl", T * HV * dHead}) {
 		j.out(o.name, 4*o.elems)
 		j.poison(o.name, poisonF32)
