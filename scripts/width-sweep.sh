@@ -6,7 +6,9 @@
 # the faster width of each marked. Run on the GPU machine with the blobs to measure in GDNKCP_BLOB_DIR
 # (default: the embedded ones):
 #   run(command="bash scripts/width-sweep.sh", carry=[".gpu/pack.tgz"])
-# Env: SWEEP (packs separated by ';', each a --docs list), REPS (default 5), KERNELS (default v5).
+# Env: SWEEP (packs separated by ';', each a --docs list), REPS (default 5), KERNELS (default v5), MODES
+# (default core,core+bwd; add module-b1 for the module stage, whose kept forward stores fp32 H and V' slots:
+# the sm_90a rule's 9/4 forward cost, against the core stage's lean 15/8; its columns are printed too).
 # The JSON of every bench lands in $OUT/sweep/ (or /tmp/width-sweep).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ i=0
 for p in "${packs[@]}"; do
 	for vh in 64 128; do
 		f="$out/$i-$vh.json"
-		timeout 240 .gpu/kcp bench --docs "$p" --kernels "${KERNELS:-v5}" --modes core,core+bwd --reps "${REPS:-5}" \
+		timeout 240 .gpu/kcp bench --docs "$p" --kernels "${KERNELS:-v5}" --modes "${MODES:-core,core+bwd}" --reps "${REPS:-5}" \
 			--warmup 2 --force-vh "$vh" --json >"$f" 2>"$out/$i-$vh.err" || { echo "width-sweep: pack $p vh $vh failed:"; tail -3 "$out/$i-$vh.err"; }
 	done
 	i=$((i + 1))
@@ -34,7 +36,11 @@ def load(f):
         return {}
     rows = data if isinstance(data, list) else data.get("rows", [data])
     return {r["mode"]: r for r in rows}
-print(f"{'pack (docs x chunks)':34} {'state core 64/128':>22} {'state c+b 64/128':>22} {'tape 64/128':>22} {'core+bwd 64/128':>22}")
+module = any("module-b1" in load(os.path.join(d, f"{i}-64.json")) for i in range(len(packs)))
+head = f"{'pack (docs x chunks)':34} {'state core 64/128':>22} {'state c+b 64/128':>22} {'tape 64/128':>22} {'core+bwd 64/128':>22}"
+if module:
+    head += f" {'state b1 64/128':>22} {'tape b1 64/128':>22} {'module-b1 64/128':>22}"
+print(head)
 for i, p in enumerate(packs):
     a, b = load(os.path.join(d, f"{i}-64.json")), load(os.path.join(d, f"{i}-128.json"))
     docs = [int(x) for x in p.split(",")]
@@ -53,5 +59,8 @@ for i, p in enumerate(packs):
         except KeyError:
             return f"{'-':>22}"
         return f"{x:7.3f} {y:7.3f}".rjust(22)
-    print(f"{name:34} {cell('core', 'state walk')} {cell('core+bwd', 'fwd state walk')} {cell('core+bwd', 'bwd tape walk')} {tot('core+bwd')}")
+    line = f"{name:34} {cell('core', 'state walk')} {cell('core+bwd', 'fwd state walk')} {cell('core+bwd', 'bwd tape walk')} {tot('core+bwd')}"
+    if module:
+        line += f" {cell('module-b1', 'fwd state walk')} {cell('module-b1', 'bwd tape walk')} {tot('module-b1')}"
+    print(line)
 PY
