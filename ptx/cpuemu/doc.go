@@ -52,7 +52,8 @@
 // through the descriptor (the 128-byte-swizzled K-major layout; other modes
 // are errors) from the dynamic shared memory, which __cvta_generic_to_shared
 // maps to 1024-aligned offsets. EMU_WGMMA=deferred holds each result back
-// until wgmma.wait_group (D reads NaN before it) and fails if shared memory
+// until the wgmma.wait_group that retires its commit group (D reads NaN
+// before it; wait_group n retires all but the newest n groups) and fails if shared memory
 // under an in-flight wgmma changed; a thread that exits with a wgmma pending
 // is an error.
 //
@@ -173,6 +174,9 @@
 //     against gdnref.ChunkGrads summed and pushed through the l2norm backward
 //     in float64; three value heads per QK head, both cp.async modes, l2norm
 //     on and off (rstd NaN then: never read); it registers runner_grads_mma5.
+//     gdn_chunk_grads_mma8's launches run again on runner_grads_mma5_wg
+//     (its state products on the emulated wgmma, deferred to their
+//     wait_group in the deferred case), which must give the same bits.
 //
 // The TestMMA* tests are the tensor-core kernels' emulator proofs from
 // before their first GPU run; docs/mma-kernels.md has their design,

@@ -39,20 +39,21 @@ var cxxFlags = []string{"-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-mat
 // docs/mma-kernels.md), one file each (runner_mma16: the v5 walks and
 // output together).
 var binaries = map[string][]string{
-	"harness":             {"emu", "harness"},
-	"runner_fwd":          {"emu", "runner", "selftest", "kernels_fwd"},
-	"runner_all":          {"emu", "runner", "selftest", "kernels_all"},
-	"runner_mma":          {"emu", "runner", "mma_kernels"},
-	"runner_walk_mma":     {"emu", "runner", "kernels_walk_mma"},
-	"runner_bwalk_mma":    {"emu", "runner", "kernels_bwalk_mma"},
-	"runner_bwalk_mma_wg": {"emu", "runner", "kernels_bwalk_mma_wg"},
-	"runner_prep_mma":     {"emu", "runner", "kernels_prep_mma"},
-	"runner_output_mma":   {"emu", "runner", "kernels_output_mma"},
-	"runner_mma16":        {"emu", "runner", "kernels_mma16"},
-	"runner_mma16_wg":     {"emu", "runner", "kernels_mma16_wg"},
-	"runner_dvlocal_mma":  {"emu", "runner", "kernels_dvlocal_mma"},
-	"runner_grads_mma":    {"emu", "runner", "kernels_grads_mma"},
-	"runner_grads_mma5":   {"emu", "runner", "kernels_grads_mma5"},
+	"harness":              {"emu", "harness"},
+	"runner_fwd":           {"emu", "runner", "selftest", "kernels_fwd"},
+	"runner_all":           {"emu", "runner", "selftest", "kernels_all"},
+	"runner_mma":           {"emu", "runner", "mma_kernels"},
+	"runner_walk_mma":      {"emu", "runner", "kernels_walk_mma"},
+	"runner_bwalk_mma":     {"emu", "runner", "kernels_bwalk_mma"},
+	"runner_bwalk_mma_wg":  {"emu", "runner", "kernels_bwalk_mma_wg"},
+	"runner_prep_mma":      {"emu", "runner", "kernels_prep_mma"},
+	"runner_output_mma":    {"emu", "runner", "kernels_output_mma"},
+	"runner_mma16":         {"emu", "runner", "kernels_mma16"},
+	"runner_mma16_wg":      {"emu", "runner", "kernels_mma16_wg"},
+	"runner_dvlocal_mma":   {"emu", "runner", "kernels_dvlocal_mma"},
+	"runner_grads_mma":     {"emu", "runner", "kernels_grads_mma"},
+	"runner_grads_mma5":    {"emu", "runner", "kernels_grads_mma5"},
+	"runner_grads_mma5_wg": {"emu", "runner", "kernels_grads_mma5_wg"},
 }
 
 // skipBinary reports binaries whose sources are absent.
@@ -259,6 +260,25 @@ func (j *job) poison(name string, pattern uint32) {
 func (j *job) launch(label, kernel string, grid [3]int, block int, smem string, args ...string) {
 	j.lines = append(j.lines, fmt.Sprintf("launch %s %s %d %d %d %d %s %s", label, kernel, grid[0], grid[1], grid[2],
 		block, smem, strings.Join(args, " ")))
+}
+
+// subset returns a job on j's inputs (and directory) that runs only the
+// launches whose label keep accepts (and every poison launch) and saves only
+// the outputs named in outs; running it overwrites j's saved outputs, so read
+// j's result first.
+func (j *job) subset(keep func(label string) bool, outs []string) *job {
+	s := &job{t: j.t, dir: j.dir, size: j.size, env: append([]string{}, j.env...)}
+	for _, l := range j.lines {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "launch" && !strings.HasPrefix(f[1], "poison:") && !keep(f[1]) {
+			continue
+		}
+		s.lines = append(s.lines, l)
+	}
+	for _, o := range outs {
+		require.Contains(j.t, j.outs, o, "subset: %s is not an output of the job", o)
+	}
+	s.outs = append([]string{}, outs...)
+	return s
 }
 
 // Launch arguments.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -328,6 +329,32 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 	}
 	for _, o := range outs[:3] {
 		require.Equal(t, r.raw[o.name+"16_7"], r.raw[o.name+"16_8"], "%s16: gdn_chunk_grads_mma8 differs from gdn_chunk_grads_mma7", o.name)
+	}
+	// mma8's state products (dKt = V' D^T, dQg = dO H^T, dV' H^T) are
+	// warpgroup products: wgmma m64n64k16 on sm_90a, mma.sync elsewhere and in
+	// runner_grads_mma5. runner_grads_mma5_wg runs the wgmma form on the
+	// emulator's wgmma (deferred to its waits in the deferred case, which
+	// also fails if shared memory under an in-flight wgmma changes): every
+	// output of both mma8 launches must be the portable form's bits.
+	if haveEmuWGMMA() {
+		var names []string
+		for _, o := range outs {
+			names = append(names, o.name+"_8")
+		}
+		for _, o := range outs[:3] {
+			names = append(names, o.name+"16_8")
+		}
+		for _, o := range outs[3:] {
+			names = append(names, o.name+"_b8")
+		}
+		j8 := j.subset(func(label string) bool { return strings.HasPrefix(label, "grads_mma8") }, names)
+		if c.deferred {
+			j8.env = append(j8.env, wgmmaDeferred)
+		}
+		r8 := j8.run(built(t, "runner_grads_mma5_wg"))
+		for _, name := range names {
+			require.Equal(t, r.raw[name], r8.raw[name], "%s: gdn_chunk_grads_mma8's wgmma form differs from its portable form", name)
+		}
 	}
 
 	// The reference: gdnref.ChunkGrads per chunk and value head (each chunk a

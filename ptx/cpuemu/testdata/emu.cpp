@@ -37,7 +37,8 @@ struct Wgmma {
   unsigned long long desc;
   int n;
   std::vector<unsigned short> b;
-  bool trans;  // B MN-major (wgmma_rs_t)
+  bool trans;      // B MN-major (wgmma_rs_t)
+  int group = -1;  // the commit group (wgmma_commit numbers them from 0); -1: not committed yet
 };
 
 // Switching between fibers. glibc's swapcontext also saves and restores the
@@ -89,6 +90,7 @@ struct Fiber {
   std::vector<Copy> uncommitted;            // cp.async since the last commit
   std::deque<std::vector<Copy>> groups;     // committed, oldest first
   std::vector<Wgmma> wgmmas;                // EMU_WGMMA=deferred: issued, not yet waited for
+  int wgmma_groups = 0;                     // the commit groups closed so far
 };
 
 
@@ -213,6 +215,7 @@ void run_block(unsigned n, bool reverse, Stats& st) {
     f.uncommitted.clear();
     f.groups.clear();
     f.wgmmas.clear();
+    f.wgmma_groups = 0;
     f.tid = {i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
     start_fiber(i);
   }
@@ -673,6 +676,7 @@ void wgmma_rs_any(float* d, int n, const unsigned a[4], unsigned long long desc,
     held = &f.wgmmas.back();
   }
   held->val = out;
+  held->group = -1;  // D is final only when this wgmma's group is waited for
   // Checked for every wgmma of the group: B must not change before the wait.
   f.wgmmas.push_back(Wgmma{nullptr, {}, desc, n, b, trans});
   for (int i = 0; i < n / 2; ++i) memcpy(&d[i], &kSmemFill, 4);  // in flight: undefined
@@ -695,20 +699,33 @@ void wgmma_fence() {
 
 void wgmma_commit() {
   if (current < 0) fail("wgmma.commit_group outside a launch");
+  Fiber& f = fibers[current];
+  for (Wgmma& w : f.wgmmas)
+    if (w.group < 0) w.group = f.wgmma_groups;
+  ++f.wgmma_groups;  // an empty group counts too, as on the GPU
 }
 
 void wgmma_wait(int n) {
   if (current < 0) fail("wgmma.wait_group outside a launch");
-  if (n != 0) fail("wgmma.wait_group: the emulator takes only 0");
+  if (n < 0) fail("wgmma.wait_group with a negative count");
   Fiber& f = fibers[current];
+  // wait_group n: every group but the newest n done (0: everything issued, committed or not, as before).
+  const int older = f.wgmma_groups - n;
+  auto done = [&](const Wgmma& w) { return n == 0 || (w.group >= 0 && w.group < older); };
   for (const Wgmma& w : f.wgmmas) {
-    if (w.d == nullptr && wgmma_b(w.desc, w.n, w.trans) != w.b)
+    if (done(w) && w.d == nullptr && wgmma_b(w.desc, w.n, w.trans) != w.b)
       fail("wgmma: shared memory under an in-flight wgmma changed before its wait");
   }
-  for (const Wgmma& w : f.wgmmas)
+  std::vector<Wgmma> rest;
+  for (Wgmma& w : f.wgmmas) {
+    if (!done(w)) {
+      rest.push_back(std::move(w));
+      continue;
+    }
     if (w.d != nullptr)
       for (size_t i = 0; i < w.val.size(); ++i) w.d[i] = w.val[i];
-  f.wgmmas.clear();
+  }
+  f.wgmmas = std::move(rest);
 }
 
 }  // namespace emu

@@ -79,9 +79,11 @@
 //                   until wgmma_wait (a chained wgmma on the same D continues
 //                   from the held value), and the wait re-reads B and fails if
 //                   shared memory under an in-flight wgmma changed. Otherwise D
-//                   is written at issue. wgmma_fence and wgmma_commit do nothing;
-//                   wgmma_wait takes only 0 (every group); a thread that exits
-//                   with a wgmma pending is an error.
+//                   is written at issue. wgmma_commit closes a group of the
+//                   wgmmas issued since the last; wgmma_wait(n) retires every
+//                   group but the newest n (0: everything issued); wgmma_fence
+//                   does nothing; a thread that exits with a wgmma pending is
+//                   an error.
 //   cvta_shared     __cvta_generic_to_shared: the byte offset of p in the
 //                   registered dynamic shared memory (kernels of a launch must
 //                   use one array); the array is 1024-aligned, so offsets have
