@@ -174,9 +174,10 @@
 //     against gdnref.ChunkGrads summed and pushed through the l2norm backward
 //     in float64; three value heads per QK head, both cp.async modes, l2norm
 //     on and off (rstd NaN then: never read); it registers runner_grads_mma5.
-//     gdn_chunk_grads_mma8's launches run again on runner_grads_mma5_wg
-//     (its state products on the emulated wgmma, deferred to their
-//     wait_group in the deferred case), which must give the same bits.
+//     Where the source runs wg:: products, gdn_chunk_grads_mma8's launches
+//     run again on runner_grads_mma5_wg (the products on the emulated
+//     wgmma, deferred to their wait_group in the deferred case), which must
+//     give the same bits.
 //
 // The TestMMA* tests are the tensor-core kernels' emulator proofs from
 // before their first GPU run; docs/mma-kernels.md has their design,

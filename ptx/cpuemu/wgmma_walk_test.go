@@ -157,7 +157,9 @@ func checkWGMMAWalks(t *testing.T, et *errTable, d *gdnData, r *result, walks []
 // the errors it must report: a descriptor of another swizzle mode, lanes that
 // disagree, a thread that exits with a wgmma pending and shared memory
 // rewritten under an in-flight wgmma (deferred), and D read before the wait
-// (NaN, deferred).
+// (NaN, deferred). Commit groups: with a second, newer group in flight,
+// wait_group 1 retires D's group (D = A B, both modes) and wait_group 2 does
+// not (D NaN, deferred).
 func TestWGMMAOnCPU(t *testing.T) {
 	bin := built(t, "runner_mma")
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -219,14 +221,33 @@ func TestWGMMAOnCPU(t *testing.T) {
 			})
 		}
 	}
-	t.Run("read_before_wait", func(t *testing.T) {
-		t.Parallel()
-		j, _ := run(t, mmaN, 0, 1, []string{wgmmaDeferred}, c)
-		raw := j.run(bin).raw["D"]
-		for i := 0; i < 128; i++ {
-			require.True(t, math.IsNaN(float64(f32Of(raw, i))), "D[%d] read before the wait should be NaN", i)
-		}
-	})
+	for _, env := range [][]string{nil, {wgmmaDeferred}} {
+		t.Run(fmt.Sprintf("wait_group1_%d", len(env)), func(t *testing.T) {
+			t.Parallel()
+			j, b := run(t, mmaN, 0, 6, env, c)
+			requireRel(t, &errTable{}, "wgmma gemm, a newer group in flight", widen(j.run(bin).f32s("D")),
+				matmul(bf16Widen(a), bf16Widen(b), mmaM, mmaK, mmaN), gemmTol)
+		})
+	}
+	// pending: D's first 128 elements, read while its wgmma is in flight
+	// (deferred), must all be NaN.
+	for _, pc := range []struct {
+		name      string
+		mode, bug int
+		when      string
+	}{
+		{"wait_group2_pending", 2, 7, "under wait_group 2"},
+		{"read_before_wait", 0, 1, "before the wait"},
+	} {
+		t.Run(pc.name, func(t *testing.T) {
+			t.Parallel()
+			j, _ := run(t, mmaN, pc.mode, pc.bug, []string{wgmmaDeferred}, c)
+			raw := j.run(bin).raw["D"]
+			for i := 0; i < 128; i++ {
+				require.True(t, math.IsNaN(float64(f32Of(raw, i))), "D[%d] read %s should be NaN", i, pc.when)
+			}
+		})
+	}
 }
 
 // TestWGTransBOnCPU checks ptx/src/wgmma.cuh's products with a transposed B

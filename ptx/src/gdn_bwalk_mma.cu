@@ -368,16 +368,11 @@ __device__ __forceinline__ void offset_walk_mma(float* smem, const float* w, con
                                                 const int* seg_nchunk, const int* list, float* out_pt, float* out_r,
                                                 int HQK, int HV, float scale, const int* order) {
 	BWalker<VH> wk(smem);
-	const int tiles = kD / VH;
-	int x, li, h;
-	tc::dispatch_cta(order, x, li, h);
-	const bool isP = x >= tiles;
-	const int c0 = (isP ? x - tiles : x) * VH;
-	const int seg = list[li];
-	wk.init_state(nullptr, isP, c0);
-	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0,
-	        scale, !isP, nullptr, nullptr);
-	wk.store_state((isP ? out_pt : out_r) + ((long long)li * HV + h) * kD * kD, c0);
+	const tc::PairCTA b = tc::pair_cta(order, list, VH, HV);
+	wk.init_state(nullptr, b.isP, b.c0);
+	wk.walk(w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[b.seg], seg_nchunk[b.seg], b.h, HQK, HV, b.c0,
+	        scale, !b.isP, nullptr, nullptr);
+	wk.store_state((b.isP ? out_pt : out_r) + b.blk, b.c0);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)

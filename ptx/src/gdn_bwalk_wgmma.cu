@@ -365,19 +365,13 @@ __device__ __forceinline__ void offset_walk(float* smem, const float* w, const f
                                             const int* chunk_tok0, const int* chunk_len, const int* seg_chunk0,
                                             const int* seg_nchunk, const int* list, float* out_pt, float* out_r,
                                             int HQK, int HV, float scale, const int* order) {
-	const int tiles = kD / VH;
-	int x, li, h;
-	tc::dispatch_cta(order, x, li, h);
-	const bool isP = x >= tiles;
-	const int c0 = (isP ? x - tiles : x) * VH;
-	const int seg = list[li];
-	const long long blk = ((long long)li * HV + h) * kD * kD;
-	if (isP)
-		offset_walk_form<VH, false>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg],
-		                            seg_nchunk[seg], h, HQK, HV, c0, scale, out_pt + blk);
+	const tc::PairCTA b = tc::pair_cta(order, list, VH, HV);
+	if (b.isP)
+		offset_walk_form<VH, false>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[b.seg],
+		                            seg_nchunk[b.seg], b.h, HQK, HV, b.c0, scale, out_pt + b.blk);
 	else
-		offset_walk_form<VH, true>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg],
-		                           seg_nchunk[seg], h, HQK, HV, c0, scale, out_r + blk);
+		offset_walk_form<VH, true>(smem, w, kt, qn, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[b.seg],
+		                           seg_nchunk[b.seg], b.h, HQK, HV, b.c0, scale, out_r + b.blk);
 }
 
 }  // namespace bwalkwg

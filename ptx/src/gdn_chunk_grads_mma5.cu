@@ -12,9 +12,10 @@
 //                          n tiles an ldmatrix.x4): gradients good to bf16, not fp32 (precision below)
 //   gdn_chunk_grads_mma8   mma7 on the state walk's bf16 h16, vnew16 and the tape walk's dvnew16 and d16
 //                          (rn(H), rn(V'), rn(dV'), rn(D): mma7's hi halves) in place of fp32 H, D and the
-//                          V', dV' slots: V' and dV' copied in S1 (hi and lo units), D^T and H^T copied
-//                          whole in S2, nothing copied or split in S3 (two barriers fewer a head); mma7's
-//                          bits but dg's <D, H>
+//                          V', dV' slots: V' and dV' copied in S1 (hi and lo units; dV' waited for in
+//                          S3), D^T copied whole after 1b and H^T after 1c, each landing behind the
+//                          products before its first reader; nothing split (one barrier fewer a head);
+//                          mma7's bits but dg's <D, H>
 // ABI: gdn_chunk_grads_mma5(qn, kn, v bf16, int v_stride, gcum, beta, h, vnew, d_chunk, dvnew, dout bf16,
 //   chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, int dq_stride, dv, int dv_stride, dg, dbeta, int HQK, int HV,
 //   float scale, int l2norm, dq16 bf16, dk16 bf16, dv16 bf16); q_rstd, k_rstd fp32 [Tr, HQK] (read only when
@@ -39,8 +40,8 @@
 //   1a  dP = dO V'^T only (2 products); L, G1, E from dP and SKK.                                barrier 2
 //   1b  DQ += G1 K, DK += G1^T Q; diagonal blocks of A; E's sums.                               barrier 3
 //   1c  A's blocks below the diagonal.                                                          barrier 4
-//   S2  D over BIG as bf16 hi / lo planes with <D, H> from the same loads (split_h; mma8: D^T and H^T
-//       copied, <D, H> from the copies); barrier 5;
+//   S2  D over BIG as bf16 hi / lo planes with <D, H> from the same loads (split_h; mma8: D^T copied
+//       from barrier 3 on, H^T from here on, <D, H> from the copies in S3); barrier 5;
 //       dKt = V' D^T (B fragments by ldmatrix): DK += tail dKt, row dots.                       barrier 6
 //   S3  H over BIG as bf16 hi / lo planes (split_h: split once, B fragments by ldmatrix), dV' over V';
 //       barrier 7; dQg, dW: DQ += e^gamma scale dQg (not stored), row dots.
@@ -374,16 +375,15 @@ __device__ __forceinline__ unsigned u4_word(const uint4& v, int i) {
 	return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// copy_dht: cp.async of one (chunk, value head) block of d16 (D^T bf16, as the tape walk writes it) to x and of
-// h16's (H^T) to x + 32768, both in ht_pos' layout (not committed): thread tid takes the 16-byte units
-// e = tid + 256 j (j = 0..7) of each, row v = e / 16, unit a = e % 16 (16 threads a 256-byte row: coalesced).
-__device__ __forceinline__ void copy_dht(unsigned char* x, const __nv_bfloat16* __restrict__ dt,
-                                         const __nv_bfloat16* __restrict__ ht, int tid) {
+// copy_dht: cp.async of one (chunk, value head) block of d16 (D^T bf16, as the tape walk writes it) or of
+// h16 (H^T) to x in ht_pos' layout (not committed): thread tid takes the 16-byte units e = tid + 256 j (j =
+// 0..7), row v = e / 16, unit a = e % 16 (16 threads a 256-byte row: coalesced). mma8 copies D^T to BIG and
+// H^T to BIG + 32768, each thread the same units of both (dot_dht reads its own copies).
+__device__ __forceinline__ void copy_dht(unsigned char* x, const __nv_bfloat16* __restrict__ src, int tid) {
 #pragma unroll
 	for (int j = 0; j < 8; ++j) {
 		const int e = tid + kThreads * j, v = e >> 4, a = e & 15;
-		tc::cp_async16(x + ht_pos(v, a), dt + v * kD + 8 * a);
-		tc::cp_async16(x + 32768 + ht_pos(v, a), ht + v * kD + 8 * a);
+		tc::cp_async16(x + ht_pos(v, a), src + v * kD + 8 * a);
 	}
 }
 
@@ -416,11 +416,13 @@ __device__ __forceinline__ float dot_dht(const unsigned char* x, int tid) {
 // mma.sync where LO runs two or three; the lo halves are neither loaded nor formed, the lo planes not
 // written), and the B operands of the plane products come two n tiles an ldmatrix.x4 (mma_b4).
 // B16 (gdn_chunk_grads_mma8; TP and not LO): h_state, vnew and dvnew are h16, vnew16 and dvnew16 (bf16,
-// passed as float pointers): V' and dV' are copied in S1, into the hi and the lo units of VP (copy_v16),
-// d_chunk is d16 (D^T bf16, the tape walk's): D^T and H^T are copied whole in S2 (copy_dht) and <D, H> read
-// back from them (dot_dht); S3 copies and splits nothing and needs neither barrier 6 nor 7 (nothing is
-// written between S2's products and S3's); every product sees mma7's operands, only <D, H> takes D and H as
-// bf16.
+// passed as float pointers): V' and dV' are copied in S1, into the hi and the lo units of VP (copy_v16; a
+// commit group each: barrier 1 waits for dO and V' only), d_chunk is d16 (D^T bf16, the tape walk's): D^T is
+// copied whole (copy_dht) into BIG's first 32 KB right after barrier 3 (G1 and E dead; it lands while 1c
+// runs), H^T into BIG + 32 KB after barrier 4 (over L), and barrier 5 waits for D^T alone, so H^T lands while
+// dKt runs; S3 waits for dV' and H^T, reads <D, H> back from the thread's own copies (dot_dht) and publishes
+// them at barrier 7 (no barrier 6: nothing is written between S2's products and S3's); every product sees
+// mma7's operands, only <D, H> takes D and H as bf16.
 template <bool TP, bool LO = true, bool B16 = false>
 __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
                      int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
@@ -528,8 +530,9 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			}
 		}
 		tc::cp_async_commit();
-		if (B16) {  // V' and dV' at once: the hi and the lo units
+		if (B16) {  // V' into the hi units, then dV' into the lo units, a group each (dV' is first read in S3)
 			copy_v16<0>(VP, reinterpret_cast<const __nv_bfloat16*>(vnew) + ((long long)c * HV + h) * kD * kC, tid);
+			tc::cp_async_commit();
 			copy_v16<1>(VP, reinterpret_cast<const __nv_bfloat16*>(dvnew) + ((long long)c * HV + h) * kD * kC, tid);
 			tc::cp_async_commit();
 		} else if (TP) {
@@ -543,7 +546,10 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			bet[tid] = tid < n ? beta[(long long)(t0 + tid) * HV + h] : 0.f;
 			gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
 		}
-		tc::cp_async_wait<0>();
+		if (B16)
+			tc::cp_async_wait<1>();  // dO and V' (dV' may still be in flight: waited for in S3)
+		else
+			tc::cp_async_wait<0>();
 		if (TP && !B16) slots_to_planes<LO>(VP, tid);
 		__syncthreads();  // barrier 1
 		const float glast = gam[n - 1];
@@ -617,6 +623,12 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			gt[2 * kC + j] = sacc;
 		}
 		__syncthreads();  // barrier 3: the diagonal blocks
+		// B16: D^T's copy goes out now, into BIG's first 32 KB (G1 and E are dead; 1c reads only L and A), and
+		// lands while 1c runs.
+		if (B16) {
+			copy_dht(reinterpret_cast<unsigned char*>(BIG), dts, tid);
+			tc::cp_async_commit();
+		}
 
 		// ---- 1c: A_ij = -D_i sum_{k=j}^{i-1} L_ik A_kj, block column j by warp j ----
 		if (w < 3) {
@@ -659,12 +671,10 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		// ---- S2: D; <D, H>; dKt = V' D^T ----
 		// D is split once into bf16 hi / lo planes over BIG (split_h's layout), and <D, H> is formed from
 		// the same loads in d_dot_h's order; dKt's B fragments are then ldmatrix.x4 loads.
-		if (B16) {  // D^T and H^T copied whole, in one layout (copy_dht)
-			copy_dht(reinterpret_cast<unsigned char*>(BIG), dts, hts, tid);
+		if (B16) {  // H^T's copy (over L's tile) lands while dKt runs; D^T's (and dV''s) waited for here
+			copy_dht(reinterpret_cast<unsigned char*>(BIG) + 32768, hts, tid);
 			tc::cp_async_commit();
-			tc::cp_async_wait<0>();
-			const float dh = dot_dht(reinterpret_cast<const unsigned char*>(BIG), tid);
-			if (lane == 0) red[w] = dh;
+			tc::cp_async_wait<1>();
 		} else {
 			const float dh = split_h<true, LO>(reinterpret_cast<unsigned char*>(BIG), ds, hs, tid);
 			if (lane == 0) red[w] = dh;
@@ -714,8 +724,14 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		// warp of a column half reads), each [128 keys][128 columns] with its 16-byte units XOR-swizzled by
 		// key % 8, so that the B fragments are ldmatrix.x4 loads (hi and lo of an n tile in one) instead of
 		// fp32 loads split again by every warp for every product: the same hi / lo values, the same bits.
-		// B16: dV' (VP's lo units, since S1) and H^T (BIG + 32 KB, since S2) are in place.
-		if (!B16) {
+		// B16: dV' (VP's lo units, copied in S1) and H^T (BIG + 32 KB, copied in S2) waited for here, <D, H>
+		// from the thread's own copies, and barrier 7 publishes them.
+		if (B16) {
+			tc::cp_async_wait<0>();
+			const float dh = dot_dht(reinterpret_cast<const unsigned char*>(BIG), tid);
+			if (lane == 0) red[w] = dh;
+			__syncthreads();  // barrier 7
+		} else {
 			if (TP) {  // dV' lands while H is split
 				copy_block32k(VP, dvnew + ((long long)c * HV + h) * kD * kC, tid);
 				tc::cp_async_commit();

@@ -133,12 +133,7 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		unsigned char* st = stage(x);
 		if (converts()) {
 			const int ct = copier();
-			const unsigned char* sw = wp + ((long long)c * HV + h) * kWBytes + 16 * ct;
-			const unsigned char* sk = wk + ((long long)c * HQK + qh) * kKBytes + 16 * ct - kWBytes;
-			unsigned char* dst = st + 16 * ct;
-			constexpr int kJ = (kWBytes + kKBytes) / 16 / kCopiers;
-#pragma unroll
-			for (int j = 0; j < kJ; ++j) tc::cp_async16(dst + 16 * kCopiers * j, (j < kJ / 2 ? sw : sk) + 16 * kCopiers * j);
+			walkplanes::copy_planes<kCopiers>(st, wp, wk, c, h, HV, qh, HQK, ct);
 			// q: unit ct % 16 (keys 8 (ct % 16) ..) of rows ct / 16 + (kCopiers / 16) j.
 			constexpr int kQJ = DO ? kQBytes / 16 / kCopiers : 0, kRowStep = kCopiers / 16;
 			const int u = ct % 16, i0 = ct / 16;
@@ -400,19 +395,13 @@ __device__ __forceinline__ void offset_walk(float* smem, const unsigned char* wp
                                             const bf16* dout, const int* chunk_tok0, const int* chunk_len,
                                             const int* seg_chunk0, const int* seg_nchunk, const int* list, float* out_pt,
                                             float* out_r, int HQK, int HV, float scale, const int* order) {
-	const int tiles = kD / VH;
-	int x, li, h;
-	tc::dispatch_cta(order, x, li, h);
-	const bool isP = x >= tiles;
-	const int c0 = (isP ? x - tiles : x) * VH;
-	const int seg = list[li];
-	const long long blk = ((long long)li * HV + h) * kD * kD;
-	if (isP)
+	const tc::PairCTA b = tc::pair_cta(order, list, VH, HV);
+	if (b.isP)
 		offset_walk_form<VH, false>(smem, wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len,
-		                            seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0, scale, out_pt + blk);
+		                            seg_chunk0[b.seg], seg_nchunk[b.seg], b.h, HQK, HV, b.c0, scale, out_pt + b.blk);
 	else
 		offset_walk_form<VH, true>(smem, wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len,
-		                           seg_chunk0[seg], seg_nchunk[seg], h, HQK, HV, c0, scale, out_r + blk);
+		                           seg_chunk0[b.seg], seg_nchunk[b.seg], b.h, HQK, HV, b.c0, scale, out_r + b.blk);
 }
 
 // gdn_offset_walk_planes: gdn_offset_walk_mma's walks (grid (2 x 128/vh, nlist, HV), out_pt and out_r as

@@ -20,7 +20,7 @@
 //            32768  Kt^T hi, lo
 //            65536  U rows
 // then, at vh 64 only, two output buffers (24 KB each: the chunk's bf16 H^T and V'^T tiles, PlaneWalker::
-// stage_out): walk_planes_smem(64) = 214000, walk_planes_smem(128) = 197616 bytes.
+// stage_out): walk_planes_smem(64) = 216048, walk_planes_smem(128) = 199664 bytes (kcp: walkPlanesSmem).
 // A chunk: every thread waits for its own copies of the chunk's stage and fences them for the async proxy;
 // __syncthreads (the stage complete; every wgmma of the previous chunk waited, so the other stage is free);
 // the copies of the next chunk into the other stage (a whole chunk to land); the state warps run WGWalker's
@@ -197,13 +197,7 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 		unsigned char* st = stage(x);
 		if (converts()) {
 			const int ct = copier();
-			const unsigned char* sw = wp + ((long long)c * HV + h) * kWBytes + 16 * ct;
-			const unsigned char* sk = wk + ((long long)c * HQK + qh) * kKBytes + 16 * ct - kWBytes;
-			unsigned char* dst = st + 16 * ct;
-			constexpr int kJ = (kWBytes + kKBytes) / 16 / kCopiers;
-#pragma unroll
-			for (int j = 0; j < kJ; ++j)
-				tc::cp_async16(dst + 16 * kCopiers * j, (j < kJ / 2 ? sw : sk) + 16 * kCopiers * j);
+			walkplanes::copy_planes<kCopiers>(st, wp, wk, c, h, HV, qh, HQK, ct);
 			if (ct < kC) {
 				ge_n = n;
 				ge_i = gcum[(long long)(t0 + (ct < n ? ct : n - 1)) * HV + h];
@@ -366,16 +360,11 @@ __device__ __forceinline__ void summary_walk(float* smem, const unsigned char* w
                                              const int* list, float* out_p, float* out_q, int HQK, int HV,
                                              const int* order) {
 	PlaneWalker<VH> wk(smem);
-	const int tiles = kD / VH;
-	int x, li, h;
-	tc::dispatch_cta(order, x, li, h);
-	const bool isP = x >= tiles;
-	const int c0 = (isP ? x - tiles : x) * VH;
-	const int seg = list[li];
-	wk.init_state(nullptr, c0, isP);
-	wk.walk(wp, wkp, isP ? nullptr : u, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, HQK, c0,
-	        nullptr, nullptr, nullptr, nullptr);
-	wk.store_state((isP ? out_p : out_q) + ((long long)li * HV + h) * kD * kD, c0);
+	const tc::PairCTA b = tc::pair_cta(order, list, VH, HV);
+	wk.init_state(nullptr, b.c0, b.isP);
+	wk.walk(wp, wkp, b.isP ? nullptr : u, gcum, chunk_tok0, chunk_len, seg_chunk0[b.seg], seg_nchunk[b.seg], b.h, HV, HQK,
+	        b.c0, nullptr, nullptr, nullptr, nullptr);
+	wk.store_state((b.isP ? out_p : out_q) + b.blk, b.c0);
 }
 
 extern "C" __global__ void __launch_bounds__(256)

@@ -163,6 +163,30 @@ __device__ __forceinline__ void dispatch_cta(const int* order, int& x, int& y, i
 	}
 }
 
+// PairCTA: what a CTA of a walk with two column sets a listed segment runs (the summary walk's P and Q, the
+// offset walk's P^T and R; grid (2 x 128/vh, |list|, HV), dispatch_cta's order): isP for blocks x >= 128/vh
+// (the first set), its columns from c0, list entry li and its segment seg, value head h, and blk, the float
+// offset of its 128 x 128 output slot (li HV + h).
+struct PairCTA {
+	bool isP;
+	int c0, li, seg, h;
+	long long blk;
+};
+
+__device__ __forceinline__ PairCTA pair_cta(const int* order, const int* list, int vh, int HV) {
+	int x, li, h;
+	dispatch_cta(order, x, li, h);
+	const int tiles = 128 / vh;
+	PairCTA p;
+	p.isP = x >= tiles;
+	p.c0 = (p.isP ? x - tiles : x) * vh;
+	p.li = li;
+	p.seg = list[li];
+	p.h = h;
+	p.blk = ((long long)li * HV + h) * 128 * 128;
+	return p;
+}
+
 // pack_bf16x2: rn(lo) in the low 16 bits, rn(hi) in the high 16 bits.
 __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
 	return static_cast<unsigned>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |

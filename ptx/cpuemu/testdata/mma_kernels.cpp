@@ -234,7 +234,9 @@ __device__ void a_frag(const bf16* A, int w, int s, unsigned a[4]) {
 // (scale-d 0 on k step 0 over NaN accumulators: the old values must be ignored), 1 adds to C [64][N];
 // mode + 2: B staged MN-major (stage_b_mn) and read by emu::wgmma_rs_t (imm-trans-b 1).
 // bug: 1 reads D before the wait, 2 rewrites B before the wait, 3 exits without waiting, 4 passes a
-// descriptor of swizzle mode 0, 5 lanes pass different descriptors.
+// descriptor of swizzle mode 0, 5 lanes pass different descriptors; 6 (not a bug) issues one more wgmma
+// into other accumulators as a second, newer commit group, then wait_group 1 (which must retire D's group)
+// before D is read, 7 the same with wait_group 2 (D still in flight: NaN when deferred).
 extern "C" __global__ void emu_wgmma_gemm(const bf16* A, const bf16* B, const float* C, float* D, int N, int mode,
                                           int bug) {
 	extern __shared__ float smem[];
@@ -266,6 +268,24 @@ extern "C" __global__ void emu_wgmma_gemm(const bf16* A, const bf16* B, const fl
 			emu::wgmma_rs(d, N, a, desc, mode == 0 && s == 0 ? 0 : 1);
 	}
 	emu::wgmma_commit();
+	if (bug == 6 || bug == 7) {
+		float d2[64];
+		unsigned a[4];
+		a_frag(A, w, 0, a);
+		const unsigned long long desc = trans ? sw128_desc_mn(bs, kK * 128, 1) : sw128_desc(bs, 1);
+		if (trans)
+			emu::wgmma_rs_t(d2, N, a, desc, 0);
+		else
+			emu::wgmma_rs(d2, N, a, desc, 0);
+		emu::wgmma_commit();
+		emu::wgmma_wait(bug == 6 ? 1 : 2);
+		for (int i = 0; i < N / 2; ++i) {
+			const int row = 16 * w + g + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * t + i % 2;
+			D[row * N + col] = d[i];
+		}
+		emu::wgmma_wait(0);
+		return;
+	}
 	if (bug == 1) D[threadIdx.x] = d[0];
 	if (bug == 2) bs[threadIdx.x] ^= 0x40;
 	if (bug == 3) return;
