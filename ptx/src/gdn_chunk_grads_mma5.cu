@@ -409,6 +409,50 @@ __device__ __forceinline__ float dot_dht(const unsigned char* x, int tid) {
 	return dh;
 }
 
+// copy_head16: mma8's copies of value head h's dO rows (DOB, zeros from row n on: direct stores), V'^T (the hi
+// units of VP) and dV'^T (its lo units), a commit group each (the caller waits for dO and V' before barrier
+// 1, for dV' in S3). Head 0's go out with K's and Q's in S0, the others' at their S1.
+__device__ __forceinline__ void copy_head16(unsigned* DOB, unsigned char* VP, const __nv_bfloat16* __restrict__ dout,
+                                            const __nv_bfloat16* __restrict__ vnew16,
+                                            const __nv_bfloat16* __restrict__ dvnew16, int c, int h, int t0, int n,
+                                            int HV, int tid) {
+#pragma unroll
+	for (int x = 0; x < 4; ++x) {  // dO: 16 units of 8 bf16 a row
+		const int u = tid + kThreads * x, r = u >> 4, cu = u & 15;
+		unsigned* d = DOB + r * kW + 4 * cu;
+		if (r < n) {
+			tc::cp_async16(d, dout + ((long long)(t0 + r) * HV + h) * kD + 8 * cu);
+		} else {
+#pragma unroll
+			for (int e = 0; e < 4; ++e) d[e] = 0u;
+		}
+	}
+	tc::cp_async_commit();
+	copy_v16<0>(VP, vnew16 + ((long long)c * HV + h) * kD * kC, tid);
+	tc::cp_async_commit();
+	copy_v16<1>(VP, dvnew16 + ((long long)c * HV + h) * kD * kC, tid);
+	tc::cp_async_commit();
+}
+
+// load_v4 / store_v4: a thread's four 16-byte units of v's rows (8 bf16 each; unit u of row r = e / 16, e =
+// tid + 256 x; zeros from row n on) into registers, and from there into VB's rows (words 4 u .. 4 u + 3):
+// v's rows where v and v_stride keep them 16-byte aligned.
+__device__ __forceinline__ void load_v4(uint4 (&q)[4], const __nv_bfloat16* __restrict__ v, long long v_stride, int t0,
+                                        int h, int n, int tid) {
+#pragma unroll
+	for (int x = 0; x < 4; ++x) {
+		const int e = tid + kThreads * x, r = e >> 4, u = e & 15;
+		q[x] = r < n ? *reinterpret_cast<const uint4*>(v + (long long)(t0 + r) * v_stride + h * kD + 8 * u) : uint4{0u, 0u, 0u, 0u};
+	}
+}
+__device__ __forceinline__ void store_v4(unsigned* VB, const uint4 (&q)[4], int tid) {
+#pragma unroll
+	for (int x = 0; x < 4; ++x) {
+		const int e = tid + kThreads * x, r = e >> 4, u = e & 15;
+		*reinterpret_cast<uint4*>(VB + r * kW + 4 * u) = q[x];
+	}
+}
+
 // grads5: the body of gdn_chunk_grads_mma5 (TP false: fp32 vnew, dvnew rows, split by split_rows) and of
 // gdn_chunk_grads_mma6 (TP true: vnew, dvnew are token-slot blocks, copied by cp.async and split in place). Everything else,
 // and every product and its order, is the same code: the two give the same bits on the same values.
@@ -478,8 +522,17 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 	copy_f32<kC>(KF, kn + ((long long)t0 * HQK + qh) * kD, qrow, n);
 	copy_f32<kC>(QF, qn + ((long long)t0 * HQK + qh) * kD, qrow, n);
 	tc::cp_async_commit();
-	tc::cp_async_wait<0>();
+	if (B16) {  // head 0's dO, V', dV' land while S0 and head 0's S1 run (DOB, VF are free until then)
+		copy_head16(DOB, reinterpret_cast<unsigned char*>(VF), dout, reinterpret_cast<const __nv_bfloat16*>(vnew),
+		            reinterpret_cast<const __nv_bfloat16*>(dvnew), c, qh * grp, t0, n, HV, tid);
+		tc::cp_async_wait<3>();  // K and Q
+	} else {
+		tc::cp_async_wait<0>();
+	}
 	__syncthreads();  // barrier 0
+	// v's rows 16-byte aligned (every buffer kcp passes): four 16-byte units a thread (load_v4); mma8 loads
+	// them before S3's products and stores them after barrier 8
+	const bool vquad = ((reinterpret_cast<unsigned long long>(v) & 15) | (v_stride & 7)) == 0;
 	{
 		float kk[4][4] = {}, s[4][4] = {};
 		if (lower) {
@@ -518,28 +571,29 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 
 		// ---- S1: stage V', dO; beta, gamma ----
 		unsigned char* const VP = reinterpret_cast<unsigned char*>(VF);  // V' (S1-S2), dV' (S3-S4): bf16 planes
-#pragma unroll
-		for (int x = 0; x < 4; ++x) {  // dO: 16 units of 8 bf16 a row
-			const int u = tid + kThreads * x, r = u >> 4, cu = u & 15;
-			unsigned* d = DOB + r * kW + 4 * cu;
-			if (r < n) {
-				tc::cp_async16(d, dout + ((long long)(t0 + r) * HV + h) * kD + 8 * cu);
-			} else {
-#pragma unroll
-				for (int e = 0; e < 4; ++e) d[e] = 0u;
-			}
-		}
-		tc::cp_async_commit();
-		if (B16) {  // V' into the hi units, then dV' into the lo units, a group each (dV' is first read in S3)
-			copy_v16<0>(VP, reinterpret_cast<const __nv_bfloat16*>(vnew) + ((long long)c * HV + h) * kD * kC, tid);
-			tc::cp_async_commit();
-			copy_v16<1>(VP, reinterpret_cast<const __nv_bfloat16*>(dvnew) + ((long long)c * HV + h) * kD * kC, tid);
-			tc::cp_async_commit();
-		} else if (TP) {
-			copy_block32k(VP, vnew + ((long long)c * HV + h) * kD * kC, tid);
-			tc::cp_async_commit();
+		if (B16) {  // dO, V' into the hi units, dV' into the lo units (head 0's since S0)
+			if (hj > 0)
+				copy_head16(DOB, VP, dout, reinterpret_cast<const __nv_bfloat16*>(vnew),
+				            reinterpret_cast<const __nv_bfloat16*>(dvnew), c, h, t0, n, HV, tid);
 		} else {
-			split_rows(VP, vnew + ((long long)t0 * HV + h) * kD, vrow, n, tid);  // while dO's copies land
+#pragma unroll
+			for (int x = 0; x < 4; ++x) {  // dO: 16 units of 8 bf16 a row
+				const int u = tid + kThreads * x, r = u >> 4, cu = u & 15;
+				unsigned* d = DOB + r * kW + 4 * cu;
+				if (r < n) {
+					tc::cp_async16(d, dout + ((long long)(t0 + r) * HV + h) * kD + 8 * cu);
+				} else {
+#pragma unroll
+					for (int e = 0; e < 4; ++e) d[e] = 0u;
+				}
+			}
+			tc::cp_async_commit();
+			if (TP) {
+				copy_block32k(VP, vnew + ((long long)c * HV + h) * kD * kC, tid);
+				tc::cp_async_commit();
+			} else {
+				split_rows(VP, vnew + ((long long)t0 * HV + h) * kD, vrow, n, tid);  // while dO's copies land
+			}
 		}
 		for (int e = tid; e < kTQ; e += kThreads) AF[e] = 0.f;
 		if (tid < kC) {
@@ -726,7 +780,9 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		// fp32 loads split again by every warp for every product: the same hi / lo values, the same bits.
 		// B16: dV' (VP's lo units, copied in S1) and H^T (BIG + 32 KB, copied in S2) waited for here, <D, H>
 		// from the thread's own copies, and barrier 7 publishes them.
+		uint4 vq[4];  // mma8 (vquad): v's units, loaded here and stored after barrier 8
 		if (B16) {
+			if (vquad) load_v4(vq, v, v_stride, t0, h, n, tid);
 			tc::cp_async_wait<0>();
 			const float dh = dot_dht(reinterpret_cast<const unsigned char*>(BIG), tid);
 			if (lane == 0) red[w] = dh;
@@ -793,22 +849,13 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		}
 		// v rows as bf16 pairs, zeros past n: where v and v_stride keep rows 16-byte aligned (every buffer kcp
 		// passes), a thread's four 16-byte units (8 bf16 each) loaded together, then stored (one round trip;
-		// ncu had the 4-byte loads' stores at 6% of mma8's stall samples); else one 4-byte load a pair where
-		// pairs are 4-byte aligned, else two 2-byte loads; the same words every way.
-		const bool vquad = ((reinterpret_cast<unsigned long long>(v) & 15) | (v_stride & 7)) == 0;
+		// ncu had the 4-byte loads' stores at 6% of mma8's stall samples; mma8 loaded them before S3's
+		// products); else one 4-byte load a pair where pairs are 4-byte aligned, else two 2-byte loads; the
+		// same words every way.
 		const bool vpair = ((reinterpret_cast<unsigned long long>(v) & 3) | (v_stride & 1)) == 0;
 		if (vquad) {
-			uint4 q[4] = {};
-#pragma unroll
-			for (int x = 0; x < 4; ++x) {  // unit u of row r: words 4 u .. 4 u + 3 of VB's row
-				const int e = tid + kThreads * x, r = e >> 4, u = e & 15;
-				if (r < n) q[x] = *reinterpret_cast<const uint4*>(v + (long long)(t0 + r) * v_stride + h * kD + 8 * u);
-			}
-#pragma unroll
-			for (int x = 0; x < 4; ++x) {
-				const int e = tid + kThreads * x, r = e >> 4, u = e & 15;
-				*reinterpret_cast<uint4*>(VB + r * kW + 4 * u) = q[x];
-			}
+			if (!B16) load_v4(vq, v, v_stride, t0, h, n, tid);
+			store_v4(VB, vq, tid);
 		} else {
 			for (int e = tid; e < kC * (kD / 2); e += kThreads) {
 				const int r = e >> 6, wd = e & 63;
