@@ -1,6 +1,7 @@
 package cpuemu
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -59,19 +60,12 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 	extra := func(p string) []string {
 		return []string{buf(p + "dvnewp"), buf(p + "dvnew16"), buf(p + "d16")}
 	}
-	cat := func(parts ...[]string) []string {
-		var a []string
-		for _, p := range parts {
-			a = append(a, p...)
-		}
-		return a
-	}
 	j.launch("ref_tape", "gdn_tape_walk_mma", grid3(1, l.NS, HV), 256, smemOf("bwalk_mma_smem", 128),
-		cat([]string{buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout")}, tabs, outs("ref_"),
+		slices.Concat([]string{buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout")}, tabs, outs("ref_"),
 			[]string{i32a(HQK), i32a(HV), i32a(128), scale}, extra("ref_"), []string{nullBuf()})...)
 	offTabs := []string{buf("chunk_tok0"), buf("chunk_len"), buf("seg_chunk0"), buf("seg_nchunk"), buf("off_list")}
 	j.launch("ref_offset", "gdn_offset_walk_mma", grid3(2, len(off), HV), 256, smemOf("bwalk_mma_smem", 128),
-		cat([]string{buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout")}, offTabs,
+		slices.Concat([]string{buf("w"), buf("kt"), buf("qn"), buf("gcum"), buf("dvl"), buf("dout")}, offTabs,
 			[]string{buf("ref_out_pt"), buf("ref_out_r"), i32a(HQK), i32a(HV), i32a(128), scale, nullBuf()})...)
 	j.i32("tape_order_rev", reverseOrder(dHead/64*l.NS*HV))
 	j.i32("offset_order_rev", reverseOrder(2*dHead/64*len(off)*HV))
@@ -82,11 +76,11 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 			order, offOrder = buf("tape_order_rev"), buf("offset_order_rev")
 		}
 		j.launch(p+"offset", "gdn_offset_walk_planes", grid3(2*dHead/vh, len(off), HV), 256, smemOf("tape_planes_smem", vh),
-			cat([]string{buf("wp"), buf("wk"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
+			slices.Concat([]string{buf("wp"), buf("wk"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
 				buf("dvl"), buf("dout")}, offTabs, []string{buf(p + "out_pt"), buf(p + "out_r"), i32a(HQK), i32a(HV),
 				i32a(vh), scale, offOrder})...)
 		j.launch(p+"tape", "gdn_tape_walk_planes", grid3(dHead/vh, l.NS, HV), 256, smemOf("tape_planes_smem", vh),
-			cat([]string{buf("wp"), buf("wk"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
+			slices.Concat([]string{buf("wp"), buf("wk"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
 				buf("dvl"), buf("dout")}, tabs, outs(p), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra(p),
 				[]string{order})...)
 	}

@@ -1,6 +1,7 @@
 package cpuemu
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -67,18 +68,11 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 		}
 		return a
 	}
-	cat := func(parts ...[]string) []string {
-		var a []string
-		for _, p := range parts {
-			a = append(a, p...)
-		}
-		return a
-	}
 	j.launch("ref_state", "gdn_state_walk_mma16", grid3(1, l.NS, HV), 256, smemOf("walk_mma_smem", 128),
-		cat([]string{buf("w"), buf("u"), buf("kn"), buf("gcum")}, tabs, []string{buf("start")}, outs("ref_"),
+		slices.Concat([]string{buf("w"), buf("u"), buf("kn"), buf("gcum")}, tabs, []string{buf("start")}, outs("ref_"),
 			[]string{i32a(HQK), i32a(HV), i32a(128)})...)
 	j.launch("ref_summary", "gdn_summary_walk_mma16", grid3(2, len(sum), HV), 256, smemOf("walk_mma_smem", 128),
-		cat([]string{buf("w"), buf("u"), buf("kn"), buf("gcum")}, tabs, []string{buf("sum_list"), buf("ref_out_p"),
+		slices.Concat([]string{buf("w"), buf("u"), buf("kn"), buf("gcum")}, tabs, []string{buf("sum_list"), buf("ref_out_p"),
 			buf("ref_out_q"), i32a(HQK), i32a(HV), i32a(128)})...)
 	// The state and summary walks at vh 64 run their CTAs in reverse launch order (a dispatch order,
 	// dispatch_cta), at vh 128 in launch order (order null): the outputs must still be equal bit for bit.
@@ -91,10 +85,10 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 			order, sumOrder = buf("order_rev"), buf("sum_order_rev")
 		}
 		j.launch(p+"state", "gdn_state_walk_planes", grid3(dHead/vh, l.NS, HV), 256, smemOf("walk_planes_smem", vh),
-			cat([]string{buf("wp"), buf("wk"), buf("u"), buf("gcum")}, tabs, []string{buf("start")}, outs(p),
+			slices.Concat([]string{buf("wp"), buf("wk"), buf("u"), buf("gcum")}, tabs, []string{buf("start")}, outs(p),
 				[]string{i32a(HQK), i32a(HV), i32a(vh), buf(p + "vnewp"), order})...)
 		j.launch(p+"summary", "gdn_summary_walk_planes", grid3(2*dHead/vh, len(sum), HV), 256,
-			smemOf("walk_planes_smem", vh), cat([]string{buf("wp"), buf("wk"), buf("u"), buf("gcum")}, tabs,
+			smemOf("walk_planes_smem", vh), slices.Concat([]string{buf("wp"), buf("wk"), buf("u"), buf("gcum")}, tabs,
 				[]string{buf("sum_list"), buf(p + "out_p"), buf(p + "out_q"), i32a(HQK), i32a(HV), i32a(vh), sumOrder})...)
 	}
 }
