@@ -833,7 +833,7 @@ func openFleet(devs []int, blob string, ks kernelSet) (*gpuFleet, error) {
 // ForPlan returns a GPU backend for another plan and options on the same
 // devices, blobs and kernels (no reload, no JIT). opts.Device, opts.Devices,
 // opts.Blob and the kernel choice must be left zero or equal g's; Options,
-// KeepDevice and HostExchange are opts'; Comm, Communicator, Timeout and StageHook are
+// KeepDevice, HostExchange and LaunchOrder are opts'; Comm, Communicator, Timeout and StageHook are
 // opts' when set, else g's. The ranks of the new plan are placed on the
 // devices anew (a plan of another rank count spreads differently), and an
 // NCCL group is shared with every backend of the family whose ranks run on
@@ -856,6 +856,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	gopts := g.gopts
 	gopts.Options, gopts.KeepDevice, gopts.HostExchange = opts.Options, opts.KeepDevice, opts.HostExchange
+	gopts.LaunchOrder = opts.LaunchOrder
 	if opts.Comm != "" {
 		gopts.Comm = opts.Comm
 	}
