@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# There (device run): compile ptx/src/gdnkcp.cu for one cubin target once per -D variant, concurrently, and
+# There (device run): compile gdnkcp.cu of SRC (default ptx/src, relative to the repository) for one cubin target once per -D variant, concurrently, and
 # print the walk entries' registers and spills per variant: for choosing a register-allocation knob
 # without a full blob build. VARIANTS: space-separated, one -D flag each (one compile each); ARCH: sm_100a.
 #   run(command="ARCH=sm_100a VARIANTS='-DGDNKCP_WALK_PG128=1 -DGDNKCP_WALK_PG128=2' bash scripts/spill-variants.sh")
 set -uo pipefail
-cd "$(dirname "$0")/../ptx/src"
+cd "$(dirname "$0")/.." && cd "${SRC:-ptx/src}"
 export PATH=/usr/local/cuda/bin:$PATH
 arch=${ARCH:-sm_100a}
 i=0
