@@ -199,11 +199,11 @@ const (
 )
 
 // walkPlanesSmem is walk_planes_smem(vh) of gdn_walk_planes.cu: two stages
-// (a chunk's planes, fp32 U rows and 64 decay factors, rounded up to 1024
-// bytes), at vh 64 two buffers of the bf16 H^T and V'^T tiles, and 1008
-// bytes of alignment: 216048 bytes at vh 64, 199664 at vh 128.
+// (a chunk's -W planes, k's bf16 rows, fp32 U rows and 64 factors, rounded
+// up to 1024 bytes), at vh 64 two buffers of the bf16 H^T and V'^T tiles,
+// and 1008 bytes of alignment: 183280 bytes at vh 64, 166896 at vh 128.
 func walkPlanesSmem(vh int) int {
-	stage := (walkWPlaneBytes + walkKPlaneBytes + 4*ChunkSize*vh + 4*ChunkSize + 1023) / 1024 * 1024
+	stage := (walkWPlaneBytes + 2*ChunkSize*gpuD + 4*ChunkSize*vh + 4*ChunkSize + 1023) / 1024 * 1024
 	out := 0
 	if vh == 64 {
 		out = 2 * (2*vh*gpuD + 2*vh*ChunkSize)

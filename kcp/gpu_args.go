@@ -40,23 +40,32 @@ func argsPrepMMA(kn, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum,
 		DevicePtr(wp).DevicePtr(wk).I32(int32(HQK)).I32(int32(HV))
 }
 
-// argsPrepMMAGN: gdn_prep_mma_gn(k, k_stride, l2norm, v, v_stride, g,
-// beta, chunk_tok0, chunk_len, gcum, w, u, wp, wk, HQK, HV): gdn_prep_mma_g
-// with kt null, normalising the bf16 k rows itself (the forward alone).
-func argsPrepMMAGN(k uintptr, kStride int, l2norm bool, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum, w, u,
+// argsPrepGNBase: the arguments gdn_prep_mma_gn and gdn_prep_mma_gnk
+// begin with: (k, k_stride, l2norm, v, v_stride, g, beta, chunk_tok0,
+// chunk_len, gcum, w, u, wp, wk, HQK, HV).
+func argsPrepGNBase(k uintptr, kStride int, l2norm bool, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum, w, u,
 	wp, wk uintptr, HQK, HV int) *loader.Args {
 	return loader.NewArgs().DevicePtr(k).I32(int32(kStride)).I32(b2i(l2norm)).DevicePtr(v).I32(int32(vStride)).
 		DevicePtr(g).DevicePtr(beta).DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(gcum).DevicePtr(w).
 		DevicePtr(u).DevicePtr(wp).DevicePtr(wk).I32(int32(HQK)).I32(int32(HV))
 }
 
-// argsPrepMMAGNK: gdn_prep_mma_gnk(gdn_prep_mma_gn's arguments, kt, kn_out,
+// argsPrepMMAGN: gdn_prep_mma_gn(argsPrepGNBase's arguments, k_rstd):
+// gdn_prep_mma_g with kt null, normalising the bf16 k rows itself (the
+// forward alone) and writing their rstd, which the plane walks read.
+func argsPrepMMAGN(k uintptr, kStride int, l2norm bool, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum, w, u,
+	wp, wk uintptr, HQK, HV int, kRstd uintptr) *loader.Args {
+	return argsPrepGNBase(k, kStride, l2norm, v, vStride, g, beta, chunkTok0, chunkLen, gcum, w, u, wp, wk, HQK, HV).
+		DevicePtr(kRstd)
+}
+
+// argsPrepMMAGNK: gdn_prep_mma_gnk(argsPrepGNBase's arguments, kt, kn_out,
 // k_rstd): the forward kept for a backward, which also writes Kt and the
 // normalised k rows and their rstd where gdn_l2norm_fwd writes kn and
 // k_rstd.
 func argsPrepMMAGNK(k uintptr, kStride int, l2norm bool, v uintptr, vStride int, g, beta, chunkTok0, chunkLen, gcum, w,
 	u, wp, wk uintptr, HQK, HV int, kt, knOut, kRstd uintptr) *loader.Args {
-	return argsPrepMMAGN(k, kStride, l2norm, v, vStride, g, beta, chunkTok0, chunkLen, gcum, w, u, wp, wk, HQK, HV).
+	return argsPrepGNBase(k, kStride, l2norm, v, vStride, g, beta, chunkTok0, chunkLen, gcum, w, u, wp, wk, HQK, HV).
 		DevicePtr(kt).DevicePtr(knOut).DevicePtr(kRstd)
 }
 
@@ -81,24 +90,29 @@ func argsOutputGNK(q, wk uintptr, qStride int, l2norm bool, gcum, vnew16, h16, c
 		DevicePtr(qnOut).DevicePtr(qRstd)
 }
 
-// argsSummaryPlanes: gdn_summary_walk_planes(wp, wk, u, gcum, chunk_tok0,
-// chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV, vh, order);
-// order: the CTAs' dispatch order (walkOrder; 0: launch order).
-func argsSummaryPlanes(wp, wk, u, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, list, outP, outQ uintptr, HQK, HV, vh int,
-	order uintptr) *loader.Args {
-	return loader.NewArgs().DevicePtr(wp).DevicePtr(wk).DevicePtr(u).DevicePtr(gcum).DevicePtr(chunkTok0).
+// argsSummaryPlanes: gdn_summary_walk_planes(wp, k, k_stride, k_rstd, u,
+// gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q,
+// HQK, HV, vh, order): -W's walk planes, k's bf16 rows (row stride in
+// elements) and their rstd; order: the CTAs' dispatch order (walkOrder; 0:
+// launch order).
+func argsSummaryPlanes(wp, k uintptr, kStride int, kRstd, u, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, list, outP,
+	outQ uintptr, HQK, HV, vh int, order uintptr) *loader.Args {
+	return loader.NewArgs().DevicePtr(wp).DevicePtr(k).I32(int32(kStride)).DevicePtr(kRstd).DevicePtr(u).DevicePtr(gcum).
+		DevicePtr(chunkTok0).
 		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(list).DevicePtr(outP).DevicePtr(outQ).
 		I32(int32(HQK)).I32(int32(HV)).I32(int32(vh)).DevicePtr(order)
 }
 
-// argsStatePlanes: gdn_state_walk_planes(wp, wk, u, gcum, chunk_tok0,
-// chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew, final_state, h16,
-// vnew16, HQK, HV, vh, vnewp, order): argsState16's outputs and V' as token
-// slots at vnewp (any of h_out, vnew, h16, vnew16, vnewp may be 0); order:
-// the CTAs' dispatch order (walkOrder; 0: launch order).
-func argsStatePlanes(wp, wk, u, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start, hOut, vnew, final, h16, vnew16 uintptr,
-	HQK, HV, vh int, vnewp, order uintptr) *loader.Args {
-	return loader.NewArgs().DevicePtr(wp).DevicePtr(wk).DevicePtr(u).DevicePtr(gcum).DevicePtr(chunkTok0).
+// argsStatePlanes: gdn_state_walk_planes(wp, k, k_stride, k_rstd, u, gcum,
+// chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+// final_state, h16, vnew16, HQK, HV, vh, vnewp, order): argsSummaryPlanes'
+// inputs, argsState16's outputs and V' as token slots at vnewp (any of
+// h_out, vnew, h16, vnew16, vnewp may be 0); order: the CTAs' dispatch order
+// (walkOrder; 0: launch order).
+func argsStatePlanes(wp, k uintptr, kStride int, kRstd, u, gcum, chunkTok0, chunkLen, segChunk0, segNChunk, start, hOut, vnew,
+	final, h16, vnew16 uintptr, HQK, HV, vh int, vnewp, order uintptr) *loader.Args {
+	return loader.NewArgs().DevicePtr(wp).DevicePtr(k).I32(int32(kStride)).DevicePtr(kRstd).DevicePtr(u).DevicePtr(gcum).
+		DevicePtr(chunkTok0).
 		DevicePtr(chunkLen).DevicePtr(segChunk0).DevicePtr(segNChunk).DevicePtr(start).DevicePtr(hOut).DevicePtr(vnew).
 		DevicePtr(final).DevicePtr(h16).DevicePtr(vnew16).I32(int32(HQK)).I32(int32(HV)).I32(int32(vh)).DevicePtr(vnewp).DevicePtr(order)
 }
@@ -181,13 +195,13 @@ func gpuArgSamples() map[string]*loader.Args {
 		entryStateMMA16:     argsState16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA16:    argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // vnew16, h16 in vnew's, h's places
 		entryOutputMMA16G:   argsOutput(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // gdn_output_mma16's
-		entryPrepMMAGN:      argsPrepMMAGN(0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryPrepMMAGN:      argsPrepMMAGN(0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA16GN:  argsOutputGN(0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryPrepMMAGNK:     argsPrepMMAGNK(0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOutputMMA16GNK: argsOutputGNK(0, 0, 0, true, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 
-		entrySummaryPlanes: argsSummaryPlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryStatePlanes:   argsStatePlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entrySummaryPlanes: argsSummaryPlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryStatePlanes:   argsStatePlanes(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 	}
 }
 

@@ -117,6 +117,10 @@ type gpuRank struct {
 	normQK bool
 	qRaw   uintptr
 	qSt    int
+	// kRaw, kSt: where the plane walks read k's bf16 rows (kernelSet.planes)
+	// and their row stride in elements; they read k's rstd from kRstd.
+	kRaw uintptr
+	kSt  int
 }
 
 // normKept reports whether this forward normalises q and k in the prep and
@@ -850,8 +854,8 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 		{&rk.kRstd, "k_rstd", Tr * HQK, true}, {&rk.gcum, "gcum", Tr * HV, false}, {&rk.u, "u", Tr * nv, false},
 		{&rk.start, "start states", NS * summarySlot(HV), false}, {&rk.final, "final states", NS * summarySlot(HV), false},
 	} {
-		if t.norm && rk.normQK && !keep { // the forward alone: nothing reads them
-			continue
+		if t.norm && rk.normQK && !keep && !(ks.planes && t.dst == &rk.kRstd) { // the forward alone: nothing reads them
+			continue // (but k's rstd, which the plane walks read)
 		}
 		if *t.dst, err = f32(t.nm, t.n); err != nil {
 			return wrap(err)
@@ -940,6 +944,10 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 		return err
 	}
 	rk.qRaw, rk.qSt = qp, qst
+	rk.kRaw, rk.kSt = kp, kst
+	if ks.planes && (kp%16 != 0 || kst%8 != 0) { // the plane walks copy k's rows in 16-byte units
+		return fmt.Errorf("rank %d: k's rows (at %#x, stride %d elements) are not 16-byte aligned for the plane walks", rk.rank, kp, kst)
+	}
 	if !rk.normQK { // with normQK the prep and the output normalise q, k themselves
 		if err := rr.launch(entryL2Norm, [3]uint32{uint32(ceilDiv(Tr*HQK*2, gpuBlock/32)), 1, 1}, 0,
 			argsL2Norm(qp, kp, qst, kst, rk.qn.Ptr(), rk.kn.Ptr(), rk.qRstd.Ptr(), rk.kRstd.Ptr(), Tr, HQK, !g.opts.NoL2Norm)); err != nil {
@@ -965,7 +973,7 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	case rk.normQK:
 		prep = entryPrepMMAGN
 		args = argsPrepMMAGN(kp, kst, !g.opts.NoL2Norm, vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(),
-			rk.chunkLen.Ptr(), rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.wp.Ptr(), rk.wk.Ptr(), HQK, HV)
+			rk.chunkLen.Ptr(), rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.wp.Ptr(), rk.wk.Ptr(), HQK, HV, rk.kRstd.Ptr())
 	case prep == entryPrepMMA || prep == entryPrepMMAG:
 		args = argsPrepMMA(rk.kn.Ptr(), vp, vst, rk.g.Ptr(), rk.beta.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			rk.gcum.Ptr(), rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.wp.Ptr(), rk.wk.Ptr(), HQK, HV)
@@ -1005,9 +1013,9 @@ func (rr *rankRun) summaryWalk() (err error) {
 			if err != nil {
 				return fmt.Errorf("rank %d: %w", rk.rank, err)
 			}
-			args = argsSummaryPlanes(rk.wp.Ptr(), rk.wk.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
-				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh,
-				order.Ptr())
+			args = argsSummaryPlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
+				rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(),
+				g.plan.Config.HQK, HV, vh, order.Ptr())
 		case ks.out16:
 			args = argsSummary16(rk.w.Ptr(), rk.u.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh)
@@ -1193,8 +1201,8 @@ func (rr *rankRun) finish() error {
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
-		stateArgs = argsStatePlanes(rk.wp.Ptr(), rk.wk.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
-			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), vnew, rk.final.Ptr(),
+		stateArgs = argsStatePlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
+			rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), vnew, rk.final.Ptr(),
 			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh, vnewp, order.Ptr())
 	}
 	if err := rr.launch(ks.state, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.walkSmem(vh), stateArgs); err != nil {

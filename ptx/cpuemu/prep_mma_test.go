@@ -410,8 +410,10 @@ func TestMMAPrepNormOnCPU(t *testing.T) {
 				a := append(append([]string{buf("kn"), buf("v"), i32a(vs)}, tail("_g"+r.sfx, r.w)...), nullBuf(),
 					buf("wp_g"+r.sfx), buf("wk_g"+r.sfx), i32a(HQK), i32a(HV))
 				j.launch("prep_mma_g"+r.sfx, "gdn_prep_mma_g", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", a...)
+				j.out("k_rstd_gn"+r.sfx, 4*T*HQK)
+				j.poison("k_rstd_gn"+r.sfx, poisonF32)
 				b := append(append([]string{kb, i32a(ks), i32a(l2), buf("v"), i32a(vs)}, tail("_gn"+r.sfx, r.w)...),
-					buf("wp_gn"+r.sfx), buf("wk_gn"+r.sfx), i32a(HQK), i32a(HV))
+					buf("wp_gn"+r.sfx), buf("wk_gn"+r.sfx), i32a(HQK), i32a(HV), buf("k_rstd_gn"+r.sfx))
 				j.launch("prep_mma_gn"+r.sfx, "gdn_prep_mma_gn", grid3(NC, HQK, 1), 256, "kPrepMMAGSmem", b...)
 			}
 			// Kept for a backward: gdn_prep_mma_g with Kt and w on gdn_l2norm_fwd's kn ("_gk"), and
@@ -450,7 +452,7 @@ func TestMMAPrepNormOnCPU(t *testing.T) {
 			for _, p := range []struct {
 				got, want string
 				per       int
-			}{{"kn_out", "kn", HQK * dHead}, {"k_rstd_out", "k_rstd", HQK}} {
+			}{{"kn_out", "kn", HQK * dHead}, {"k_rstd_out", "k_rstd", HQK}, {"k_rstd_gn", "k_rstd", HQK}, {"k_rstd_gnw", "k_rstd", HQK}} {
 				got, want := res.raw[p.got], res.raw[p.want]
 				for tk := 0; tk < T; tk++ {
 					for e := 0; e < p.per; e++ {

@@ -78,6 +78,8 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 	// dispatch_cta), at vh 128 in launch order (order null): the outputs must still be equal bit for bit.
 	j.i32("order_rev", reverseOrder(dHead/64*l.NS*HV))
 	j.i32("sum_order_rev", reverseOrder(2*dHead/64*len(sum)*HV))
+	// The plane walks' inputs: -W's planes, k's bf16 rows (in qkv) and gdn_l2norm_fwd's k_rstd.
+	kIn := []string{buf("wp"), bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd")}
 	for _, vh := range []int{64, 128} {
 		p := "p" + vhName(vh) + "_"
 		order, sumOrder := nullBuf(), nullBuf()
@@ -85,10 +87,10 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 			order, sumOrder = buf("order_rev"), buf("sum_order_rev")
 		}
 		j.launch(p+"state", "gdn_state_walk_planes", grid3(dHead/vh, l.NS, HV), 256, smemOf("walk_planes_smem", vh),
-			slices.Concat([]string{buf("wp"), buf("wk"), buf("u"), buf("gcum")}, tabs, []string{buf("start")}, outs(p),
+			slices.Concat(kIn, []string{buf("u"), buf("gcum")}, tabs, []string{buf("start")}, outs(p),
 				[]string{i32a(HQK), i32a(HV), i32a(vh), buf(p + "vnewp"), order})...)
 		j.launch(p+"summary", "gdn_summary_walk_planes", grid3(2*dHead/vh, len(sum), HV), 256,
-			smemOf("walk_planes_smem", vh), slices.Concat([]string{buf("wp"), buf("wk"), buf("u"), buf("gcum")}, tabs,
+			smemOf("walk_planes_smem", vh), slices.Concat(kIn, []string{buf("u"), buf("gcum")}, tabs,
 				[]string{buf("sum_list"), buf(p + "out_p"), buf(p + "out_q"), i32a(HQK), i32a(HV), i32a(vh), sumOrder})...)
 	}
 }

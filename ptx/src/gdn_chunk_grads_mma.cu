@@ -187,6 +187,24 @@ __device__ __forceinline__ void frag_b(const float* p, int g, int t, unsigned hi
 	}
 }
 
+// copy_dout: cp.async of value head h's dO rows < n (bf16, [T][HV][128]) into DOB ([64][kW] words: 16 units of 8
+// bf16 a row, thread tid taking the units tid + 256 x, x = 0..3), zeros stored directly from row n on (not
+// committed).
+__device__ __forceinline__ void copy_dout(unsigned* DOB, const __nv_bfloat16* __restrict__ dout, int t0, int n, int h, int HV,
+                                          int tid) {
+#pragma unroll
+	for (int x = 0; x < 4; ++x) {
+		const int u = tid + kThreads * x, r = u >> 4, cu = u & 15;
+		unsigned* d = DOB + r * kW + 4 * cu;
+		if (r < n) {
+			tc::cp_async16(d, dout + ((long long)(t0 + r) * HV + h) * kD + 8 * cu);
+		} else {
+#pragma unroll
+			for (int e = 0; e < 4; ++e) d[e] = 0u;
+		}
+	}
+}
+
 // frag_a_bf: the A fragment of a bf16 tile of 32-bit words (row stride ld words), element (m, k) at
 // bf16 k of row m: one word a register.
 __device__ __forceinline__ void frag_a_bf(const unsigned* p, int ld, int g, int t, unsigned a[4]) {
@@ -340,17 +358,7 @@ gdn_chunk_grads_mma(const float* __restrict__ qn, const float* __restrict__ kn, 
 	copy_f32<kC>(KF, kn + ((long long)t0 * HQK + qh) * kD, qrow, n);
 	copy_f32<kC>(QF, qn + ((long long)t0 * HQK + qh) * kD, qrow, n);
 	copy_f32<kC>(VF, vnew + ((long long)t0 * HV + h) * kD, vrow, n);
-#pragma unroll
-	for (int x = 0; x < 4; ++x) {  // dO: 16 units of 8 bf16 a row
-		const int u = tid + kThreads * x, r = u >> 4, cu = u & 15;
-		unsigned* d = DOB + r * kW + 4 * cu;
-		if (r < n) {
-			tc::cp_async16(d, dout + ((long long)(t0 + r) * HV + h) * kD + 8 * cu);
-		} else {
-#pragma unroll
-			for (int e = 0; e < 4; ++e) d[e] = 0u;
-		}
-	}
+	copy_dout(DOB, dout, t0, n, h, HV, tid);
 	tc::cp_async_commit();
 	for (int e = tid; e < kTQ; e += kThreads) AF[e] = 0.f;
 	if (tid < kC) {

@@ -416,17 +416,7 @@ __device__ __forceinline__ void copy_head16(unsigned* DOB, unsigned char* VP, co
                                             const __nv_bfloat16* __restrict__ vnew16,
                                             const __nv_bfloat16* __restrict__ dvnew16, int c, int h, int t0, int n,
                                             int HV, int tid) {
-#pragma unroll
-	for (int x = 0; x < 4; ++x) {  // dO: 16 units of 8 bf16 a row
-		const int u = tid + kThreads * x, r = u >> 4, cu = u & 15;
-		unsigned* d = DOB + r * kW + 4 * cu;
-		if (r < n) {
-			tc::cp_async16(d, dout + ((long long)(t0 + r) * HV + h) * kD + 8 * cu);
-		} else {
-#pragma unroll
-			for (int e = 0; e < 4; ++e) d[e] = 0u;
-		}
-	}
+	copy_dout(DOB, dout, t0, n, h, HV, tid);
 	tc::cp_async_commit();
 	copy_v16<0>(VP, vnew16 + ((long long)c * HV + h) * kD * kC, tid);
 	tc::cp_async_commit();
@@ -576,17 +566,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 				copy_head16(DOB, VP, dout, reinterpret_cast<const __nv_bfloat16*>(vnew),
 				            reinterpret_cast<const __nv_bfloat16*>(dvnew), c, h, t0, n, HV, tid);
 		} else {
-#pragma unroll
-			for (int x = 0; x < 4; ++x) {  // dO: 16 units of 8 bf16 a row
-				const int u = tid + kThreads * x, r = u >> 4, cu = u & 15;
-				unsigned* d = DOB + r * kW + 4 * cu;
-				if (r < n) {
-					tc::cp_async16(d, dout + ((long long)(t0 + r) * HV + h) * kD + 8 * cu);
-				} else {
-#pragma unroll
-					for (int e = 0; e < 4; ++e) d[e] = 0u;
-				}
-			}
+			copy_dout(DOB, dout, t0, n, h, HV, tid);
 			tc::cp_async_commit();
 			if (TP) {
 				copy_block32k(VP, vnew + ((long long)c * HV + h) * kD * kC, tid);

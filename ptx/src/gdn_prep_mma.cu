@@ -212,11 +212,9 @@ __device__ __forceinline__ void prep_norm_k(const PrepSmem& S, const bf16* k, in
 		if (i < n) {
 			const float4 y = make_float4(x[r][0], x[r][1], x[r][2], x[r][3]);
 			*reinterpret_cast<float4*>(S.KF + i * kD + 4 * lane) = y;
-			if (kn_out != nullptr) {
-				const long long row = (long long)(t0 + i) * HQK + qh;
-				*reinterpret_cast<float4*>(kn_out + row * kD + 4 * lane) = y;
-				if (lane == 0) k_rstd[row] = rstd;
-			}
+			const long long row = (long long)(t0 + i) * HQK + qh;
+			if (kn_out != nullptr) *reinterpret_cast<float4*>(kn_out + row * kD + 4 * lane) = y;
+			if (k_rstd != nullptr && lane == 0) k_rstd[row] = rstd;
 		}
 	}
 }
@@ -716,7 +714,8 @@ gdn_prep_mma_g(const float* __restrict__ kn, const bf16* __restrict__ v, int v_s
 // walk planes are gdn_prep_mma_g's bits. With gdn_output_mma16gn / _gnk (which do the same for q) the
 // forward skips gdn_l2norm_fwd (its 0.8 GB of reads and fp32 writes at 32K tokens) and reads half the bytes
 // of k here.
-// gdn_prep_mma_gn is the forward alone: no Kt (no backward reads it), nothing else written. Its own entry,
+// gdn_prep_mma_gn is the forward alone: no Kt (no backward reads it); besides gcum and the planes only k's
+// rstd (k_rstd, [T, HQK], gdn_l2norm_fwd's values: the plane walks' (2) reads k's rows and rstd). Its own entry,
 // with the null pointers as constants, so that its code carries nothing of the kept form's (measured on
 // the H200, 2026-12-03: the one entry with kt, kn_out, k_rstd as runtime arguments took the forward
 // alone's prep 1.24 -> 1.28 ms at 32K).
@@ -724,16 +723,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, 2)
 gdn_prep_mma_gn(const bf16* __restrict__ k, int k_stride, int l2norm, const bf16* __restrict__ v, int v_stride,
                 const float* __restrict__ g, const float* __restrict__ beta, const int* __restrict__ chunk_tok0,
                 const int* __restrict__ chunk_len, float* __restrict__ gcum, float* __restrict__ w,
-                float* __restrict__ u, bf16* __restrict__ wp, bf16* __restrict__ wk, int HQK, int HV) {
+                float* __restrict__ u, bf16* __restrict__ wp, bf16* __restrict__ wk, int HQK, int HV,
+                float* __restrict__ k_rstd) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
 	const int c = lin / HQK, qh = lin % HQK;
 	const int t0 = chunk_tok0[c], n = chunk_len[c];
 	prep_heads_g(smem, nullptr, v, v_stride, g, beta, gcum, w, u, nullptr, wp, wk, c, t0, n, qh, HQK, HV, k, k_stride,
-	             l2norm);
+	             l2norm, nullptr, k_rstd);
 }
 
-// gdn_prep_mma_gnk is the forward kept for a backward: gdn_prep_mma_gn's arguments, then kt (Kt, as
+// gdn_prep_mma_gnk is the forward kept for a backward: gdn_prep_mma_gn's arguments but k_rstd, then kt (Kt, as
 // gdn_prep_mma_g writes it), kn_out and k_rstd (the normalised rows and their rstd, where gdn_l2norm_fwd
 // writes kn and k_rstd). Each may be null. A later head past kMaxGB reads its k rows for Kt from kn_out,
 // which this CTA's first head wrote (visible to every thread of the CTA after the head barriers): Kt there

@@ -134,20 +134,7 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		if (converts()) {
 			const int ct = copier();
 			walkplanes::copy_planes<kCopiers>(st, wp, wk, c, h, HV, qh, HQK, ct);
-			// q: unit ct % 16 (keys 8 (ct % 16) ..) of rows ct / 16 + (kCopiers / 16) j.
-			constexpr int kQJ = DO ? kQBytes / 16 / kCopiers : 0, kRowStep = kCopiers / 16;
-			const int u = ct % 16, i0 = ct / 16;
-			const bf16* qp = q + (long long)(t0 + i0) * q_stride + (long long)qh * kD + 8 * u;
-			unsigned char* qd = st + kOffQ + (u / 8) * 8192 + i0 * 128 + (((u % 8) ^ (i0 & 7)) << 4);
-#pragma unroll
-			for (int j = 0; j < kQJ; ++j) {
-				// Rows i0 + kRowStep j: kRowStep is a multiple of 8, so the row's swizzle phase is i0's.
-				unsigned char* dq = qd + j * kRowStep * 128;
-				if (i0 + kRowStep * j < n)
-					tc::cp_async16(dq, qp + (long long)kRowStep * j * q_stride);
-				else
-					*reinterpret_cast<walkwg::U32x4*>(dq) = walkwg::U32x4{0u, 0u, 0u, 0u};
-			}
+			if (DO) walkplanes::copy_rows_mn<kCopiers>(st + kOffQ, q + (long long)t0 * q_stride + (long long)qh * kD, q_stride, n, ct);
 			if (ct < kC) {
 				const int i = ct < n ? ct : n - 1;
 				ge_n = n;

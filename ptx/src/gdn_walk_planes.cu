@@ -5,37 +5,39 @@
 // Their last argument `order` (int32, one entry a block, may be null): block i runs as CTA order[i] of the
 // launch order (tc::dispatch_cta), kcp's dispatch order (sched.DispatchOrder), which the GPU, handing CTAs
 // out by block index, then follows; the outputs are the same bits.
-// gdn_state_walk_mma16's and gdn_summary_walk_mma16's outputs and layouts, with the planes wp (64 KB a chunk
-// and value head: -W and Kt^T as bf16 hi / lo) in place of fp32 w, kn and HQK. On sm_90a the products are
-// wgmma (wgmma.cuh); elsewhere (the other cubins, the compute_80 PTX, the CPU emulator's default build) they
-// are wgmma.cuh's portable products on mma.sync, the same calls and layouts.
+// gdn_state_walk_mma16's and gdn_summary_walk_mma16's outputs and layouts, with -W's walk planes wp (32 KB a
+// chunk and value head: bf16 hi / lo) and k's bf16 rows with their rstd in place of fp32 w, kn. On sm_90a the
+// products are wgmma (wgmma.cuh); elsewhere (the other cubins, the compute_80 PTX, the CPU emulator's default
+// build) they are wgmma.cuh's portable products on mma.sync, the same calls and layouts.
 //
 // ---- What changes against gdn_walk_wgmma.cu's WGWalker (whose state, products and stores it reuses) ------
-// WGWalker's converters turn a chunk's fp32 W and kn rows into these planes in shared memory, 6,700 of a
-// chunk's 7,900 cycles on the H200 (the timeline in docs/mma-kernels.md). Here the prep has written them
-// (in parallel over chunks and heads) and the walk only copies: stage x (x = chunk % 2) holds the chunk's 64 KB
-// of planes as they lie in global memory (the same 1024-aligned swizzle, so the descriptors read them
-// directly) and its fp32 U^T rows ([64][vh], WGWalker::ur's swizzle), 80 KB (vh 64) or 96 KB (vh 128):
+// WGWalker's converters turn a chunk's fp32 W and kn rows into bf16 hi / lo planes in shared memory, 6,700 of
+// a chunk's 7,900 cycles on the H200 (the timeline in docs/mma-kernels.md). Here the prep has written -W's
+// (in parallel over chunks and heads) and the walk only copies: stage x (x = chunk % 2) holds the chunk's
+// 32 KB of -W planes as they lie in global memory (the same 1024-aligned swizzle, so the descriptors read them
+// directly), k's 64 bf16 rows of the chunk's QK head (16 KB, the MN-major 128-byte-swizzled tile of (2)'s
+// B) and its fp32 U^T rows ([64][vh], WGWalker::ur's swizzle), then 64 factors s_i:
 //   stage x  0      -W hi, lo (two 64-key blocks each)
-//            32768  Kt^T hi, lo
-//            65536  U rows
+//            32768  k rows (keys 0-63 of the 64 tokens, then keys 64-127)
+//            49152  U rows
 // then, at vh 64 only, two output buffers (24 KB each: the chunk's bf16 H^T and V'^T tiles, PlaneWalker::
-// stage_out): walk_planes_smem(64) = 216048, walk_planes_smem(128) = 199664 bytes (kcp: walkPlanesSmem).
+// stage_out): walk_planes_smem(64) = 183280, walk_planes_smem(128) = 166896 bytes (kcp: walkPlanesSmem).
+// (2) is S^T = e^gl S^T + (V'^T diag(s)) K with s_i = e_i rstd_i (Kt_i = k_i rstd_i e_i): k is exact bf16,
+// so two products (V'^T diag(s) split hi / lo, times K) where K^T's hi / lo planes of the normalised k took
+// three, and the walk copies 16 KB of k where those planes were 32 KB.
 // A chunk: every thread waits for its own copies of the chunk's stage and fences them for the async proxy;
 // __syncthreads (the stage complete; every wgmma of the previous chunk waited, so the other stage is free);
 // the copies of the next chunk into the other stage (a whole chunk to land); the state warps run WGWalker's
 // (1) and H stores, read U^T, wait for (1), then (2) and the V' stores. At vh 64
 // the bf16 H^T and V'^T go into an output buffer (conflict-free 4-byte shared stores) and the copying
 // warpgroup stores the previous chunk's buffer to global memory as whole 512-byte runs while the state
-// warps compute (the last chunk's after the loop); fp32 h_out / vnew (a backward's) stay direct. The planes
-// are copied by the warps that hold no state (vh 64: warpgroup 1, 32 16-byte copies a thread a chunk) or by
-// all (vh 128: 16); each state warp copies its own U^T columns. Without per-chunk conversion the chunk is the
-// state chain (WGWalker's products, splits and stores) and the copies' bandwidth: per chunk step of 48 heads
-// ~3 MB of planes, 1.5 MB of U and 2.25 MB of bf16 H^T, V'^T stores, ~1.7 us of HBM at 4 TB/s.
-// Bits: the planes are the converters' values (walk_planes.cuh), and the products, their order and U^T's
-// addition are WGWalker's, so on sm_90a the outputs are gdn_state_walk_mma16's bit for bit (the emulator
-// checks it: TestPlaneWalksOnCPU); vh 64 and vh 128 agree bitwise (a column's instructions and operands do
-// not depend on vh), as do reruns.
+// warps compute (the last chunk's after the loop); fp32 h_out / vnew (a backward's) stay direct. -W's planes
+// and k's rows are copied by the warps that hold no state (vh 64: warpgroup 1, 24 16-byte copies a thread a
+// chunk) or by all (vh 128: 12); each state warp copies its own U^T columns.
+// Bits: -W's planes are the converters' values (walk_planes.cuh) and (1)'s products, their order and U^T's
+// addition are WGWalker's; (2) rounds V'_i s_i once and multiplies by exact k (other bits than
+// gdn_state_walk_mma16's Kt split, within wgmmaWalkTol of it: TestPlaneWalksOnCPU); vh 64 and vh 128 agree
+// bitwise (a column's instructions and operands do not depend on vh), as do reruns.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -50,10 +52,11 @@ namespace walkp {
 using tc::bf16;
 using walkwg::kC;
 using walkwg::kD;
-using walkplanes::kKBytes;
+using walkplanes::KRows;
 using walkplanes::kWBytes;
-constexpr int kOffKt = kWBytes;             // K^T's planes after -W's in a stage
-constexpr int kOffU = kWBytes + kKBytes;    // then U^T's fp32 rows
+constexpr int kKRowBytes = kC * kD * 2;     // the chunk's bf16 k rows (16 KB)
+constexpr int kOffK = kWBytes;              // k's rows after -W's planes in a stage
+constexpr int kOffU = kWBytes + kKRowBytes;  // then U^T's fp32 rows
 __host__ __device__ constexpr int off_e(int vh) { return kOffU + kC * vh * 4; }  // then the 64 factors e_i
 // Compile-time knobs (defaults: what was measured on the H200, 2026-12-02): GDNKCP_WP_STAGE_H / _V: at vh
 // 64 the bf16 H^T / V'^T go through the output buffers (1) or straight to global memory from the state
@@ -185,23 +188,29 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 		}
 	}
 
-	float ge_i, ge_l;  // a copier ct < 64: gcum of token ct (or n - 1) and of token n - 1 of the chunk issued
+	float ge_i, ge_l, ge_r;  // a copier ct < 64: gcum of token ct (or n - 1) and of token n - 1, ct's k rstd
 	int ge_n;
 
-	// issue starts the copies of chunk c (t0, n) into stage x: a copier's share of the 64 KB of planes (-W's
-	// of value head h, then K^T's of QK head qh; 16-byte units ct, ct + kCopiers, ...: a warp's 32 units
-	// contiguous), a state warp's 16 U columns of the rows < n; one commit group. A state warp also loads
-	// gamma_last of the chunk into gln, a copier ct < 64 the gates of e_ct (finish_e).
-	__device__ __forceinline__ void issue(const unsigned char* wp, const unsigned char* wk, const float* u, const float* gcum,
-	                                      int c, int t0, int n, int h, int HV, int qh, int HQK, int c0, int x) {
+	// issue starts the copies of chunk c (t0, n) into stage x: a copier's share of -W's 32 KB of planes (value
+	// head h; 16-byte units ct, ct + kCopiers, ...: a warp's 32 units contiguous) and of k's 64 bf16 rows
+	// (QK head qh, as they lie, into the MN-major 128-byte-swizzled tile that (2) reads: keys 0-63 of every
+	// token in the first 8 KB, keys 64-127 in the next; zero from row n on, by plain stores), a state warp's
+	// 16 U columns of the rows < n; one commit group. A state warp also loads gamma_last of the chunk into
+	// gln, a copier ct < 64 the gates and k's rstd of s_ct (finish_e).
+	__device__ __forceinline__ void issue(const unsigned char* wp, const KRows& kr, const float* u, const float* gcum, int c,
+	                                      int t0, int n, int h, int HV, int qh, int HQK, int c0, int x) {
 		unsigned char* st = stage(x);
 		if (converts()) {
 			const int ct = copier();
-			walkplanes::copy_planes<kCopiers>(st, wp, wk, c, h, HV, qh, HQK, ct);
+			walkplanes::copy_wplanes<kCopiers>(st, wp, c, h, HV, ct);
+			walkplanes::copy_rows_mn<kCopiers>(st + kOffK, kr.k + (long long)t0 * kr.stride + (long long)qh * kD, kr.stride,
+			                                   n, ct);
 			if (ct < kC) {
+				const int i = ct < n ? ct : n - 1;
 				ge_n = n;
-				ge_i = gcum[(long long)(t0 + (ct < n ? ct : n - 1)) * HV + h];
+				ge_i = gcum[(long long)(t0 + i) * HV + h];
 				ge_l = gcum[(long long)(t0 + n - 1) * HV + h];
+				ge_r = kr.rstd[(long long)(t0 + i) * HQK + qh];
 			}
 		}
 		if (holds()) {
@@ -226,16 +235,20 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 		return Base::kGroups == 2 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) - 128;
 	}
 
-	// finish_e writes e_i = e^(gamma_last - gamma_i) of the chunk last issued (zero from token n on) into
-	// stage x, one token a copier ct < 64 (WGWalker::convert's expression): read after the next barrier.
+	// finish_e writes s_i = e_i rstd_i (e_i = e^(gamma_last - gamma_i), WGWalker::convert's expression; rstd_i
+	// k's of token i: Kt_i = k_i rstd_i e_i) of the chunk last issued (zero from token n on) into stage x, one
+	// token a copier ct < 64: read after the next barrier.
 	__device__ __forceinline__ void finish_e(int x) const {
 		const int ct = copier();
-		if (converts() && ct < kC) reinterpret_cast<float*>(stage(x) + off_e(VH))[ct] = ct < ge_n ? expf(ge_l - ge_i) : 0.f;
+		if (converts() && ct < kC)
+			reinterpret_cast<float*>(stage(x) + off_e(VH))[ct] = ct < ge_n ? expf(ge_l - ge_i) * ge_r : 0.f;
 	}
 
-	// update_issue_scaled issues (2) on K^T's planes at kb: S^T = e^gl S^T + (V'^T diag(e)) K, e from E (the
-	// stage's 64 factors): V'^T's token columns scaled (one rounded product each) before their split; d
-	// itself keeps V'^T for the V' stores. ah, al must live until the wait.
+	// update_issue_scaled issues (2) on k's bf16 rows at kb (the MN-major tile issue copies): S^T = e^gl S^T +
+	// (V'^T diag(s)) K, s from E (the stage's 64 factors s_i = e_i rstd_i): V'^T's token columns scaled (one
+	// rounded product each) and split hi / lo; k's rows are exact bf16, so two products (hi K, lo K) where
+	// the normalised k's hi / lo planes took three. d itself keeps V'^T for the V' stores. ah, al must live
+	// until the wait.
 	__device__ __forceinline__ void update_issue_scaled(const unsigned char* kb, const float* E, unsigned (&ah)[4][4],
 	                                                    unsigned (&al)[4][4]) {
 		const int t = this->t;
@@ -253,21 +266,21 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 		wg::fence();
 #pragma unroll
 		for (int k = 0; k < 4; ++k) {
-			const unsigned long long bh = wg::desc_sw128(kb + 32 * k), bl = wg::desc_sw128(kb + walkplanes::kOffLo + 32 * k);
-			wg::mma_m64n128k16_rs(s, ah[k], bh);
-			wg::mma_m64n128k16_rs(s, ah[k], bl);
-			wg::mma_m64n128k16_rs(s, al[k], bh);
+			// Tokens 16 k ..: two 8-token atoms from 2048 k on; keys 64-127 8192 bytes on (lbo).
+			const unsigned long long kd = wg::desc_sw128_mn(kb + 2048 * k, 8192);
+			wg::mma_m64n128k16_rs_t(s, ah[k], kd, 8192);
+			wg::mma_m64n128k16_rs_t(s, al[k], kd, 8192);
 		}
 		wg::commit();
 	}
 
-	__device__ __forceinline__ void walk(const unsigned char* wp, const unsigned char* wk, const float* u, const float* gcum,
+	__device__ __forceinline__ void walk(const unsigned char* wp, const KRows& kr, const float* u, const float* gcum,
 	                                     const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h, int HV,
 	                                     int HQK, int c0, float* h_out, float* vnew, bf16* h16, bf16* vnew16,
 	                                     float* vnewp = nullptr) {
 		if (nch <= 0) return;
 		const int last = ch0 + nch - 1, qh = h / (HV / HQK);
-		issue(wp, wk, u, gcum, ch0, chunk_tok0[ch0], chunk_len[ch0], h, HV, qh, HQK, c0, 0);
+		issue(wp, kr, u, gcum, ch0, chunk_tok0[ch0], chunk_len[ch0], h, HV, qh, HQK, c0, 0);
 		finish_e(0);
 		for (int ci = 0; ci < nch; ++ci) {
 			const int c = ch0 + ci, x = ci & 1, n = chunk_len[c];
@@ -279,7 +292,7 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 			__syncthreads();
 			GDNKCP_WALK_MARK(0, ci);  // every warp: past the chunk's barrier
 			if (holds()) gl = gln;  // chunk c's gamma_last (issue loads the next chunk's into gln)
-			issue(wp, wk, u, gcum, cn, chunk_tok0[cn], chunk_len[cn], h, HV, qh, HQK, c0, 1 - x);
+			issue(wp, kr, u, gcum, cn, chunk_tok0[cn], chunk_len[cn], h, HV, qh, HQK, c0, 1 - x);
 			if (kStaged && !holds() && ci > 0)  // the previous chunk's H^T and V'^T, staged by the state warps
 				store_out(1 - x, (long long)(c - 1) * HV + h, c0, static_cast<int>(threadIdx.x) - 128, kStagedH ? h16 : nullptr,
 				          kStagedV ? vnew16 : nullptr);
@@ -310,7 +323,7 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 				this->vprime_wait();
 				GDNKCP_WALK_MARK(3, ci);  // state: (1) done, U^T added
 				unsigned bh[4][4], bl[4][4];
-				update_issue_scaled(stage(x) + kOffKt, reinterpret_cast<const float*>(stage(x) + off_e(VH)), bh, bl);
+				update_issue_scaled(stage(x) + kOffK, reinterpret_cast<const float*>(stage(x) + off_e(VH)), bh, bl);
 				GDNKCP_WALK_MARK(4, ci);  // state: V' split, S decayed, (2) issued
 				if (vnew != nullptr) this->store_vprime(vnew, chunk_tok0[c], n, h, HV, c0);
 				if (vnewp != nullptr) this->store_vprime_slots(vnewp + blk * kD * kC, n, c0);
@@ -336,7 +349,7 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 };
 
 template <int VH>
-__device__ __forceinline__ void state_walk(float* smem, const unsigned char* wp, const unsigned char* wkp, const float* u,
+__device__ __forceinline__ void state_walk(float* smem, const unsigned char* wp, const KRows& kr, const float* u,
                                            const float* gcum, const int* chunk_tok0, const int* chunk_len,
                                            const int* seg_chunk0, const int* seg_nchunk, const float* start, float* h_out,
                                            float* vnew, float* final_state, bf16* h16, bf16* vnew16, int HQK, int HV,
@@ -346,7 +359,7 @@ __device__ __forceinline__ void state_walk(float* smem, const unsigned char* wp,
 	tc::dispatch_cta(order, x, seg, h);
 	const int c0 = x * VH;
 	wk.init_state(start + ((long long)seg * HV + h) * kD * kD, c0);
-	wk.walk(wp, wkp, u, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, HQK, c0, h_out, vnew, h16,
+	wk.walk(wp, kr, u, gcum, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HV, HQK, c0, h_out, vnew, h16,
 	        vnew16, vnewp);
 	wk.store_state(final_state + ((long long)seg * HV + h) * kD * kD, c0);
 }
@@ -354,7 +367,7 @@ __device__ __forceinline__ void state_walk(float* smem, const unsigned char* wp,
 // summary_walk: blocks x < 128 / vh walk the Q columns (U read, from a zero state), the others the P
 // columns (no U, from the identity's columns); nothing is stored per chunk.
 template <int VH>
-__device__ __forceinline__ void summary_walk(float* smem, const unsigned char* wp, const unsigned char* wkp,
+__device__ __forceinline__ void summary_walk(float* smem, const unsigned char* wp, const KRows& kr,
                                              const float* u, const float* gcum, const int* chunk_tok0,
                                              const int* chunk_len, const int* seg_chunk0, const int* seg_nchunk,
                                              const int* list, float* out_p, float* out_q, int HQK, int HV,
@@ -362,45 +375,47 @@ __device__ __forceinline__ void summary_walk(float* smem, const unsigned char* w
 	PlaneWalker<VH> wk(smem);
 	const tc::PairCTA b = tc::pair_cta(order, list, VH, HV);
 	wk.init_state(nullptr, b.c0, b.isP);
-	wk.walk(wp, wkp, b.isP ? nullptr : u, gcum, chunk_tok0, chunk_len, seg_chunk0[b.seg], seg_nchunk[b.seg], b.h, HV, HQK,
+	wk.walk(wp, kr, b.isP ? nullptr : u, gcum, chunk_tok0, chunk_len, seg_chunk0[b.seg], seg_nchunk[b.seg], b.h, HV, HQK,
 	        b.c0, nullptr, nullptr, nullptr, nullptr);
 	wk.store_state((b.isP ? out_p : out_q) + b.blk, b.c0);
 }
 
+// The entries take k's bf16 rows (k, row stride k_stride elements, QK head qh at qh 128; rows 16-byte
+// aligned) and their rstd (k_rstd [T, HQK]: gdn_l2norm_fwd's, or the prep's where it normalises k) for (2).
 extern "C" __global__ void __launch_bounds__(256)
-gdn_state_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ wk,
-                      const float* __restrict__ u, const float* __restrict__ gcum, const int* __restrict__ chunk_tok0,
-                      const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
-                      const int* __restrict__ seg_nchunk, const float* __restrict__ start, float* __restrict__ h_out,
-                      float* __restrict__ vnew, float* __restrict__ final_state, __nv_bfloat16* __restrict__ h16,
-                      __nv_bfloat16* __restrict__ vnew16, int HQK, int HV, int vh, float* __restrict__ vnewp,
-                      const int* __restrict__ order) {
+gdn_state_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
+                      const float* __restrict__ k_rstd, const float* __restrict__ u, const float* __restrict__ gcum,
+                      const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+                      const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk, const float* __restrict__ start,
+                      float* __restrict__ h_out, float* __restrict__ vnew, float* __restrict__ final_state,
+                      __nv_bfloat16* __restrict__ h16, __nv_bfloat16* __restrict__ vnew16, int HQK, int HV, int vh,
+                      float* __restrict__ vnewp, const int* __restrict__ order) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
-	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
+	const KRows kr{k, k_stride, k_rstd};
 	if (vh == 64)
-		state_walk<64>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew, final_state,
+		state_walk<64>(smem, p, kr, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew, final_state,
 		               h16, vnew16, HQK, HV, vnewp, order);
 	else
-		state_walk<128>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
+		state_walk<128>(smem, p, kr, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, start, h_out, vnew,
 		                final_state, h16, vnew16, HQK, HV, vnewp, order);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-gdn_summary_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ wk,
-                        const float* __restrict__ u, const float* __restrict__ gcum,
+gdn_summary_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
+                        const float* __restrict__ k_rstd, const float* __restrict__ u, const float* __restrict__ gcum,
                         const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
                         const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk,
                         const int* __restrict__ list, float* __restrict__ out_p, float* __restrict__ out_q, int HQK,
                         int HV, int vh, const int* __restrict__ order) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
-	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
+	const KRows kr{k, k_stride, k_rstd};
 	if (vh == 64)
-		summary_walk<64>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV,
+		summary_walk<64>(smem, p, kr, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV,
 		                 order);
 	else
-		summary_walk<128>(smem, p, k, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV,
+		summary_walk<128>(smem, p, kr, u, gcum, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, list, out_p, out_q, HQK, HV,
 		                  order);
 }
 

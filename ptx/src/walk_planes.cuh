@@ -12,12 +12,13 @@
 //   [0, 16384)       hi: row kk (key) 128 bytes, its unit b (tokens 8b .. 8b + 7) at unit b ^ (kk % 8)
 //   [16384, 32768)   lo, the same
 // Rows of -W from token n (the chunk's length) on and K^T's columns from token n on are zero, so a walk
-// copies all 64 KB whatever n is. hi = rn(x), lo = rn(x - hi) (tc::split_bf16x2) of -W (the negation exact,
-// -0 past n as the converters' -1 x 0) and of the normalised k. The decay of (2)'s Kt_i = k_i
-// e^(gamma_last - gamma_i) is not in the planes: the plane walks scale V'^T's token columns by e_i before
-// they split it (V'^T Kt = (V'^T diag(e)) K), so K^T serves the HV / HQK value heads of its QK head and the
-// prep forms it once a QK head, without an exp. (WGWalker's converters form Kt_i in one rounded product and
-// split it; here V'_i e_i is the one rounded product: other bits, the same precision.)
+// copies whole planes whatever n is. hi = rn(x), lo = rn(x - hi) (tc::split_bf16x2) of -W (the negation
+// exact, -0 past n as the converters' -1 x 0) and of the normalised k. The decay of Kt_i = k_i e^(gamma_last -
+// gamma_i) is not in the planes: its readers scale the other operand's token columns by e_i (V'^T Kt = (V'^T
+// diag(e)) K), so K^T serves the HV / HQK value heads of its QK head and the prep forms it once a QK head,
+// without an exp. The tape walk, dV'_local and the outputs read K^T's planes; the forward's state and summary
+// walks read k's bf16 rows instead, with rstd_i folded into the same factor (V'^T diag(e rstd) K: k exact, two
+// products where these planes take three; gdn_walk_planes.cu).
 //
 // ---- Why ----------------------------------------------------------------------------------------------
 // The state walk's timeline (docs/mma-kernels.md, "Landed (2026-12-02)"): the converting warpgroup took
@@ -53,6 +54,49 @@ __device__ __forceinline__ void copy_planes(unsigned char* dst, const unsigned c
 	constexpr int kJ = (kWBytes + kKBytes) / 16 / COPIERS;
 #pragma unroll
 	for (int j = 0; j < kJ; ++j) tc::cp_async16(d + 16 * COPIERS * j, (j < kJ / 2 ? sw : sk) + 16 * COPIERS * j);
+}
+
+// copy_wplanes issues copier ct's share of the cp.async copies of chunk c's -W planes (value head h, 32 KB)
+// into dst as they lie (copy_planes' first half).
+template <int COPIERS>
+__device__ __forceinline__ void copy_wplanes(unsigned char* dst, const unsigned char* wp, int c, int h, int HV, int ct) {
+	const unsigned char* sw = wp + ((long long)c * HV + h) * kWBytes + 16 * ct;
+	unsigned char* d = dst + 16 * ct;
+	constexpr int kJ = kWBytes / 16 / COPIERS;
+#pragma unroll
+	for (int j = 0; j < kJ; ++j) tc::cp_async16(d + 16 * COPIERS * j, sw + 16 * COPIERS * j);
+}
+
+// KRows: k's bf16 rows (QK head qh at element 128 qh of a row; stride in elements, rows 16-byte aligned)
+// and their l2norm factors rstd ([T, HQK]: kn = k rstd), which the walks read as K with the normalisation
+// folded into the factors of the other operand's token columns.
+struct KRows {
+	const tc::bf16* k;
+	long long stride;
+	const float* rstd;
+};
+
+// copy_rows_mn issues copier ct's share (of COPIERS, a multiple of 128) of the cp.async copies of a chunk's
+// 64 bf16 rows of 128 (row i at src + i stride elements, 16-byte aligned) into dst as the MN-major,
+// 128-byte-swizzled tile that wgmma.cuh's _t products read with lbo 8192: columns 0-63 of every row in the
+// first 8 KB, columns 64-127 in the next, row i's 16-byte unit u of a half at u ^ (i % 8); unit ct % 16 of
+// rows ct / 16 + (COPIERS / 16) j. Rows from n on are zeroed by plain stores (visible after the barrier that
+// publishes the copies).
+template <int COPIERS>
+__device__ __forceinline__ void copy_rows_mn(unsigned char* dst, const tc::bf16* src, long long stride, int n, int ct) {
+	constexpr int kJ = 64 * 16 / COPIERS, kRowStep = COPIERS / 16;
+	static_assert(kRowStep % 8 == 0, "a row step keeps the swizzle phase");
+	const int uu = ct % 16, i0 = ct / 16;
+	const tc::bf16* sp = src + (long long)i0 * stride + 8 * uu;
+	unsigned char* d = dst + (uu / 8) * 8192 + i0 * 128 + (((uu % 8) ^ (i0 & 7)) << 4);
+#pragma unroll
+	for (int j = 0; j < kJ; ++j) {
+		unsigned char* dj = d + j * kRowStep * 128;
+		if (i0 + kRowStep * j < n)
+			tc::cp_async16(dj, sp + (long long)kRowStep * j * stride);
+		else
+			*reinterpret_cast<U32x4*>(dj) = U32x4{0u, 0u, 0u, 0u};
+	}
 }
 
 // neg_w_off: the byte offset of -W's (token i, key d) in its hi plane.
