@@ -22,13 +22,23 @@
 #      summary).
 # B's blobs come back as $OUT/blobs-b.tar.gz (the text logs in $OUT/logs.tar.gz): install them (scripts/blobs-local.sh install) only where every
 # check passed and no stage got slower. Env: DOCS2 (default 40000,45000,35908; empty skips step 3), B_TESTS,
-# WALK=0 skips step 1, EXTRA2=0 leaves step 3's forced vh 64 and launch-order runs out, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them), ALT_SRC: the sources
+# SPILL_GATE=0 skips the walks' spill gate (step 0), WALK=0 skips step 1, EXTRA2=0 leaves step 3's forced vh 64 and launch-order runs out, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them), ALT_SRC: the sources
 # of B (default ptx/src).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
 export PATH=/usr/local/cuda/bin:$PATH
 [ -f .gpu/pack.tgz ] && tar -C .gpu -xzf .gpu/pack.tgz
+# Spill gate (SPILL_GATE=0 skips it): ptxas on the plane walks' sources of B alone (seconds); a walk that
+# spills stops the call here, before the blob build and the benches.
+if [ "${SPILL_GATE:-1}" = 1 ]; then
+	echo "== spill gate (walk-regs.sh on ${ALT_SRC:-ptx/src})"
+	SRC=${ALT_SRC:-ptx/src} bash scripts/walk-regs.sh 2>&1 | tee "$out/walk-regs.txt"
+	if grep -qE 'walk[a-z0-9_]*: [0-9]+ regs, [1-9][0-9]* bytes spill stores' "$out/walk-regs.txt"; then
+		echo "land-check: a plane walk spills (above): stopping before the blob build"
+		exit 3
+	fi
+fi
 if [ "${WALK:-1}" = 1 ]; then
 	echo "== walk-check"
 	bash scripts/walk-check.sh 2>&1 | grep -E '^\[|^== build|C75|Used|error' | tee "$out/walk-check.txt"
