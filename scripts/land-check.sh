@@ -6,6 +6,7 @@
 # there:
 #   run(command="bash scripts/land-check.sh", carry=[".gpu/pack.tgz"])
 # it runs, in this order (the device's time is the budget: ~5-6 minutes):
+#   0. scripts/walk-regs.sh on B's sources: ptxas of the plane walks alone; a spill stops the call (rc 3);
 #   1. scripts/walk-check.sh: the state and tape walks of ptx/src checked against float64 and timed, the
 #      wgmma and the mma.sync bodies side by side (nvcc only, before any blob exists);
 #   2. scripts/ab-bench.sh with A = the committed blobs (ptx/blobs) and B = ptx/src built by ptxgen:
