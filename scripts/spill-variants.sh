@@ -4,6 +4,7 @@
 # without a full blob build. VARIANTS: space-separated, one -D flag each (one compile each); ARCH: sm_100a.
 #   run(command="ARCH=sm_100a VARIANTS='-DGDNKCP_WALK_PG128=1 -DGDNKCP_WALK_PG128=2' bash scripts/spill-variants.sh")
 set -uo pipefail
+awk=$(cd "$(dirname "$0")" && pwd)/ptxas-walks.awk
 cd "$(dirname "$0")/.." && cd "${SRC:-ptx/src}"
 export PATH=/usr/local/cuda/bin:$PATH
 arch=${ARCH:-sm_100a}
@@ -16,6 +17,6 @@ wait
 i=0
 for v in ${VARIANTS:-''}; do
 	echo "== $arch $v"
-	awk '/Compiling entry function/{n=$0; sub(/.*function .?/, "", n); sub(/.? for.*/, "", n)} /spill stores/{sp=$0} /Used [0-9]+ registers/{if (n ~ /walk/) {r=$0; sub(/.*Used /, "", r); sub(/ registers.*/, "", r); s=sp; sub(/.*bytes stack frame, /, "", s); print "  " n ": " r " regs, " s}}' /tmp/sv$i.log
+	awk -f "$awk" /tmp/sv$i.log
 	i=$((i + 1))
 done

@@ -6,6 +6,7 @@
 #   run(command="SRC=.gpu/src-t WALK_VARIANTS='-DGDNKCP_WP_META_AHEAD=0 -DGDNKCP_WP_META_AHEAD=1' bash scripts/walk-regs.sh",
 #       carry=[".gpu/src-t"])
 set -uo pipefail
+awk=$(cd "$(dirname "$0")" && pwd)/ptxas-walks.awk
 cd "$(dirname "$0")/.." && cd "${SRC:-ptx/src}" || exit 1
 export PATH=/usr/local/cuda/bin:$PATH
 arch=${ARCH:-sm_90a}
@@ -27,5 +28,5 @@ for j in "${jobs[@]}"; do
 	set -- $j
 	echo "== $arch $2.cu $3"
 	grep -q error "$w/$1.log" && grep error "$w/$1.log" | head -5
-	awk '/Compiling entry function/{n=$0; sub(/.*function .?/, "", n); sub(/.? for.*/, "", n)} /spill stores/{sp=$0} /Used [0-9]+ registers/{if (n ~ /walk/) {r=$0; sub(/.*Used /, "", r); sub(/ registers.*/, "", r); s=sp; sub(/.*bytes stack frame, /, "", s); print "  " n ": " r " regs, " s}}' "$w/$1.log"
+	awk -f "$awk" "$w/$1.log"
 done
