@@ -93,6 +93,8 @@ const (
 	// entryTapePlanes: the tape walk on the walk planes and q's bf16 rows
 	// (gdn_tape_planes.cu; kernelSet.bwalkPlanes).
 	entryTapePlanes = "gdn_tape_walk_planes"
+	// entryTapePlanes128: its vh 128 entry (one entry a width: kernelSet.tapeEntry).
+	entryTapePlanes128 = "gdn_tape_walk_planes_w128"
 	// entryOffsetPlanes: the offset walk on them (the same file).
 	entryOffsetPlanes = "gdn_offset_walk_planes"
 	entryDVLocalMMA   = "gdn_dvlocal_mma"
@@ -221,11 +223,11 @@ func bwdWalkMMASmem(vh int) int {
 }
 
 // tapePlanesSmem is tape_planes_smem(vh) of gdn_tape_planes.cu: two stages
-// (a chunk's -W and K^T planes, q's bf16 rows, dO and 128 factors, rounded
+// (a chunk's -W planes, k's and q's bf16 rows, dO and 128 factors, rounded
 // up to 1024 bytes), one fp32 dV'_local buffer and 1008 bytes of
-// alignment: 199664 bytes at vh 64, 232432 at vh 128.
+// alignment: 166896 bytes at vh 64, 199664 at vh 128.
 func tapePlanesSmem(vh int) int {
-	stage := (walkWPlaneBytes + walkKPlaneBytes + 2*ChunkSize*gpuD + 2*ChunkSize*vh + 8*ChunkSize + 1023) / 1024 * 1024
+	stage := (walkWPlaneBytes + 2*2*ChunkSize*gpuD + 2*ChunkSize*vh + 8*ChunkSize + 1023) / 1024 * 1024
 	return 2*stage + 4*ChunkSize*vh + 1008
 }
 
@@ -277,6 +279,7 @@ type kernelSet struct {
 	prepSmem, outputSmem         int
 	walkSmem                     func(vh int) int
 	offset, tape                 string           // the backward walks
+	tape128                      string           // the tape walk's vh 128 entry where it has one a width (tapeEntry)
 	bwdWalkSmem                  func(vh int) int // the offset walk's (the tape walk's: tapeSmem)
 	tapeSmem                     func(vh int) int
 	// bwalkPlanes: the offset and tape walks are gdn_offset_walk_planes and
@@ -376,6 +379,7 @@ func (o GPUOptions) kernelSet() kernelSet {
 			ks.normQK = true
 			if ks.tape == entryTapeMMA {
 				ks.offset, ks.tape, ks.bwdWalkSmem, ks.tapeSmem = entryOffsetPlanes, entryTapePlanes, tapePlanesSmem, tapePlanesSmem
+				ks.tape128 = entryTapePlanes128
 				ks.bwalkPlanes = true
 			}
 		}

@@ -47,6 +47,9 @@ func (ks kernelSet) backwardEntries() []gpuEntry {
 	if m := ks.gradsFor(true); m != ks.grads {
 		es = append(es, gpuEntry{m, ks.gradsSmem})
 	}
+	if ks.tape128 != "" {
+		es = append(es, gpuEntry{ks.tape128, ks.tapeSmem(128)})
+	}
 	return append(es, []gpuEntry{
 		{entryQKBwd, 0},
 		{entryConvBwd, 0},
@@ -54,6 +57,15 @@ func (ks kernelSet) backwardEntries() []gpuEntry {
 		{entryAddRows, 0},
 		{entryF32ToBF16, 0},
 	}...)
+}
+
+// tapeEntry returns the tape walk's entry at width vh: tape, or tape128 at
+// vh 128 where the set has one entry a width.
+func (ks kernelSet) tapeEntry(vh int) string {
+	if vh == 128 && ks.tape128 != "" {
+		return ks.tape128
+	}
+	return ks.tape
 }
 
 // gradsFor returns the chunk gradients' entry for the module stage
@@ -340,19 +352,21 @@ func (b *bwdRun) walkArgs(vh int) bwdWalkArgs {
 }
 
 // planeArgs are the arguments the offset and tape walks on the walk planes
-// share at width vh: walkArgs and the planes, q's bf16 rows and q_rstd. The
-// walks copy q's rows in 16-byte units: a row start that is not 16-byte
-// aligned is an error here, not a fault on the device.
+// share at width vh: walkArgs and -W's planes, k's and q's bf16 rows and
+// their rstd. The walks copy the rows in 16-byte units: a row start that is
+// not 16-byte aligned is an error here, not a fault on the device.
 func (b *bwdRun) planeArgs(vh int) (bwdPlaneArgs, error) {
 	rk, p := b.rk, b.f.plan
-	qp, _, _, qst, _, _ := rk.qkv(b.f.stage, p.Config, p.ConvChannels())
-	if qp%16 != 0 || qst%8 != 0 {
-		return bwdPlaneArgs{}, fmt.Errorf("rank %d: the walks on the walk planes need q's bf16 rows 16-byte aligned: base %#x, row stride %d elements", rk.rank, qp, qst)
+	qp, kp, _, qst, kst, _ := rk.qkv(b.f.stage, p.Config, p.ConvChannels())
+	if qp%16 != 0 || qst%8 != 0 || kp%16 != 0 || kst%8 != 0 {
+		return bwdPlaneArgs{}, fmt.Errorf("rank %d: the walks on the walk planes need q's and k's bf16 rows 16-byte aligned: q at %#x, k at %#x, row strides %d, %d elements",
+			rk.rank, qp, kp, qst, kst)
 	}
-	if rk.wp == nil || rk.wk == nil || rk.qRstd == nil {
-		return bwdPlaneArgs{}, fmt.Errorf("rank %d: the walks on the walk planes need the kept forward's planes and q_rstd", rk.rank)
+	if rk.wp == nil || rk.qRstd == nil || rk.kRstd == nil {
+		return bwdPlaneArgs{}, fmt.Errorf("rank %d: the walks on the walk planes need the kept forward's planes, q_rstd and k_rstd", rk.rank)
 	}
-	return bwdPlaneArgs{bwdWalkArgs: b.walkArgs(vh), wp: rk.wp.Ptr(), wk: rk.wk.Ptr(), q: qp, qStride: qst, qRstd: rk.qRstd.Ptr()}, nil
+	return bwdPlaneArgs{bwdWalkArgs: b.walkArgs(vh), wp: rk.wp.Ptr(), k: kp, kStride: kst, kRstd: rk.kRstd.Ptr(), q: qp,
+		qStride: qst, qRstd: rk.qRstd.Ptr()}, nil
 }
 
 // begin makes the events, uploads dO and the backward tables, allocates and
@@ -592,7 +606,7 @@ func (b *bwdRun) tapeAndGrads() error {
 			tapeArgs = argsTapePlanes(pa, b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
 		}
 	}
-	if err := b.launch(ks.tape, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.tapeSmem(vh), tapeArgs); err != nil {
+	if err := b.launch(ks.tapeEntry(vh), [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.tapeSmem(vh), tapeArgs); err != nil {
 		return err
 	}
 	if err := b.mark(); err != nil { // tape walk

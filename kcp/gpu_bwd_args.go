@@ -64,25 +64,26 @@ func argsTapeMMA(a bwdWalkArgs, dend, dChunk, dvnew, dstart, dvnewp, dvnew16, d1
 }
 
 // bwdPlaneArgs are the arguments of the offset and tape walks on the walk
-// planes: the fp32 walks' tables, gcum, dvl and dout, with the -W and K^T
-// planes (wp, wk), q's bf16 rows (qStride elements a token) and q_rstd in
-// place of w, kt and qn (which are not passed).
+// planes: the fp32 walks' tables, gcum, dvl and dout, with the -W planes
+// (wp), k's and q's bf16 rows (kStride, qStride elements a token) and
+// k_rstd, q_rstd in place of w, kt and qn (which are not passed).
 type bwdPlaneArgs struct {
 	bwdWalkArgs
-	wp, wk, q uintptr
-	qStride   int
-	qRstd     uintptr
+	wp, k, kRstd, q  uintptr
+	kStride, qStride int
+	qRstd            uintptr
 }
 
-// head appends the shared leading arguments: wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0,
-// chunk_len, seg_chunk0, seg_nchunk.
+// head appends the shared leading arguments: wp, k, k_stride, k_rstd, q, q_stride, q_rstd, gcum, dvl,
+// dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk.
 func (a bwdPlaneArgs) head() *loader.Args {
-	return loader.NewArgs().DevicePtr(a.wp).DevicePtr(a.wk).DevicePtr(a.q).I32(int32(a.qStride)).DevicePtr(a.qRstd).
+	return loader.NewArgs().DevicePtr(a.wp).DevicePtr(a.k).I32(int32(a.kStride)).DevicePtr(a.kRstd).
+		DevicePtr(a.q).I32(int32(a.qStride)).DevicePtr(a.qRstd).
 		DevicePtr(a.gcum).DevicePtr(a.dvl).DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).
 		DevicePtr(a.segChunk0).DevicePtr(a.segNChunk)
 }
 
-// argsTapePlanes: gdn_tape_walk_planes(wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0,
+// argsTapePlanes: gdn_tape_walk_planes(wp, k, k_stride, k_rstd, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0,
 // chunk_len, seg_chunk0, seg_nchunk, dend, d_chunk, dvnew, dstart, HQK, HV, vh, scale, dvnewp, dvnew16,
 // d16, order): argsTapeMMA's outputs and order.
 func argsTapePlanes(a bwdPlaneArgs, dend, dChunk, dvnew, dstart, dvnewp, dvnew16, d16, order uintptr) *loader.Args {
@@ -90,7 +91,7 @@ func argsTapePlanes(a bwdPlaneArgs, dend, dChunk, dvnew, dstart, dvnewp, dvnew16
 	return a.tail(l).DevicePtr(dvnewp).DevicePtr(dvnew16).DevicePtr(d16).DevicePtr(order)
 }
 
-// argsOffsetPlanes: gdn_offset_walk_planes(wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0,
+// argsOffsetPlanes: gdn_offset_walk_planes(wp, k, k_stride, k_rstd, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0,
 // chunk_len, seg_chunk0, seg_nchunk, list, out_pt, out_r, HQK, HV, vh, scale, order): argsOffsetMMA's
 // list, outputs and order.
 func argsOffsetPlanes(a bwdPlaneArgs, list, outPT, outR, order uintptr) *loader.Args {
@@ -189,26 +190,27 @@ func argsF32ToBF16(src, dst uintptr, n uint64) *loader.Args {
 // manifest.
 func gpuBwdArgSamples() map[string]*loader.Args {
 	return map[string]*loader.Args{
-		entryDVLocal:      argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOffset:       argsOffset(bwdWalkArgs{}, 0, 0, 0),
-		entryTape:         argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
-		entryOffsetMMA:    argsOffsetMMA(bwdWalkArgs{}, 0, 0, 0, 0),
-		entryTapeMMA:      argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryTapePlanes:   argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOffsetPlanes: argsOffsetPlanes(bwdPlaneArgs{}, 0, 0, 0, 0),
-		entryChunkGrads:   argsChunkGrads(chunkGradArgs{}),
-		entryDVLocalMMA:   argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryDVLocalMMAG:  argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryDVLocalMMAGK: argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // wk in kn's place
-		entryGradsMMA:     argsChunkGrads(chunkGradArgs{}),
-		entryGradsMMA5:    argsChunkGrads5(chunkGrad5Args{}),
-		entryGradsMMA6:    argsChunkGrads5(chunkGrad5Args{}), // vnew, dvnew: token slots
-		entryGradsMMA7:    argsChunkGrads5(chunkGrad5Args{}), // mma6's arguments
-		entryGradsMMA8:    argsChunkGrads5(chunkGrad5Args{}), // h16, vnew16, d16, dvnew16 in h's, vnew's, d_chunk's, dvnew's places
-		entryQKBwd:        argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
-		entryConvBwd:      argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryDWReduce:     argsDWReduce(0, 0, 0, 0),
-		entryAddRows:      argsAddRows(0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryF32ToBF16:    argsF32ToBF16(0, 0, 0),
+		entryDVLocal:       argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOffset:        argsOffset(bwdWalkArgs{}, 0, 0, 0),
+		entryTape:          argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
+		entryOffsetMMA:     argsOffsetMMA(bwdWalkArgs{}, 0, 0, 0, 0),
+		entryTapeMMA:       argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryTapePlanes:    argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryTapePlanes128: argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOffsetPlanes:  argsOffsetPlanes(bwdPlaneArgs{}, 0, 0, 0, 0),
+		entryChunkGrads:    argsChunkGrads(chunkGradArgs{}),
+		entryDVLocalMMA:    argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDVLocalMMAG:   argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDVLocalMMAGK:  argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // wk in kn's place
+		entryGradsMMA:      argsChunkGrads(chunkGradArgs{}),
+		entryGradsMMA5:     argsChunkGrads5(chunkGrad5Args{}),
+		entryGradsMMA6:     argsChunkGrads5(chunkGrad5Args{}), // vnew, dvnew: token slots
+		entryGradsMMA7:     argsChunkGrads5(chunkGrad5Args{}), // mma6's arguments
+		entryGradsMMA8:     argsChunkGrads5(chunkGrad5Args{}), // h16, vnew16, d16, dvnew16 in h's, vnew's, d_chunk's, dvnew's places
+		entryQKBwd:         argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
+		entryConvBwd:       argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDWReduce:      argsDWReduce(0, 0, 0, 0),
+		entryAddRows:       argsAddRows(0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryF32ToBF16:     argsF32ToBF16(0, 0, 0),
 	}
 }

@@ -288,8 +288,9 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 	samples := gpuBwdArgSamples()
 	fp32, mma := GPUOptions{}.kernelSet(), GPUOptions{MMABackwardWalks: true, MMABackwardChunk: true}.kernelSet()
 	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients (mma5, 6, 7, 8) and
-	// dV'_local (on kn, and on K^T's walk planes), and the offset and tape walks on the walk planes
-	require.Len(t, samples, len(fp32.backwardEntries())+12)
+	// dV'_local (on kn, and on K^T's walk planes), and the offset and tape walks on the walk planes (the tape
+	// walk's two entries, vh 64 and vh 128)
+	require.Len(t, samples, len(fp32.backwardEntries())+13)
 	v5 := GPUOptions{}
 	require.NoError(t, v5.SetKernels("v5"))
 	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet(), v5.kernelSet()} {
@@ -319,6 +320,8 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 			return entryChunkGrads
 		case entryTapeMMA, entryOffsetMMA, entryTapePlanes, entryOffsetPlanes: // their own signatures: the fp32 twin's and trailing arguments
 			return name
+		case entryTapePlanes128: // the vh 64 entry's signature
+			return entryTapePlanes
 		}
 		return strings.TrimSuffix(name, "_mma")
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -544,6 +545,16 @@ func TestGPUEntries(t *testing.T) {
 		ks := o.kernelSet()
 		require.Equal(t, c.want, missingEntries(b, ks.entries()), c.name)
 		require.Equal(t, c.bwalk, [4]string{ks.offset, ks.tape, ks.dvlocal, ks.grads}, c.name)
+		// One tape entry a width in the v5 set (each spill-free alone); one
+		// entry at both widths elsewhere.
+		tape128 := ks.tape
+		if c.name == "v5" {
+			tape128 = entryTapePlanes128
+		}
+		require.Equal(t, [2]string{ks.tape, tape128}, [2]string{ks.tapeEntry(64), ks.tapeEntry(128)}, c.name)
+		require.Equal(t, c.name == "v5", slices.ContainsFunc(ks.backwardEntries(), func(e gpuEntry) bool {
+			return e.name == entryTapePlanes128 && e.smem == tapePlanesSmem(128)
+		}), c.name)
 		require.Equal(t, c.name == "v5", ks.out16, c.name)
 		require.Equal(t, c.name == "v5", ks.outputQK, c.name)
 		require.Equal(t, c.name == "v5", ks.prepQK, c.name)

@@ -71,22 +71,23 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 	j.i32("offset_order_rev", reverseOrder(2*dHead/64*len(off)*HV))
 	for _, vh := range []int{64, 128} {
 		p := "p" + vhName(vh) + "_"
-		order, offOrder := nullBuf(), nullBuf()
+		order, offOrder, tape := nullBuf(), nullBuf(), "gdn_tape_walk_planes_w128" // one tape entry a width
 		if vh == 64 {
+			tape = "gdn_tape_walk_planes"
 			order, offOrder = buf("tape_order_rev"), buf("offset_order_rev")
 		}
 		j.launch(p+"offset", "gdn_offset_walk_planes", grid3(2*dHead/vh, len(off), HV), 256, smemOf("tape_planes_smem", vh),
-			slices.Concat([]string{buf("wp"), buf("wk"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
+			slices.Concat([]string{buf("wp"), bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
 				buf("dvl"), buf("dout")}, offTabs, []string{buf(p + "out_pt"), buf(p + "out_r"), i32a(HQK), i32a(HV),
 				i32a(vh), scale, offOrder})...)
-		j.launch(p+"tape", "gdn_tape_walk_planes", grid3(dHead/vh, l.NS, HV), 256, smemOf("tape_planes_smem", vh),
-			slices.Concat([]string{buf("wp"), buf("wk"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
+		j.launch(p+"tape", tape, grid3(dHead/vh, l.NS, HV), 256, smemOf("tape_planes_smem", vh),
+			slices.Concat([]string{buf("wp"), bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
 				buf("dvl"), buf("dout")}, tabs, outs(p), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra(p),
 				[]string{order})...)
 	}
 }
 
-// TestTapePlanesOnCPU runs gdn_tape_walk_planes at vh 64 and 128 on planes
+// TestTapePlanesOnCPU runs gdn_tape_walk_planes (vh 64) and _w128 (vh 128) on planes
 // made by test_walk_planes from the fp32 prep's W and kn, beside
 // gdn_tape_walk_mma on that W, Kt and qn, on fwdCases (grouped heads, short
 // chunks, q in the module's strided conv rows; "no_l2norm" with copies and

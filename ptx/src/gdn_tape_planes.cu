@@ -5,8 +5,8 @@
 //                            (P^T's columns from the identity's without dvl, dO or Qg; R's from zero with
 //                            them), only the final adjoints stored, as gdn_offset_walk_mma
 // gdn_tape_walk_mma's outputs and layouts (d_chunk, dvnew, dstart, dvnewp, dvnew16, d16; any of the per-chunk
-// ones may be null), with the prep's -W planes (wp, a value head) and K^T planes (wk, a QK head), q's bf16
-// rows (q, q_stride elements a token; 16-byte aligned rows) and their l2norm factors q_rstd in place of the
+// ones may be null), with the prep's -W planes (wp, a value head), k's and q's bf16 rows (k / q, k_stride /
+// q_stride elements a token; 16-byte aligned rows) and their l2norm factors k_rstd / q_rstd in place of the
 // fp32 W, Kt and qn, which the kept forward then need not write. On sm_90a the products are wgmma with B
 // MN-major (wgmma.cuh's _rs_t products, imm-trans-b); elsewhere wgmma.cuh's portable products, the same
 // calls, layouts and bits.
@@ -15,11 +15,12 @@
 // Warpgroup q holds adjoint columns c0 + 64 q + [0, 64) of D^T as the m64n128 accumulator s (vh 128: both
 // groups; vh 64: group 0). Per chunk, in reverse:
 //   (1) P = D^T K^T                        m64n64k16 x 8 k steps (keys): A = D^T split to bf16 hi / lo,
-//                                          B = K^T's planes (key k x token n, tokens contiguous: MN-major),
-//                                          from zero; ah bh + ah bl + al bh a k step.
-//       dV'^T = dvl^T + P diag(e)          e_i = e^(gamma_last - gamma_i), 0 from token n on: one fma a
-//                                          element (Kt_i = e_i k_i is not formed: the planes serve every
-//                                          value head of their QK head, as in the forward's plane walks).
+//                                          B = k's bf16 rows (token n x key k, keys contiguous: K-major,
+//                                          exact), from zero; ah K + al K a k step.
+//       dV'^T = dvl^T + P diag(e)          e_i = e^(gamma_last - gamma_i) rstd_i (k's rstd), 0 from token n
+//                                          on: one fma an element (Kt_i = e_i kn_i = e_i rstd_i k_i is not
+//                                          formed: k's rows serve every value head of their QK head, as in
+//                                          the forward's plane walks).
 //   (2) D^T = e^gl D^T - dV'^T W           m64n128k16 x 4 k steps (tokens): A = dV'^T split, B = -W's
 //             + (dO^T diag(f)) Q            planes (token k x key n, keys contiguous: MN-major), then
 //                                          A = dO^T diag(f) split (f_i = fp32(fp32(scale e^gamma_i) rstd_i),
@@ -33,21 +34,22 @@
 // ---- Shared memory (from the first 1024-aligned byte) ------------------------------------------------
 //   stage x (x = 0, 1; tape_stage_bytes(vh) each, 1024-aligned):
 //     0       -W hi, lo (32 KB, as the prep wrote them: two 64-key blocks of 8192 bytes a plane)
-//     32768   K^T hi, lo (32 KB, as the prep wrote them)
-//     65536   q's rows: keys 0-63 in block 0 (8192 bytes), 64-127 in block 1; row i (token) 128 bytes,
-//             its unit u at u ^ (i % 8) (-W's hi plane's layout); rows from n on zero
-//     81920   dO [64][vh] bf16, 16-byte units XOR row % 8 (WGBWalker::os), rows from n on zero
+//     32768   k's rows: keys 0-63 in block 0 (8192 bytes), 64-127 in block 1; row i (token) 128 bytes,
+//             its unit u at u ^ (i % 8) (-W's hi plane's layout, walkplanes::copy_rows_mn); rows from n
+//             on zero
+//     49152   q's rows, the same layout
+//     65536   dO [64][vh] bf16, 16-byte units XOR row % 8 (WGBWalker::os), rows from n on zero
 //     +       e[64], f[64] (fp32)
 //   then dvl^T's fp32 rows [64][vh] (WGWalker::ur's swizzle), one buffer: each state warp copies and reads
 //   only its own columns, and copies the next chunk's once it has read this one's (after (1)).
-// tape_planes_smem(64) = 2 * 90 KB + 16 KB + 1008, tape_planes_smem(128) = 2 * 98 KB + 32 KB + 1008 =
-// 232432 (of the 232448 an SM gives a block).
+// tape_planes_smem(64) = 2 * 73 KB + 16 KB + 1008 = 166896, tape_planes_smem(128) = 2 * 81 KB + 32 KB + 1008 =
+// 199664 (of the 232448 an SM gives a block).
 //
 // ---- A chunk c (walked in reverse; stage x = chunks from the last % 2) --------------------------------
 //   every thread waits for its copies, fences them for the async proxy; __syncthreads (the stage complete;
 //   every wgmma of the previous chunk waited, so the other stage is free)
-//   copies of the next chunk into the other stage: the planes and q rows by the copiers (vh 64: warpgroup 1,
-//   40 16-byte copies a thread; vh 128: all, 20), dO by each state warp for its own columns; the gates
+//   copies of the next chunk into the other stage: -W's planes, k's and q's rows by the copiers (vh 64:
+//   warpgroup 1, 32 16-byte copies a thread; vh 128: all, 16), dO by each state warp for its own columns; the gates
 //   state warps: split D, (1) issued, D stored under it, dvl^T read; wait; dV'^T = dvl^T + P diag(e); the
 //                next chunk's dvl^T copied; dO^T diag(f) split; dV'^T split, D decayed, (2) issued; dV'
 //                stored under it; wait
@@ -69,23 +71,31 @@
 #endif
 
 namespace gdnkcp {
+// GDNKCP_TAPE_META_AHEAD: the walk loads the next chunk's (t0, n), which issue's addresses and gln's load
+// need right after the chunk's barrier, a chunk ahead: under the previous chunk's (2) (the state warps) or
+// at its end (the copiers) (1), or after the barrier (0), where they cost the state walk a long-scoreboard
+// wait (ncu on v5.25's state walk; gdn_walk_planes.cu's GDNKCP_WP_META_AHEAD).
+#ifndef GDNKCP_TAPE_META_AHEAD
+#define GDNKCP_TAPE_META_AHEAD 0
+#endif
+
 namespace tapep {
 
 using tc::bf16;
 using walkwg::kC;
 using walkwg::kD;
-using walkplanes::kKBytes;
+using walkplanes::KRows;
 using walkplanes::kOffLo;
 using walkplanes::kWBytes;
-constexpr int kOffK = kWBytes;                 // K^T's planes after -W's
-constexpr int kOffQ = kWBytes + kKBytes;       // then q's bf16 rows (16 KB)
-constexpr int kQBytes = kC * kD * 2;
+constexpr int kQBytes = kC * kD * 2;           // a chunk's bf16 rows of k or q (16 KB)
+constexpr int kOffK = kWBytes;                 // k's bf16 rows after -W's planes
+constexpr int kOffQ = kWBytes + kQBytes;       // then q's
 constexpr int kOffO = kOffQ + kQBytes;         // then dO [64][vh] bf16
 __host__ __device__ constexpr int off_ef(int vh) { return kOffO + kC * vh * 2; }  // then e[64], f[64]
 __host__ __device__ constexpr int tape_stage_bytes(int vh) { return (off_ef(vh) + 8 * kC + 1023) / 1024 * 1024; }
 __host__ __device__ constexpr int dvl_bytes(int vh) { return kC * vh * 4; }
 __host__ __device__ constexpr int tape_planes_smem(int vh) { return 2 * tape_stage_bytes(vh) + dvl_bytes(vh) + 1008; }
-static_assert(tape_planes_smem(64) == 199664 && tape_planes_smem(128) == 232432, "kcp's tapePlanesSmem");
+static_assert(tape_planes_smem(64) == 166896 && tape_planes_smem(128) == 199664, "kcp's tapePlanesSmem");
 static_assert(tape_planes_smem(128) <= 232448, "two stages and dvl fit an SM's 227 KB");
 
 // DO: the walk of the adjoint columns (the tape walk; the offset walk's R columns: dvl, dO and Qg terms);
@@ -110,7 +120,7 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 	using Base::wq;
 	using Base::X;
 	static constexpr int kCopiers = Base::kGroups == 2 ? 256 : 128;  // threads that copy the planes and q
-	float ge_i, ge_l, gr_i;  // a copier ct < 64: gcum of token ct (or n - 1), of token n - 1, rstd of token ct
+	float ge_i, ge_l, gr_i, gk_i;  // a copier ct < 64: gcum of token ct (or n - 1), of token n - 1, q's and k's rstd of ct
 	int ge_n;
 
 	__device__ __forceinline__ explicit TapePlaneWalker(float* smem) : Base(smem) {}
@@ -127,13 +137,15 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 	// of value head h, K^T's of QK head qh) and of q's 64 rows (zero from n on, by plain stores), a state
 	// warp's 16 dO columns (zero from n on); one commit group. A copier ct < 64 loads the gates and rstd of
 	// e_ct, f_ct (finish_ef), a state warp gamma_last of the chunk into gln.
-	__device__ __forceinline__ void issue(const unsigned char* wp, const unsigned char* wk, const bf16* q, long long q_stride,
+	__device__ __forceinline__ void issue(const unsigned char* wp, const KRows& kr, const bf16* q, long long q_stride,
 	                                      const float* q_rstd, const float* gcum, const bf16* dout, int c, int t0, int n, int h,
 	                                      int HV, int qh, int HQK, int c0, int x) {
 		unsigned char* st = stage(x);
 		if (converts()) {
 			const int ct = copier();
-			walkplanes::copy_planes<kCopiers>(st, wp, wk, c, h, HV, qh, HQK, ct);
+			walkplanes::copy_wplanes<kCopiers>(st, wp, c, h, HV, ct);
+			walkplanes::copy_rows_mn<kCopiers>(st + kOffK, kr.k + (long long)t0 * kr.stride + (long long)qh * kD, kr.stride,
+			                                   n, ct);
 			if (DO) walkplanes::copy_rows_mn<kCopiers>(st + kOffQ, q + (long long)t0 * q_stride + (long long)qh * kD, q_stride, n, ct);
 			if (ct < kC) {
 				const int i = ct < n ? ct : n - 1;
@@ -141,6 +153,7 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 				ge_i = gcum[(long long)(t0 + i) * HV + h];
 				ge_l = gcum[(long long)(t0 + n - 1) * HV + h];
 				if (DO) gr_i = q_rstd[(long long)(t0 + i) * HQK + qh];
+				gk_i = kr.rstd[(long long)(t0 + i) * HQK + qh];
 			}
 		}
 		if (DO && holds()) {
@@ -177,13 +190,14 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		tc::cp_async_commit();
 	}
 
-	// finish_ef (copiers ct < 64): e_ct = e^(gamma_last - gamma_ct) and f_ct = fp32(fp32(scale e^gamma_ct)
-	// rstd_ct) of the chunk last issued (both zero from token n on) into stage x: read after the next barrier.
+	// finish_ef (copiers ct < 64): e_ct = fp32(e^(gamma_last - gamma_ct) krstd_ct) and f_ct = fp32(fp32(scale
+	// e^gamma_ct) qrstd_ct) of the chunk last issued (both zero from token n on) into stage x: read after the
+	// next barrier.
 	__device__ __forceinline__ void finish_ef(int x, float scale) const {
 		const int ct = copier();
 		if (converts() && ct < kC) {
 			float* ef = reinterpret_cast<float*>(stage(x) + off_ef(VH));
-			ef[ct] = ct < ge_n ? expf(ge_l - ge_i) : 0.f;
+			ef[ct] = ct < ge_n ? expf(ge_l - ge_i) * gk_i : 0.f;
 			if (DO) ef[kC + ct] = ct < ge_n ? __fmul_rn(scale * expf(ge_i), gr_i) : 0.f;
 		}
 	}
@@ -204,18 +218,17 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		}
 	}
 
-	// dvprime_issue issues (1) on the K^T planes at kb: d = D^T K^T from zero. ah, al must live until the wait.
+	// dvprime_issue issues (1) on k's rows at kb (K-major: token n x key k): d = D^T K^T from zero (k exact,
+	// its rstd in e). ah, al must live until the wait.
 	__device__ __forceinline__ void dvprime_issue(const unsigned char* kb, unsigned (&ah)[8][4], unsigned (&al)[8][4]) {
 		Base::template split_frags<8>(s, ah, al);
 		wg::fence();
 #pragma unroll
 		for (int k = 0; k < 8; ++k) {
-			// Keys 16 k ..: two 8-key atoms of 1024 bytes from 2048 k on; one 64-token block.
-			const unsigned long long bh = wg::desc_sw128_mn(kb + 2048 * k, 8192);
-			const unsigned long long bl = wg::desc_sw128_mn(kb + kOffLo + 2048 * k, 8192);
-			wg::mma_m64n64k16_rs_t(d, ah[k], bh, 8192, k == 0 ? 0 : 1);  // k step 0 starts from zero
-			wg::mma_m64n64k16_rs_t(d, ah[k], bl, 8192);
-			wg::mma_m64n64k16_rs_t(d, al[k], bh, 8192);
+			// Keys 16 k ..: 32 bytes into the rows of the 64-key block k / 4 (WGWalker::vprime_issue_at's B).
+			const unsigned long long kd = wg::desc_sw128(kb + (k / 4) * 8192 + (k % 4) * 32);
+			wg::mma_m64n64k16_rs(d, ah[k], kd, k == 0 ? 0 : 1);  // k step 0 starts from zero
+			wg::mma_m64n64k16_rs(d, al[k], kd);
 		}
 		wg::commit();
 	}
@@ -289,26 +302,33 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		wg::commit();
 	}
 
-	__device__ __forceinline__ void walk(const unsigned char* wp, const unsigned char* wk, const bf16* q, long long q_stride,
+	__device__ __forceinline__ void walk(const unsigned char* wp, const KRows& kr, const bf16* q, long long q_stride,
 	                                     const float* q_rstd, const float* gcum, const float* dvl, const bf16* dout,
 	                                     const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h, int HQK,
 	                                     int HV, int c0, float scale, float* d_chunk, float* dvnew, float* dvnewp,
 	                                     bf16* dvnew16, bf16* d16) {
 		if (nch <= 0) return;
 		const int last = ch0 + nch - 1, qh = h / (HV / HQK);
-		issue(wp, wk, q, q_stride, q_rstd, gcum, dout, last, chunk_tok0[last], chunk_len[last], h, HV, qh, HQK, c0, 0);
+		issue(wp, kr, q, q_stride, q_rstd, gcum, dout, last, chunk_tok0[last], chunk_len[last], h, HV, qh, HQK, c0, 0);
 		if (holds()) issue_dvl(dvl, chunk_tok0[last], chunk_len[last], h, HV, c0);
 		finish_ef(0, scale);
+		constexpr bool kAhead = GDNKCP_TAPE_META_AHEAD != 0;
+		int t0n = 0, nn = 0;  // the next chunk's (t0, n) for issue, loaded a chunk ahead (kAhead)
+		if (kAhead) {
+			const int c1 = last - 1 > ch0 ? last - 1 : ch0;
+			t0n = chunk_tok0[c1], nn = chunk_len[c1];
+		}
 		for (int ci = 0; ci < nch; ++ci) {
 			const int c = last - ci, x = ci & 1, n = chunk_len[c];
-			// The next chunk (or the segment's first again, into the stage no one reads).
-			const int cn = c - 1 > ch0 ? c - 1 : ch0;
+			// The next chunk (or the segment's first again, into the stage no one reads), and the one after.
+			const int cn = c - 1 > ch0 ? c - 1 : ch0, cnn = cn - 1 > ch0 ? cn - 1 : ch0;
 			tc::cp_async_wait<0>();
 			wg::fence_proxy_async();
 			__syncthreads();
 			GDNKCP_TAPE_MARK(0, ci);  // every warp: past the chunk's barrier
 			if (holds()) gl = gln;  // chunk c's gamma_last (issue loads the next chunk's into gln)
-			issue(wp, wk, q, q_stride, q_rstd, gcum, dout, cn, chunk_tok0[cn], chunk_len[cn], h, HV, qh, HQK, c0, 1 - x);
+			if (!kAhead) t0n = chunk_tok0[cn], nn = chunk_len[cn];
+			issue(wp, kr, q, q_stride, q_rstd, gcum, dout, cn, t0n, nn, h, HV, qh, HQK, c0, 1 - x);
 			if (holds()) {
 				const long long blk = (long long)c * HV + h;
 				const unsigned char* st = stage(x);
@@ -334,18 +354,20 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 				if (dvnewp != nullptr) this->store_vprime_slots(dvnewp + blk * kD * kC, n, c0);
 				if (dvnew16 != nullptr) this->store_vprime16(dvnew16 + blk * kD * kC, n, c0);
 				GDNKCP_TAPE_MARK(5, ci);  // state: dV' stores issued
+				if (kAhead) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];  // land under (2)
 				wg::wait<0>();
 				wg::fence_operand(s);
 				GDNKCP_TAPE_MARK(6, ci);  // state: (2) done
 			}
 			finish_ef(1 - x, scale);  // the next chunk's factors (their gates loaded by issue)
+			if (kAhead && !holds()) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];
 		}
 		tc::cp_async_wait<0>();  // the copies issued past the end land before the CTA exits
 	}
 };
 
 template <int VH>
-__device__ __forceinline__ void tape_walk(float* smem, const unsigned char* wp, const unsigned char* wk, const bf16* q,
+__device__ __forceinline__ void tape_walk(float* smem, const unsigned char* wp, const KRows& kr, const bf16* q,
                                           long long q_stride, const float* q_rstd, const float* gcum, const float* dvl,
                                           const bf16* dout, const int* chunk_tok0, const int* chunk_len,
                                           const int* seg_chunk0, const int* seg_nchunk, const float* dend, float* d_chunk,
@@ -356,7 +378,7 @@ __device__ __forceinline__ void tape_walk(float* smem, const unsigned char* wp, 
 	tc::dispatch_cta(order, x, seg, h);
 	const int c0 = x * VH;
 	wk_.init_state(dend + ((long long)seg * HV + h) * kD * kD, c0);
-	wk_.walk(wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK,
+	wk_.walk(wp, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0[seg], seg_nchunk[seg], h, HQK,
 	         HV, c0, scale, d_chunk, dvnew, dvnewp, dvnew16, d16);
 	wk_.store_state(dstart + ((long long)seg * HV + h) * kD * kD, c0);
 }
@@ -364,30 +386,30 @@ __device__ __forceinline__ void tape_walk(float* smem, const unsigned char* wp, 
 // offset_walk: gdn_offset_walk_planes's body. Blocks x < 128 / vh walk R's columns (from zero, with dvl, dO
 // and Qg), the others P^T's (from the identity's columns, without them); only the final adjoints are stored.
 template <int VH, bool DO>
-__device__ __forceinline__ void offset_walk_form(float* smem, const unsigned char* wp, const unsigned char* wk,
+__device__ __forceinline__ void offset_walk_form(float* smem, const unsigned char* wp, const KRows& kr,
                                                  const bf16* q, long long q_stride, const float* q_rstd,
                                                  const float* gcum, const float* dvl, const bf16* dout,
                                                  const int* chunk_tok0, const int* chunk_len, int ch0, int nch, int h,
                                                  int HQK, int HV, int c0, float scale, float* out) {
 	TapePlaneWalker<VH, DO> wk_(smem);
 	wk_.init_state(nullptr, c0, !DO);
-	wk_.walk(wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, ch0, nch, h, HQK, HV, c0, scale,
+	wk_.walk(wp, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, ch0, nch, h, HQK, HV, c0, scale,
 	         nullptr, nullptr, nullptr, nullptr, nullptr);
 	wk_.store_state(out, c0);
 }
 
 template <int VH>
-__device__ __forceinline__ void offset_walk(float* smem, const unsigned char* wp, const unsigned char* wk, const bf16* q,
+__device__ __forceinline__ void offset_walk(float* smem, const unsigned char* wp, const KRows& kr, const bf16* q,
                                             long long q_stride, const float* q_rstd, const float* gcum, const float* dvl,
                                             const bf16* dout, const int* chunk_tok0, const int* chunk_len,
                                             const int* seg_chunk0, const int* seg_nchunk, const int* list, float* out_pt,
                                             float* out_r, int HQK, int HV, float scale, const int* order) {
 	const tc::PairCTA b = tc::pair_cta(order, list, VH, HV);
 	if (b.isP)
-		offset_walk_form<VH, false>(smem, wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len,
+		offset_walk_form<VH, false>(smem, wp, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len,
 		                            seg_chunk0[b.seg], seg_nchunk[b.seg], b.h, HQK, HV, b.c0, scale, out_pt + b.blk);
 	else
-		offset_walk_form<VH, true>(smem, wp, wk, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len,
+		offset_walk_form<VH, true>(smem, wp, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len,
 		                           seg_chunk0[b.seg], seg_nchunk[b.seg], b.h, HQK, HV, b.c0, scale, out_r + b.blk);
 }
 
@@ -395,8 +417,9 @@ __device__ __forceinline__ void offset_walk(float* smem, const unsigned char* wp
 // there) on the walk planes and q's bf16 rows, as gdn_tape_walk_planes reads them in place of w, kt and qn;
 // dynamic shared memory tape_planes_smem(vh).
 extern "C" __global__ void __launch_bounds__(256)
-gdn_offset_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ wk,
-                       const __nv_bfloat16* __restrict__ q, int q_stride, const float* __restrict__ q_rstd,
+gdn_offset_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
+                       const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,
+                       const float* __restrict__ q_rstd,
                        const float* __restrict__ gcum, const float* __restrict__ dvl,
                        const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
                        const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
@@ -404,22 +427,26 @@ gdn_offset_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16
                        float* __restrict__ out_r, int HQK, int HV, int vh, float scale, const int* __restrict__ order) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
-	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
+	const KRows kr{k, k_stride, k_rstd};
 	if (vh == 64)
-		offset_walk<64>(smem, p, k, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk,
+		offset_walk<64>(smem, p, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk,
 		                list, out_pt, out_r, HQK, HV, scale, order);
 	else
-		offset_walk<128>(smem, p, k, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk,
+		offset_walk<128>(smem, p, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk,
 		                 list, out_pt, out_r, HQK, HV, scale, order);
 }
 
-// gdn_tape_walk_planes: gdn_tape_walk_mma's walk on the walk planes: wp (-W, 32 KB a chunk and value head),
-// wk (K^T, 32 KB a chunk and QK head), q (bf16 rows of q_stride elements, 16-byte aligned, QK head qh at
-// element 128 qh of a row) and q_rstd ([T, HQK]: qn = q rstd) in place of w, kt and qn; the other arguments
-// and outputs are gdn_tape_walk_mma's (any of d_chunk, dvnew, dvnewp, dvnew16, d16 may be null).
+// gdn_tape_walk_planes (vh 64) and gdn_tape_walk_planes_w128 (vh 128): gdn_tape_walk_mma's walk on the walk
+// planes: wp (-W, 32 KB a chunk and value head), k and q (bf16 rows of k_stride / q_stride elements, 16-byte
+// aligned, QK head qh at element 128 qh of a row) and k_rstd, q_rstd ([T, HQK]: kn = k rstd, qn = q rstd) in
+// place of w, kt and qn; the other arguments and outputs are gdn_tape_walk_mma's (any of d_chunk, dvnew,
+// dvnewp, dvnew16, d16 may be null), vh included (it must be the entry's width: a trap otherwise). One
+// entry a width: ptxas 13.0 fits each alone in 255 / 254 registers on sm_90a without a spill, the two
+// bodies in one entry spilled 4-8 bytes.
 extern "C" __global__ void __launch_bounds__(256)
-gdn_tape_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ wk,
-                     const __nv_bfloat16* __restrict__ q, int q_stride, const float* __restrict__ q_rstd,
+gdn_tape_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
+                     const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,
+                     const float* __restrict__ q_rstd,
                      const float* __restrict__ gcum, const float* __restrict__ dvl, const __nv_bfloat16* __restrict__ dout,
                      const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
                      const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk,
@@ -427,14 +454,27 @@ gdn_tape_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* 
                      float* __restrict__ dstart, int HQK, int HV, int vh, float scale, float* __restrict__ dvnewp,
                      __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16, const int* __restrict__ order) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
-	const unsigned char* k = reinterpret_cast<const unsigned char*>(wk);
-	if (vh == 64)
-		tape_walk<64>(smem, p, k, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		              d_chunk, dvnew, dstart, HQK, HV, scale, dvnewp, dvnew16, d16, order);
-	else
-		tape_walk<128>(smem, p, k, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend,
-		               d_chunk, dvnew, dstart, HQK, HV, scale, dvnewp, dvnew16, d16, order);
+	if (vh != 64) __trap();         // kcp launches the entry of the width (kernelSet.tapeEntry)
+	tape_walk<64>(smem, reinterpret_cast<const unsigned char*>(wp), KRows{k, k_stride, k_rstd}, q, q_stride, q_rstd, gcum,
+	              dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend, d_chunk, dvnew, dstart, HQK, HV, scale,
+	              dvnewp, dvnew16, d16, order);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+gdn_tape_walk_planes_w128(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
+                          const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,
+                          const float* __restrict__ q_rstd,
+                          const float* __restrict__ gcum, const float* __restrict__ dvl, const __nv_bfloat16* __restrict__ dout,
+                          const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+                          const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk,
+                          const float* __restrict__ dend, float* __restrict__ d_chunk, float* __restrict__ dvnew,
+                          float* __restrict__ dstart, int HQK, int HV, int vh, float scale, float* __restrict__ dvnewp,
+                          __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16, const int* __restrict__ order) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	if (vh != 128) __trap();         // kcp launches the entry of the width (kernelSet.tapeEntry)
+	tape_walk<128>(smem, reinterpret_cast<const unsigned char*>(wp), KRows{k, k_stride, k_rstd}, q, q_stride, q_rstd, gcum,
+	               dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend, d_chunk, dvnew, dstart, HQK, HV, scale,
+	               dvnewp, dvnew16, d16, order);
 }
 
 }  // namespace tapep

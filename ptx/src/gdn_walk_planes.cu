@@ -83,6 +83,13 @@ constexpr int kOutUnroll = GDNKCP_WP_OUT_UNROLL;
 #define GDNKCP_WP_XOR_ADDR 1
 #endif
 constexpr bool kXorAddr = GDNKCP_WP_XOR_ADDR != 0;
+// GDNKCP_WP_META_AHEAD: the walk reads each chunk's (t0, n) a chunk ahead, under the previous chunk's (2)
+// (1), or right after the chunk's barrier, where the state warps waited on them (0; ncu on v5.25: ~11% of
+// the state warps' stall samples, one long-scoreboard wait after issue's U copies).
+#ifndef GDNKCP_WP_META_AHEAD
+#define GDNKCP_WP_META_AHEAD 1
+#endif
+constexpr bool kMetaAhead = GDNKCP_WP_META_AHEAD != 0;
 
 // A stage: the planes (64 KB), U^T (64 x vh fp32), e (256 bytes), rounded up to 1024 bytes.
 __host__ __device__ constexpr int stage_bytes(int vh) { return (off_e(vh) + 4 * kC + 1023) / 1024 * 1024; }
@@ -282,17 +289,28 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 		const int last = ch0 + nch - 1, qh = h / (HV / HQK);
 		issue(wp, kr, u, gcum, ch0, chunk_tok0[ch0], chunk_len[ch0], h, HV, qh, HQK, c0, 0);
 		finish_e(0);
+		// The chunks' (t0, n) are read a chunk ahead (kMetaAhead): n is chunk c's length, t0n / nn the next
+		// chunk's, loaded under the previous chunk's (2) (the state warps) or at its end (the copiers), so
+		// that no warp waits on a global load between the barrier and issue.
+		int n = chunk_len[ch0], t0n = 0, nn = 0;
+		if (kMetaAhead) {
+			const int c1 = ch0 + 1 < last ? ch0 + 1 : last;
+			t0n = chunk_tok0[c1], nn = chunk_len[c1];
+		}
 		for (int ci = 0; ci < nch; ++ci) {
-			const int c = ch0 + ci, x = ci & 1, n = chunk_len[c];
+			const int c = ch0 + ci, x = ci & 1;
+			if (!kMetaAhead) n = chunk_len[c];
 			// The next chunk (or the last again: copied into the stage no one reads, so that no branch
-			// on nch sits between a wgmma and its wait).
-			const int cn = c + 1 < last ? c + 1 : last;
+			// on nch sits between a wgmma and its wait), and the one after it.
+			const int cn = c + 1 < last ? c + 1 : last, cnn = cn + 1 < last ? cn + 1 : last;
 			tc::cp_async_wait<0>();
 			wg::fence_proxy_async();
 			__syncthreads();
 			GDNKCP_WALK_MARK(0, ci);  // every warp: past the chunk's barrier
 			if (holds()) gl = gln;  // chunk c's gamma_last (issue loads the next chunk's into gln)
-			issue(wp, kr, u, gcum, cn, chunk_tok0[cn], chunk_len[cn], h, HV, qh, HQK, c0, 1 - x);
+			if (!kMetaAhead) t0n = chunk_tok0[cn], nn = chunk_len[cn];
+			issue(wp, kr, u, gcum, cn, t0n, nn, h, HV, qh, HQK, c0, 1 - x);
+			const int n_next = nn;  // chunk cn's length: the next iteration's n
 			if (kStaged && !holds() && ci > 0)  // the previous chunk's H^T and V'^T, staged by the state warps
 				store_out(1 - x, (long long)(c - 1) * HV + h, c0, static_cast<int>(threadIdx.x) - 128, kStagedH ? h16 : nullptr,
 				          kStagedV ? vnew16 : nullptr);
@@ -332,11 +350,16 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 				else if (vnew16 != nullptr)
 					this->store_vprime16(vnew16 + blk * kD * kC, n, c0);
 				GDNKCP_WALK_MARK(5, ci);  // state: V' stores issued
+				if (kMetaAhead) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];  // land under (2)
 				wg::wait<0>();
 				wg::fence_operand(s);
 				GDNKCP_WALK_MARK(6, ci);  // state: (2) done
 			}
 			finish_e(1 - x);  // the next chunk's factors (their gates loaded by issue)
+			if (kMetaAhead) {
+				if (!holds()) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];
+				n = n_next;
+			}
 		}
 		tc::cp_async_wait<0>();  // the copies issued past the end land before the CTA exits
 		if (kStaged) {

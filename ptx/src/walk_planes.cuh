@@ -42,22 +42,8 @@ struct alignas(16) U32x4 {
 	unsigned x, y, z, w;
 };
 
-// copy_planes issues copier ct's share (of COPIERS) of the cp.async copies of chunk c's 64 KB of walk planes
-// into dst as they lie: -W's of value head h (32 KB) then K^T's of QK head qh (32 KB); 16-byte units ct,
-// ct + COPIERS, ..., a warp's 32 units contiguous.
-template <int COPIERS>
-__device__ __forceinline__ void copy_planes(unsigned char* dst, const unsigned char* wp, const unsigned char* wk, int c, int h,
-                                            int HV, int qh, int HQK, int ct) {
-	const unsigned char* sw = wp + ((long long)c * HV + h) * kWBytes + 16 * ct;
-	const unsigned char* sk = wk + ((long long)c * HQK + qh) * kKBytes + 16 * ct - kWBytes;
-	unsigned char* d = dst + 16 * ct;
-	constexpr int kJ = (kWBytes + kKBytes) / 16 / COPIERS;
-#pragma unroll
-	for (int j = 0; j < kJ; ++j) tc::cp_async16(d + 16 * COPIERS * j, (j < kJ / 2 ? sw : sk) + 16 * COPIERS * j);
-}
-
 // copy_wplanes issues copier ct's share of the cp.async copies of chunk c's -W planes (value head h, 32 KB)
-// into dst as they lie (copy_planes' first half).
+// into dst as they lie, a warp's 32 units contiguous.
 template <int COPIERS>
 __device__ __forceinline__ void copy_wplanes(unsigned char* dst, const unsigned char* wp, int c, int h, int HV, int ct) {
 	const unsigned char* sw = wp + ((long long)c * HV + h) * kWBytes + 16 * ct;
