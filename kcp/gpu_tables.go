@@ -14,7 +14,12 @@ type gpuTables struct {
 	Tokens int // Tr, the rank's buffer length
 	NS, NC int // segments and chunks of the rank
 
-	ChunkTok0, ChunkLen  []int32 // [NC]: first local token and length (1..64) of a chunk
+	// ChunkTok0, ChunkLen [NC]: first local token and length (1..64) of a
+	// chunk. A segment's chunks are 64 tokens each from its start, the last
+	// one shorter: the plane walks compute a chunk's (t0, n) from that and
+	// the segment's first and last chunk (GDNKCP_WP_META_CALC in
+	// ptx/src/gdn_walk_planes.cu), trapping on tables that break it.
+	ChunkTok0, ChunkLen  []int32
 	SegChunk0, SegNChunk []int32 // [NS]: first chunk and chunk count of a segment
 	SegStart, SegLen     []int32 // [NS]: local start and length of a segment (conv)
 	TokSeg               []int32 // [Tr]: the segment of each local token (conv)

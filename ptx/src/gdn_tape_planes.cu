@@ -78,6 +78,12 @@ namespace gdnkcp {
 #ifndef GDNKCP_TAPE_META_AHEAD
 #define GDNKCP_TAPE_META_AHEAD 0
 #endif
+// GDNKCP_TAPE_META_CALC: the walk computes each chunk's (t0, n) from the segment's first chunk (1; see
+// gdn_walk_planes.cu's GDNKCP_WP_META_CALC: the same contract on the tables, the same trap) or reads them
+// from chunk_tok0 / chunk_len in the loop (0). With 1 no warp loads metadata inside the chunk loop.
+#ifndef GDNKCP_TAPE_META_CALC
+#define GDNKCP_TAPE_META_CALC 1
+#endif
 
 namespace tapep {
 
@@ -309,17 +315,22 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 	                                     bf16* dvnew16, bf16* d16) {
 		if (nch <= 0) return;
 		const int last = ch0 + nch - 1, qh = h / (HV / HQK);
-		issue(wp, kr, q, q_stride, q_rstd, gcum, dout, last, chunk_tok0[last], chunk_len[last], h, HV, qh, HQK, c0, 0);
-		if (holds()) issue_dvl(dvl, chunk_tok0[last], chunk_len[last], h, HV, c0);
+		constexpr bool kCalc = GDNKCP_TAPE_META_CALC != 0;
+		const int t00 = chunk_tok0[ch0], tl = chunk_tok0[last], nl = chunk_len[last];
+		// kCalc: the segment's tokens, from which chunk ch0 + i's n follows (min(64, slen - 64 i)).
+		const int slen = (nch - 1) * kC + nl;
+		if (kCalc && tl != t00 + (nch - 1) * kC) __trap();  // not the tables kcp builds
+		issue(wp, kr, q, q_stride, q_rstd, gcum, dout, last, tl, nl, h, HV, qh, HQK, c0, 0);
+		if (holds()) issue_dvl(dvl, tl, nl, h, HV, c0);
 		finish_ef(0, scale);
-		constexpr bool kAhead = GDNKCP_TAPE_META_AHEAD != 0;
+		constexpr bool kAhead = GDNKCP_TAPE_META_AHEAD != 0 && !kCalc;
 		int t0n = 0, nn = 0;  // the next chunk's (t0, n) for issue, loaded a chunk ahead (kAhead)
 		if (kAhead) {
 			const int c1 = last - 1 > ch0 ? last - 1 : ch0;
 			t0n = chunk_tok0[c1], nn = chunk_len[c1];
 		}
 		for (int ci = 0; ci < nch; ++ci) {
-			const int c = last - ci, x = ci & 1, n = chunk_len[c];
+			const int c = last - ci, x = ci & 1, n = kCalc ? min(kC, slen - kC * (c - ch0)) : chunk_len[c];
 			// The next chunk (or the segment's first again, into the stage no one reads), and the one after.
 			const int cn = c - 1 > ch0 ? c - 1 : ch0, cnn = cn - 1 > ch0 ? cn - 1 : ch0;
 			tc::cp_async_wait<0>();
@@ -327,7 +338,10 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 			__syncthreads();
 			GDNKCP_TAPE_MARK(0, ci);  // every warp: past the chunk's barrier
 			if (holds()) gl = gln;  // chunk c's gamma_last (issue loads the next chunk's into gln)
-			if (!kAhead) t0n = chunk_tok0[cn], nn = chunk_len[cn];
+			if (kCalc)
+				t0n = t00 + kC * (cn - ch0), nn = min(kC, slen - kC * (cn - ch0));
+			else if (!kAhead)
+				t0n = chunk_tok0[cn], nn = chunk_len[cn];
 			issue(wp, kr, q, q_stride, q_rstd, gcum, dout, cn, t0n, nn, h, HV, qh, HQK, c0, 1 - x);
 			if (holds()) {
 				const long long blk = (long long)c * HV + h;
@@ -345,12 +359,15 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 				}
 				GDNKCP_TAPE_MARK(3, ci);  // state: (1) done, dV' formed
 				__syncwarp();  // every lane's dvl reads are done before the next chunk's copies overwrite them
-				issue_dvl(dvl, chunk_tok0[cn], chunk_len[cn], h, HV, c0);
+				if (kCalc)  // recomputed rather than kept live across (1)
+					issue_dvl(dvl, t00 + kC * (cn - ch0), min(kC, slen - kC * (cn - ch0)), h, HV, c0);
+				else
+					issue_dvl(dvl, chunk_tok0[cn], chunk_len[cn], h, HV, c0);
 				unsigned oh[4][4], ol[4][4], bh[4][4], bl[4][4];
 				if (DO) dof_frags(st, ef + kC, oh, ol);
 				dupdate_issue(st, bh, bl, oh, ol);
 				GDNKCP_TAPE_MARK(4, ci);  // state: dV' split, D decayed, (2) issued
-				if (dvnew != nullptr) this->store_vprime(dvnew, chunk_tok0[c], n, h, HV, c0);
+				if (dvnew != nullptr) this->store_vprime(dvnew, kCalc ? t00 + kC * (c - ch0) : chunk_tok0[c], n, h, HV, c0);
 				if (dvnewp != nullptr) this->store_vprime_slots(dvnewp + blk * kD * kC, n, c0);
 				if (dvnew16 != nullptr) this->store_vprime16(dvnew16 + blk * kD * kC, n, c0);
 				GDNKCP_TAPE_MARK(5, ci);  // state: dV' stores issued

@@ -90,6 +90,15 @@ constexpr bool kXorAddr = GDNKCP_WP_XOR_ADDR != 0;
 #define GDNKCP_WP_META_AHEAD 1
 #endif
 constexpr bool kMetaAhead = GDNKCP_WP_META_AHEAD != 0;
+// GDNKCP_WP_META_CALC: the walk computes each chunk's (t0, n) from the segment's first chunk, t0 = t0_first +
+// 64 i and n = min(64, len - 64 i) for the segment's chunk i (1; kcp's tables and the emulator's lay a
+// segment's chunks out so: 64 tokens each from its start, the last one shorter, and the walk traps on tables
+// whose last chunk does not start where that puts it), or reads them from chunk_tok0 / chunk_len in the loop
+// (0, as GDNKCP_WP_META_AHEAD says). With 1 no warp loads metadata inside the chunk loop.
+#ifndef GDNKCP_WP_META_CALC
+#define GDNKCP_WP_META_CALC 1
+#endif
+constexpr bool kMetaCalc = GDNKCP_WP_META_CALC != 0;
 
 // A stage: the planes (64 KB), U^T (64 x vh fp32), e (256 bytes), rounded up to 1024 bytes.
 __host__ __device__ constexpr int stage_bytes(int vh) { return (off_e(vh) + 4 * kC + 1023) / 1024 * 1024; }
@@ -287,19 +296,27 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 	                                     float* vnewp = nullptr) {
 		if (nch <= 0) return;
 		const int last = ch0 + nch - 1, qh = h / (HV / HQK);
-		issue(wp, kr, u, gcum, ch0, chunk_tok0[ch0], chunk_len[ch0], h, HV, qh, HQK, c0, 0);
+		const int t00 = chunk_tok0[ch0];
+		// kMetaCalc: the segment's tokens (its chunks' lengths summed), from which every chunk's n follows.
+		const int slen = kMetaCalc ? (nch - 1) * kC + chunk_len[last] : 0;
+		if (kMetaCalc && chunk_tok0[last] != t00 + (nch - 1) * kC) __trap();  // not the tables kcp builds
+		issue(wp, kr, u, gcum, ch0, t00, chunk_len[ch0], h, HV, qh, HQK, c0, 0);
 		finish_e(0);
-		// The chunks' (t0, n) are read a chunk ahead (kMetaAhead): n is chunk c's length, t0n / nn the next
-		// chunk's, loaded under the previous chunk's (2) (the state warps) or at its end (the copiers), so
-		// that no warp waits on a global load between the barrier and issue.
+		// The chunks' (t0, n) are computed (kMetaCalc) or read a chunk ahead (kAhead): n is chunk c's length,
+		// t0n / nn the next chunk's, loaded under the previous chunk's (2) (the state warps) or at its end
+		// (the copiers), so that no warp waits on a global load between the barrier and issue.
+		constexpr bool kAhead = kMetaAhead && !kMetaCalc;
 		int n = chunk_len[ch0], t0n = 0, nn = 0;
-		if (kMetaAhead) {
+		if (kAhead) {
 			const int c1 = ch0 + 1 < last ? ch0 + 1 : last;
 			t0n = chunk_tok0[c1], nn = chunk_len[c1];
 		}
 		for (int ci = 0; ci < nch; ++ci) {
 			const int c = ch0 + ci, x = ci & 1;
-			if (!kMetaAhead) n = chunk_len[c];
+			if (kMetaCalc)
+				n = min(kC, slen - kC * ci);
+			else if (!kMetaAhead)
+				n = chunk_len[c];
 			// The next chunk (or the last again: copied into the stage no one reads, so that no branch
 			// on nch sits between a wgmma and its wait), and the one after it.
 			const int cn = c + 1 < last ? c + 1 : last, cnn = cn + 1 < last ? cn + 1 : last;
@@ -308,7 +325,10 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 			__syncthreads();
 			GDNKCP_WALK_MARK(0, ci);  // every warp: past the chunk's barrier
 			if (holds()) gl = gln;  // chunk c's gamma_last (issue loads the next chunk's into gln)
-			if (!kMetaAhead) t0n = chunk_tok0[cn], nn = chunk_len[cn];
+			if (kMetaCalc)
+				t0n = t00 + kC * (cn - ch0), nn = min(kC, slen - kC * (cn - ch0));
+			else if (!kMetaAhead)
+				t0n = chunk_tok0[cn], nn = chunk_len[cn];
 			issue(wp, kr, u, gcum, cn, t0n, nn, h, HV, qh, HQK, c0, 1 - x);
 			const int n_next = nn;  // chunk cn's length: the next iteration's n
 			if (kStaged && !holds() && ci > 0)  // the previous chunk's H^T and V'^T, staged by the state warps
@@ -343,20 +363,20 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 				unsigned bh[4][4], bl[4][4];
 				update_issue_scaled(stage(x) + kOffK, reinterpret_cast<const float*>(stage(x) + off_e(VH)), bh, bl);
 				GDNKCP_WALK_MARK(4, ci);  // state: V' split, S decayed, (2) issued
-				if (vnew != nullptr) this->store_vprime(vnew, chunk_tok0[c], n, h, HV, c0);
+				if (vnew != nullptr) this->store_vprime(vnew, kMetaCalc ? t00 + kC * ci : chunk_tok0[c], n, h, HV, c0);
 				if (vnewp != nullptr) this->store_vprime_slots(vnewp + blk * kD * kC, n, c0);
 				if (kStagedV)
 					stage_out(x, n, false, vnew16 != nullptr);
 				else if (vnew16 != nullptr)
 					this->store_vprime16(vnew16 + blk * kD * kC, n, c0);
 				GDNKCP_WALK_MARK(5, ci);  // state: V' stores issued
-				if (kMetaAhead) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];  // land under (2)
+				if (kAhead) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];  // land under (2)
 				wg::wait<0>();
 				wg::fence_operand(s);
 				GDNKCP_WALK_MARK(6, ci);  // state: (2) done
 			}
 			finish_e(1 - x);  // the next chunk's factors (their gates loaded by issue)
-			if (kMetaAhead) {
+			if (kAhead) {
 				if (!holds()) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];
 				n = n_next;
 			}
