@@ -26,7 +26,14 @@ import (
 //     time, the walk's own (whether the output's memory traffic slows it) and
 //     the saving against walk + output in sequence;
 //   - output+walk: the same launched the other way round (whether the GPU
-//     then fills every SM with output CTAs before the walk's start).
+//     then fills every SM with output CTAs before the walk's start);
+//   - flags: the design itself, where the blob has its two entries
+//     (ptx/staging's walk_consumer_flags.patch; skipped otherwise): the walk
+//     publishing each chunk (gdn_state_walk_planes_f) and a "behind" grid of
+//     gdn_output_mma16gn_claim on the SMs the walk leaves free, beside it on
+//     a second stream, then a full grid of it after the walk, sharing one
+//     claim counter. H16 and V'16 are poisoned before each of its runs and
+//     the output compared after each: a chunk read before its flag fails.
 //
 // The walk rewrites H16 and V'16 with the bits they hold, so the output read
 // beside it is the same bits; the benchmark fails where it is not.
@@ -102,16 +109,33 @@ func BenchmarkGPUWalkOutputOverlap(b *testing.B) {
 		{"output", false, true, false},
 		{"walk+output", true, true, false},
 		{"output+walk", true, true, true},
+		{"flags", true, true, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			flags := c.name == "flags"
+			if flags && pr.walkF == nil {
+				b.Skipf("the blob has no %s / %s (walk_consumer_flags.patch not built)", entryStateWalkFlags, entryOutputClaim)
+			}
 			var tot, walk []float64
 			for i := 0; i < b.N+2; i++ { // two warm-up runs
 				t, w, err := pr.run(c.walk, c.out, c.outFirst)
+				if flags {
+					t, w, err = pr.runFlags()
+				}
 				if err != nil {
 					b.Fatal(err)
 				}
 				if i >= 2 {
 					tot, walk = append(tot, t), append(walk, w)
+				}
+				if flags { // every run: H16 and V'16 were poisoned before it, so an early read shows
+					got, err := pr.output()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if !slices.Equal(got, ref) {
+						b.Fatalf("flags, run %d: the output differs from the output alone's bits (a chunk read before its flag?)", i)
+					}
 				}
 			}
 			mt, mw := medianOf(tot), medianOf(walk)
@@ -140,6 +164,13 @@ func BenchmarkGPUWalkOutputOverlap(b *testing.B) {
 	}
 }
 
+// The entries of ptx/staging's walk_consumer_flags.patch, which the probe
+// resolves itself where the blob has them.
+const (
+	entryStateWalkFlags = "gdn_state_walk_planes_f"
+	entryOutputClaim    = "gdn_output_mma16gn_claim"
+)
+
 // overlapProbe holds what BenchmarkGPUWalkOutputOverlap launches: a kept
 // forward's rank 0, a second stream and the events.
 type overlapProbe struct {
@@ -150,6 +181,14 @@ type overlapProbe struct {
 	walkSmem, outSmem int
 	walkArgs, outArgs *loader.Args
 	walkEntry         string
+	// The flagged form (nil walkF: the blob lacks it): the entries, the
+	// flags and claim counter (zeroed before each run), their arguments and
+	// the grids of the behind and the full claiming launches.
+	walkF, outClaim          *loader.Function
+	ready, claim             *loader.Buffer
+	walkFArgs, claimArgs     *loader.Args
+	behindGrid, fullGrid     [3]uint32
+	readyWords, behindBlocks int
 }
 
 func newOverlapProbe(f *GPUForward) (*overlapProbe, error) {
@@ -178,6 +217,9 @@ func newOverlapProbe(f *GPUForward) (*overlapProbe, error) {
 	if pr.s2, err = rk.dev.ctx.NewStream(loader.StreamNonBlocking); err != nil {
 		return nil, err
 	}
+	if err := pr.openFlags(f); err != nil {
+		return nil, err
+	}
 	for i := range pr.ev {
 		if pr.ev[i], err = rk.dev.ctx.NewEvent(loader.EventDefault); err != nil {
 			return nil, err
@@ -186,7 +228,131 @@ func newOverlapProbe(f *GPUForward) (*overlapProbe, error) {
 	return pr, nil
 }
 
+// openFlags resolves the flagged form's entries where the blob has them and
+// makes its buffers and arguments.
+func (pr *overlapProbe) openFlags(f *GPUForward) error {
+	rk, ks := pr.rk, pr.rk.dev.ks
+	walkF, err := rk.dev.kernels.Function(entryStateWalkFlags)
+	if err != nil {
+		return nil // not built: the flags case skips
+	}
+	outClaim, err := rk.dev.kernels.Function(entryOutputClaim)
+	if err != nil {
+		return nil
+	}
+	if err := walkF.SetMaxDynamicSharedMemory(pr.walkSmem); err != nil {
+		return err
+	}
+	if err := outClaim.SetMaxDynamicSharedMemory(ks.outputSmem); err != nil {
+		return err
+	}
+	cfg := f.plan.Config
+	HQK, HV := cfg.HQK, cfg.HV
+	pr.readyWords = rk.tb.NC * HV
+	if pr.ready, err = loader.AllocFor[uint32](rk.dev.ctx, pr.readyWords); err != nil {
+		return err
+	}
+	if pr.claim, err = loader.AllocFor[uint32](rk.dev.ctx, 1); err != nil {
+		return err
+	}
+	const vh = 64
+	pr.walkFArgs = argsStatePlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
+		rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), 0, 0, rk.final.Ptr(), rk.h16.Ptr(),
+		rk.vnew16.Ptr(), HQK, HV, vh, 0, 0).DevicePtr(pr.ready.Ptr())
+	pr.claimArgs = argsOutputGN(rk.qRaw, rk.wk.Ptr(), rk.qSt, !f.opts.NoL2Norm, rk.gcum.Ptr(), rk.vnew16.Ptr(), rk.h16.Ptr(),
+		rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(f.opts)).
+		DevicePtr(pr.ready.Ptr()).I32(int32(gpuD / vh)).DevicePtr(pr.claim.Ptr()).I32(int32(rk.tb.NC * HQK))
+	sms := rk.dev.profile.SMs
+	walkCTAs := int(pr.walkGrid[0] * pr.walkGrid[1] * pr.walkGrid[2])
+	pr.behindBlocks = sms - walkCTAs // one a free SM: fits beside the whole walk however the GPU places it
+	pr.behindGrid = [3]uint32{uint32(max(pr.behindBlocks, 0)), 1, 1}
+	pr.fullGrid = [3]uint32{uint32(2 * sms), 1, 1} // two CTAs an SM
+	pr.walkF, pr.outClaim = walkF, outClaim
+	return nil
+}
+
+// runFlags runs the flagged form: flags and counter zeroed, then the walk on
+// s1, the behind grid on s2 (where the walk leaves SMs free) and the full
+// grid on s1 after the walk; it returns the time to the end of all three and
+// to the walk's end.
+func (pr *overlapProbe) runFlags() (total, walkEnd float64, err error) {
+	start, wEnd, oEnd := pr.ev[0], pr.ev[1], pr.ev[2]
+	dev := pr.rk.dev
+	if err := poisonOn(dev, pr.s1, 0, pr.ready, pr.readyWords, 0); err != nil {
+		return 0, 0, err
+	}
+	if err := poisonOn(dev, pr.s1, 0, pr.claim, 1, 0); err != nil {
+		return 0, 0, err
+	}
+	// H16 and V'16 poisoned (bf16 NaN pairs): the walk rewrites them, so an output item computed before
+	// its chunk's flag reads NaN and the benchmark's comparison fails.
+	for _, buf := range []*loader.Buffer{pr.rk.h16, pr.rk.vnew16} {
+		if err := poisonOn(dev, pr.s1, 0, buf, buf.Size()/4, 0x7fc07fc0); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := start.Record(pr.s1); err != nil {
+		return 0, 0, err
+	}
+	if err := loader.Launch(pr.s1, pr.walkF, pr.walkGrid, [3]uint32{gpuBlock, 1, 1}, uint32(pr.walkSmem), pr.walkFArgs); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", entryStateWalkFlags, err)
+	}
+	if err := wEnd.Record(pr.s1); err != nil {
+		return 0, 0, err
+	}
+	if pr.behindBlocks > 0 {
+		if err := pr.s2.WaitEvent(start); err != nil {
+			return 0, 0, err
+		}
+		if err := loader.Launch(pr.s2, pr.outClaim, pr.behindGrid, [3]uint32{gpuBlock, 1, 1}, uint32(pr.outSmem), pr.claimArgs); err != nil {
+			return 0, 0, fmt.Errorf("%s (behind): %w", entryOutputClaim, err)
+		}
+		if err := oEnd.Record(pr.s2); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := loader.Launch(pr.s1, pr.outClaim, pr.fullGrid, [3]uint32{gpuBlock, 1, 1}, uint32(pr.outSmem), pr.claimArgs); err != nil {
+		return 0, 0, fmt.Errorf("%s (full): %w", entryOutputClaim, err)
+	}
+	if pr.behindBlocks > 0 {
+		if err := pr.s1.WaitEvent(oEnd); err != nil {
+			return 0, 0, err
+		}
+	}
+	return pr.finish(true)
+}
+
+// finish records the end event on s1, waits for it and returns the times
+// from the start event to it and, where a walk ran, to the walk's end.
+func (pr *overlapProbe) finish(walk bool) (total, walkEnd float64, err error) {
+	start, wEnd, end := pr.ev[0], pr.ev[1], pr.ev[3]
+	if err := end.Record(pr.s1); err != nil {
+		return 0, 0, err
+	}
+	if err := end.Synchronize(); err != nil {
+		return 0, 0, err
+	}
+	t, err := loader.ElapsedMillis(start, end)
+	if err != nil {
+		return 0, 0, err
+	}
+	var w float32
+	if walk {
+		if w, err = loader.ElapsedMillis(start, wEnd); err != nil {
+			return 0, 0, err
+		}
+	}
+	return float64(t), float64(w), nil
+}
+
 func (pr *overlapProbe) close(b *testing.B) {
+	for _, buf := range []*loader.Buffer{pr.ready, pr.claim} {
+		if buf != nil {
+			if err := buf.Free(); err != nil {
+				b.Error(err)
+			}
+		}
+	}
 	for _, e := range pr.ev {
 		if e != nil {
 			if err := e.Close(); err != nil {
@@ -205,7 +371,7 @@ func (pr *overlapProbe) close(b *testing.B) {
 // the output first where outFirst), both after the start event, and returns
 // the time to the end of both and to the walk's end (0 without the walk).
 func (pr *overlapProbe) run(walk, out, outFirst bool) (total, walkEnd float64, err error) {
-	start, wEnd, oEnd, end := pr.ev[0], pr.ev[1], pr.ev[2], pr.ev[3]
+	start, wEnd, oEnd := pr.ev[0], pr.ev[1], pr.ev[2]
 	if err := start.Record(pr.s1); err != nil {
 		return 0, 0, err
 	}
@@ -249,23 +415,7 @@ func (pr *overlapProbe) run(walk, out, outFirst bool) (total, walkEnd float64, e
 			return 0, 0, err
 		}
 	}
-	if err := end.Record(pr.s1); err != nil {
-		return 0, 0, err
-	}
-	if err := end.Synchronize(); err != nil {
-		return 0, 0, err
-	}
-	t, err := loader.ElapsedMillis(start, end)
-	if err != nil {
-		return 0, 0, err
-	}
-	var w float32
-	if walk {
-		if w, err = loader.ElapsedMillis(start, wEnd); err != nil {
-			return 0, 0, err
-		}
-	}
-	return float64(t), float64(w), nil
+	return pr.finish(walk)
 }
 
 // output reads the rank's bf16 output back.

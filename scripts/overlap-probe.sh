@@ -4,11 +4,20 @@
 # launched together on two streams (walk first, then output first), CUDA-event medians of BENCHTIME runs
 # (default 20x). It answers whether running the output behind the walk on the SMs the walk leaves idle saves
 # time (docs/mma-kernels.md, "Design, not built ... consumers behind the walks").
+# The "flags" case (the design itself: gdn_state_walk_planes_f and gdn_output_mma16gn_claim, from
+# ptx/staging/walk_consumer_flags.patch) runs only on blobs that have those entries: BLOBS=DIR runs on a built
+# blob directory instead of the embedded blobs (GDNKCP_BLOB_DIR), e.g. one of scripts/knob-sweep.sh's
+# /tmp/knob-sweep/blobs-NAME after scripts/land-prep.sh applied the patch, in the same call.
 # Here: scripts/gpu.sh build && scripts/gpu.sh pack kcp.test
 # There: run(command="bash scripts/overlap-probe.sh", carry=[".gpu/pack.tgz"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ -f .gpu/pack.tgz ] && tar -C .gpu -xzf .gpu/pack.tgz
+[ -f .gpu/pack.tgz ] && [ ! -x .gpu/kcp.test ] && tar -C .gpu -xzf .gpu/pack.tgz
+if [ -n "${BLOBS:-}" ]; then
+	[ -f "$BLOBS/manifest.json" ] || { echo "overlap-probe: BLOBS=$BLOBS has no manifest.json" >&2; exit 2; }
+	export GDNKCP_BLOB_DIR=$BLOBS
+	echo "overlap-probe: blobs of $BLOBS"
+fi
 for docs in 32768 40000,45000,35908; do
 	echo "== docs $docs"
 	(cd kcp && GDNKCP_OVERLAP_DOCS=$docs timeout "${PROBE_TIMEOUT:-240}" ../.gpu/kcp.test -test.run '^$' \
