@@ -8,6 +8,7 @@
 # ptx/staging/walk_consumer_flags.patch) runs only on blobs that have those entries: BLOBS=DIR runs on a built
 # blob directory instead of the embedded blobs (GDNKCP_BLOB_DIR), e.g. one of scripts/knob-sweep.sh's
 # /tmp/knob-sweep/blobs-NAME after scripts/land-prep.sh applied the patch, in the same call.
+# PACKS: the packs, space-separated (default "32768 40000,45000,35908").
 # Here: scripts/gpu.sh build && scripts/gpu.sh pack kcp.test
 # There: run(command="bash scripts/overlap-probe.sh", carry=[".gpu/pack.tgz"])
 set -uo pipefail
@@ -18,7 +19,7 @@ if [ -n "${BLOBS:-}" ]; then
 	export GDNKCP_BLOB_DIR=$BLOBS
 	echo "overlap-probe: blobs of $BLOBS"
 fi
-for docs in 32768 40000,45000,35908; do
+for docs in ${PACKS:-32768 40000,45000,35908}; do
 	echo "== docs $docs"
 	(cd kcp && GDNKCP_OVERLAP_DOCS=$docs timeout "${PROBE_TIMEOUT:-240}" ../.gpu/kcp.test -test.run '^$' \
 		-test.bench WalkOutputOverlap -test.benchtime "${BENCHTIME:-20x}" -test.v 2>&1 |
