@@ -213,7 +213,25 @@ type bwdRun struct {
 	dqv, dkv, dg, dbeta                                        *loader.Buffer
 	dq, dk, dv, dq16, dk16, dv16                               *loader.Buffer // core stage
 	dy, dx, dhalo, dwPart, dw, dx16, haloIn                    *loader.Buffer // module stage
+
+	launches []recordedLaunch // every launch, in stream order, while bwdProbeHook is set
 }
+
+// recordedLaunch is one kernel launch of a backward, kept while bwdProbeHook
+// is set.
+type recordedLaunch struct {
+	entry string
+	grid  [3]uint32
+	smem  int
+	args  *loader.Args
+}
+
+// bwdProbeHook is nil except in this package's overlap benchmarks
+// (gpu_overlap_bench_test.go), which replay a backward's kernels: it runs at
+// the end of each successful rank backward that launched anything, before
+// its buffers are freed, and the run records its launches only while it is
+// set. Its error is the backward's.
+var bwdProbeHook func(*bwdRun) error
 
 // backwardRank runs one rank's backward and fills its slots of res. A rank
 // holding no tokens launches nothing but takes part in every exchange.
@@ -313,6 +331,11 @@ func (f *GPUForward) backwardRank(ctx context.Context, w *rankWork, dout []float
 	if err := b.st.finish(); err != nil {
 		return err
 	}
+	if bwdProbeHook != nil && !empty {
+		if err := bwdProbeHook(b); err != nil {
+			return fmt.Errorf("rank %d: backward probe: %w", r, err)
+		}
+	}
 	res.Timing[r].HostSeconds = time.Since(t0).Seconds()
 	return ctx.Err()
 }
@@ -322,6 +345,9 @@ func (b *bwdRun) mark() error { return b.clk.mark() }
 
 // launch runs entry on the rank's stream with 256-thread blocks.
 func (b *bwdRun) launch(entry string, grid [3]uint32, smem int, args *loader.Args) error {
+	if bwdProbeHook != nil {
+		b.launches = append(b.launches, recordedLaunch{entry, grid, smem, args})
+	}
 	return launchOn(b.rk.dev, b.rk.stream, b.rk.rank, entry, grid, smem, args)
 }
 

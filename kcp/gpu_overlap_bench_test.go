@@ -2,6 +2,7 @@ package kcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -11,38 +12,22 @@ import (
 
 	"github.com/gdnkcp/gdnkcp/internal/bf16"
 	"github.com/gdnkcp/gdnkcp/loader"
+	"github.com/gdnkcp/gdnkcp/sched"
 )
 
-// BenchmarkGPUWalkOutputOverlap measures the premise of docs/mma-kernels.md's
-// "consumers behind the walks" note: at 32K tokens in one document the vh 64
-// state walk runs 96 CTAs, one an SM, and leaves the H200's other SMs idle.
-// On a forward kept on the device (its H16 and V'16 already written), it
-// times, CUDA events, medians over b.N runs:
-//   - walk: gdn_state_walk_planes alone (the forward alone's arguments);
-//   - output: gdn_output_mma16gn alone;
-//   - walk+output: the walk launched on one stream, then the output on a
-//     second, both after the same event: the output's CTAs take the SMs the
-//     walk leaves free, then the rest as the walk ends. It reports the pair's
-//     time, the walk's own (whether the output's memory traffic slows it) and
-//     the saving against walk + output in sequence;
-//   - output+walk: the same launched the other way round (whether the GPU
-//     then fills every SM with output CTAs before the walk's start);
-//   - flags: the design itself, where the blob has its two entries
-//     (ptx/staging's walk_consumer_flags.patch; skipped otherwise): the walk
-//     publishing each chunk (gdn_state_walk_planes_f) and a "behind" grid of
-//     gdn_output_mma16gn_claim on the SMs the walk leaves free, beside it on
-//     a second stream, then a full grid of it after the walk, sharing one
-//     claim counter. H16 and V'16 are poisoned before each of its runs and
-//     the output compared after each: a chunk read before its flag fails.
+// The overlap probes measure the premise of docs/mma-kernels.md's "consumers
+// behind the walks" note: at 32K tokens in one document the vh 64 walks run
+// 96 CTAs, one an SM, and leave the H200's other SMs idle, where the stage
+// after each walk could run. No kernel or library change: probes for a design
+// decision. GDNKCP_OVERLAP_DOCS sets the pack (comma-separated document
+// lengths; default 32768). On the GPU machine (scripts/overlap-probe.sh):
 //
-// The walk rewrites H16 and V'16 with the bits they hold, so the output read
-// beside it is the same bits; the benchmark fails where it is not.
-// GDNKCP_OVERLAP_DOCS sets the pack (comma-separated document lengths; default
-// 32768). No kernel changes and nothing of this is in the library: a probe
-// for a design decision. On the GPU machine:
-//
-//	(cd kcp && ../.gpu/kcp.test -test.run '^$' -test.bench WalkOutputOverlap -test.benchtime 20x)
-func BenchmarkGPUWalkOutputOverlap(b *testing.B) {
+//	(cd kcp && ../.gpu/kcp.test -test.run '^$' -test.bench Overlap -test.benchtime 20x)
+
+// overlapForward runs the probes' forward: one rank, v5 kernels, kept on the
+// device (closed when b ends); dout is a backward's input for it.
+func overlapForward(b *testing.B) (f *GPUForward, dout []float32) {
+	b.Helper()
 	if _, err := loader.DeviceCount(); err != nil {
 		b.Skipf("needs libcuda.so.1 and a CUDA GPU: %v", err)
 	}
@@ -69,264 +54,121 @@ func BenchmarkGPUWalkOutputOverlap(b *testing.B) {
 	if err != nil {
 		b.Skipf("needs blobs with the v5 kernels: %v", err)
 	}
-	defer func() {
+	b.Cleanup(func() {
 		if err := g.Close(); err != nil {
 			b.Error(err)
 		}
-	}()
-	in, _ := RandomInputs(p, StageCore, 11)
-	f, err := g.Forward(context.Background(), in)
+	})
+	in, dout := RandomInputs(p, StageCore, 11)
+	f, err = g.Forward(context.Background(), in)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() {
+	b.Cleanup(func() { // before g's: cleanups run last added first
 		if err := f.Close(); err != nil {
 			b.Error(err)
 		}
+	})
+	return f, dout
+}
+
+// launcher launches one kernel on a stream.
+type launcher func(s *loader.Stream) error
+
+// streamPair times two kernels A and B alone and together: A on the rank's
+// stream s1, B on s1 alone or on s2 beside A, both after one start event.
+type streamPair struct {
+	s1, s2 *loader.Stream
+	ev     [4]*loader.Event // start, A's end, B's end, end
+}
+
+func newStreamPair(ctx *loader.Context, s1 *loader.Stream) (sp *streamPair, err error) {
+	sp = &streamPair{s1: s1}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, sp.close())
+		}
 	}()
-	pr, err := newOverlapProbe(f)
-	if err != nil {
-		b.Skip(err)
-	}
-	defer pr.close(b)
-	tokens := 0
-	for _, n := range docs {
-		tokens += n
-	}
-	b.Logf("%d tokens in %d documents, %d chunks; walk grid %v (%d CTAs), output grid %v", tokens, len(docs),
-		pr.rk.tb.NC, pr.walkGrid, pr.walkGrid[0]*pr.walkGrid[1]*pr.walkGrid[2], pr.outGrid)
-	ref, err := pr.output()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var walkMs, outMs float64
-	for _, c := range []struct {
-		name      string
-		walk, out bool
-		outFirst  bool
-	}{
-		{"walk", true, false, false},
-		{"output", false, true, false},
-		{"walk+output", true, true, false},
-		{"output+walk", true, true, true},
-		{"flags", true, true, false},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			flags := c.name == "flags"
-			if flags && pr.walkF == nil {
-				b.Skipf("the blob has no %s / %s (walk_consumer_flags.patch not built)", entryStateWalkFlags, entryOutputClaim)
-			}
-			var tot, walk []float64
-			for i := 0; i < b.N+2; i++ { // two warm-up runs
-				t, w, err := pr.run(c.walk, c.out, c.outFirst)
-				if flags {
-					t, w, err = pr.runFlags()
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				if i >= 2 {
-					tot, walk = append(tot, t), append(walk, w)
-				}
-				if flags { // every run: H16 and V'16 were poisoned before it, so an early read shows
-					got, err := pr.output()
-					if err != nil {
-						b.Fatal(err)
-					}
-					if !slices.Equal(got, ref) {
-						b.Fatalf("flags, run %d: the output differs from the output alone's bits (a chunk read before its flag?)", i)
-					}
-				}
-			}
-			mt, mw := medianOf(tot), medianOf(walk)
-			b.ReportMetric(mt, "ms")
-			switch {
-			case c.walk && !c.out:
-				walkMs = mt
-			case c.out && !c.walk:
-				outMs = mt
-			default:
-				b.ReportMetric(mw, "walk-ms")
-				if walkMs > 0 && outMs > 0 {
-					b.ReportMetric(walkMs+outMs-mt, "saved-ms")
-				}
-			}
-			if c.out {
-				got, err := pr.output()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if !slices.Equal(got, ref) {
-					b.Fatalf("%s: the output differs from the output alone's bits", c.name)
-				}
-			}
-		})
-	}
-}
-
-// The entries of ptx/staging's walk_consumer_flags.patch, which the probe
-// resolves itself where the blob has them.
-const (
-	entryStateWalkFlags = "gdn_state_walk_planes_f"
-	entryOutputClaim    = "gdn_output_mma16gn_claim"
-)
-
-// overlapProbe holds what BenchmarkGPUWalkOutputOverlap launches: a kept
-// forward's rank 0, a second stream and the events.
-type overlapProbe struct {
-	rk                *gpuRank
-	s1, s2            *loader.Stream
-	ev                [4]*loader.Event // start, walk end, output end, end
-	walkGrid, outGrid [3]uint32
-	walkSmem, outSmem int
-	walkArgs, outArgs *loader.Args
-	walkEntry         string
-	// The flagged form (nil walkF: the blob lacks it): the entries, the
-	// flags and claim counter (zeroed before each run), their arguments and
-	// the grids of the behind and the full claiming launches.
-	walkF, outClaim          *loader.Function
-	ready, claim             *loader.Buffer
-	walkFArgs, claimArgs     *loader.Args
-	behindGrid, fullGrid     [3]uint32
-	readyWords, behindBlocks int
-}
-
-func newOverlapProbe(f *GPUForward) (*overlapProbe, error) {
-	if len(f.ranks) != 1 || f.ranks[0] == nil {
-		return nil, fmt.Errorf("overlap probe: needs the kept forward's one rank")
-	}
-	rk := f.ranks[0]
-	ks := rk.dev.ks
-	if !ks.planes || !rk.normQK || rk.wp == nil || rk.wk == nil || rk.h16 == nil || rk.vnew16 == nil {
-		return nil, fmt.Errorf("overlap probe: needs the v5 plane walks and the bf16 H / V' (kernels %+v)", ks)
-	}
-	cfg := f.plan.Config
-	HQK, HV := cfg.HQK, cfg.HV
-	const vh = 64
-	pr := &overlapProbe{
-		rk: rk, s1: rk.stream, walkEntry: ks.state,
-		walkGrid: [3]uint32{uint32(gpuD / vh), uint32(rk.tb.NS), uint32(HV)}, walkSmem: ks.walkSmem(vh),
-		outGrid: [3]uint32{uint32(rk.tb.NC), uint32(HQK), 1}, outSmem: ks.outputSmem,
-	}
-	pr.walkArgs = argsStatePlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
-		rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), 0, 0, rk.final.Ptr(), rk.h16.Ptr(),
-		rk.vnew16.Ptr(), HQK, HV, vh, 0, 0)
-	pr.outArgs = argsOutputGN(rk.qRaw, rk.wk.Ptr(), rk.qSt, !f.opts.NoL2Norm, rk.gcum.Ptr(), rk.vnew16.Ptr(), rk.h16.Ptr(),
-		rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(f.opts))
-	var err error
-	if pr.s2, err = rk.dev.ctx.NewStream(loader.StreamNonBlocking); err != nil {
+	if sp.s2, err = ctx.NewStream(loader.StreamNonBlocking); err != nil {
 		return nil, err
 	}
-	if err := pr.openFlags(f); err != nil {
-		return nil, err
-	}
-	for i := range pr.ev {
-		if pr.ev[i], err = rk.dev.ctx.NewEvent(loader.EventDefault); err != nil {
+	for i := range sp.ev {
+		if sp.ev[i], err = ctx.NewEvent(loader.EventDefault); err != nil {
 			return nil, err
 		}
 	}
-	return pr, nil
+	return sp, nil
 }
 
-// openFlags resolves the flagged form's entries where the blob has them and
-// makes its buffers and arguments.
-func (pr *overlapProbe) openFlags(f *GPUForward) error {
-	rk, ks := pr.rk, pr.rk.dev.ks
-	walkF, err := rk.dev.kernels.Function(entryStateWalkFlags)
-	if err != nil {
-		return nil // not built: the flags case skips
+func (sp *streamPair) close() error {
+	var errs []error
+	for _, e := range sp.ev {
+		if e != nil {
+			errs = append(errs, e.Close())
+		}
 	}
-	outClaim, err := rk.dev.kernels.Function(entryOutputClaim)
-	if err != nil {
+	if sp.s2 != nil {
+		errs = append(errs, sp.s2.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// run launches A (on s1) where runA, B where runB (on s2 beside A, B first
+// where bFirst), and returns the times from the start to the end of both and
+// to A's end.
+func (sp *streamPair) run(a, b launcher, runA, runB, bFirst bool) (total, aEnd float64, err error) {
+	start, aDone, bDone := sp.ev[0], sp.ev[1], sp.ev[2]
+	if err := start.Record(sp.s1); err != nil {
+		return 0, 0, err
+	}
+	bs := sp.s1
+	if runA && runB {
+		bs = sp.s2
+		if err := bs.WaitEvent(start); err != nil {
+			return 0, 0, err
+		}
+	}
+	launchA := func() error {
+		if err := a(sp.s1); err != nil {
+			return err
+		}
+		return aDone.Record(sp.s1)
+	}
+	launchB := func() error {
+		if err := b(bs); err != nil {
+			return err
+		}
+		if err := bDone.Record(bs); err != nil {
+			return err
+		}
+		if bs != sp.s1 {
+			return sp.s1.WaitEvent(bDone)
+		}
 		return nil
 	}
-	if err := walkF.SetMaxDynamicSharedMemory(pr.walkSmem); err != nil {
-		return err
+	var steps []func() error
+	if runB && bFirst {
+		steps = append(steps, launchB)
 	}
-	if err := outClaim.SetMaxDynamicSharedMemory(ks.outputSmem); err != nil {
-		return err
+	if runA {
+		steps = append(steps, launchA)
 	}
-	cfg := f.plan.Config
-	HQK, HV := cfg.HQK, cfg.HV
-	pr.readyWords = rk.tb.NC * HV
-	if pr.ready, err = loader.AllocFor[uint32](rk.dev.ctx, pr.readyWords); err != nil {
-		return err
+	if runB && !bFirst {
+		steps = append(steps, launchB)
 	}
-	if pr.claim, err = loader.AllocFor[uint32](rk.dev.ctx, 1); err != nil {
-		return err
-	}
-	const vh = 64
-	pr.walkFArgs = argsStatePlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
-		rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), 0, 0, rk.final.Ptr(), rk.h16.Ptr(),
-		rk.vnew16.Ptr(), HQK, HV, vh, 0, 0).DevicePtr(pr.ready.Ptr())
-	pr.claimArgs = argsOutputGN(rk.qRaw, rk.wk.Ptr(), rk.qSt, !f.opts.NoL2Norm, rk.gcum.Ptr(), rk.vnew16.Ptr(), rk.h16.Ptr(),
-		rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), rk.o.Ptr(), HQK, HV, gpuScale(f.opts)).
-		DevicePtr(pr.ready.Ptr()).I32(int32(gpuD / vh)).DevicePtr(pr.claim.Ptr()).I32(int32(rk.tb.NC * HQK))
-	sms := rk.dev.profile.SMs
-	walkCTAs := int(pr.walkGrid[0] * pr.walkGrid[1] * pr.walkGrid[2])
-	pr.behindBlocks = sms - walkCTAs // one a free SM: fits beside the whole walk however the GPU places it
-	pr.behindGrid = [3]uint32{uint32(max(pr.behindBlocks, 0)), 1, 1}
-	pr.fullGrid = [3]uint32{uint32(2 * sms), 1, 1} // two CTAs an SM
-	pr.walkF, pr.outClaim = walkF, outClaim
-	return nil
-}
-
-// runFlags runs the flagged form: flags and counter zeroed, then the walk on
-// s1, the behind grid on s2 (where the walk leaves SMs free) and the full
-// grid on s1 after the walk; it returns the time to the end of all three and
-// to the walk's end.
-func (pr *overlapProbe) runFlags() (total, walkEnd float64, err error) {
-	start, wEnd, oEnd := pr.ev[0], pr.ev[1], pr.ev[2]
-	dev := pr.rk.dev
-	if err := poisonOn(dev, pr.s1, 0, pr.ready, pr.readyWords, 0); err != nil {
-		return 0, 0, err
-	}
-	if err := poisonOn(dev, pr.s1, 0, pr.claim, 1, 0); err != nil {
-		return 0, 0, err
-	}
-	// H16 and V'16 poisoned (bf16 NaN pairs): the walk rewrites them, so an output item computed before
-	// its chunk's flag reads NaN and the benchmark's comparison fails.
-	for _, buf := range []*loader.Buffer{pr.rk.h16, pr.rk.vnew16} {
-		if err := poisonOn(dev, pr.s1, 0, buf, buf.Size()/4, 0x7fc07fc0); err != nil {
+	for _, s := range steps {
+		if err := s(); err != nil {
 			return 0, 0, err
 		}
 	}
-	if err := start.Record(pr.s1); err != nil {
-		return 0, 0, err
-	}
-	if err := loader.Launch(pr.s1, pr.walkF, pr.walkGrid, [3]uint32{gpuBlock, 1, 1}, uint32(pr.walkSmem), pr.walkFArgs); err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", entryStateWalkFlags, err)
-	}
-	if err := wEnd.Record(pr.s1); err != nil {
-		return 0, 0, err
-	}
-	if pr.behindBlocks > 0 {
-		if err := pr.s2.WaitEvent(start); err != nil {
-			return 0, 0, err
-		}
-		if err := loader.Launch(pr.s2, pr.outClaim, pr.behindGrid, [3]uint32{gpuBlock, 1, 1}, uint32(pr.outSmem), pr.claimArgs); err != nil {
-			return 0, 0, fmt.Errorf("%s (behind): %w", entryOutputClaim, err)
-		}
-		if err := oEnd.Record(pr.s2); err != nil {
-			return 0, 0, err
-		}
-	}
-	if err := loader.Launch(pr.s1, pr.outClaim, pr.fullGrid, [3]uint32{gpuBlock, 1, 1}, uint32(pr.outSmem), pr.claimArgs); err != nil {
-		return 0, 0, fmt.Errorf("%s (full): %w", entryOutputClaim, err)
-	}
-	if pr.behindBlocks > 0 {
-		if err := pr.s1.WaitEvent(oEnd); err != nil {
-			return 0, 0, err
-		}
-	}
-	return pr.finish(true)
+	return sp.finish(runA)
 }
 
 // finish records the end event on s1, waits for it and returns the times
-// from the start event to it and, where a walk ran, to the walk's end.
-func (pr *overlapProbe) finish(walk bool) (total, walkEnd float64, err error) {
-	start, wEnd, end := pr.ev[0], pr.ev[1], pr.ev[3]
-	if err := end.Record(pr.s1); err != nil {
+// from the start event to it and, where A ran, to A's end.
+func (sp *streamPair) finish(aRan bool) (total, aEnd float64, err error) {
+	start, aDone, end := sp.ev[0], sp.ev[1], sp.ev[3]
+	if err := end.Record(sp.s1); err != nil {
 		return 0, 0, err
 	}
 	if err := end.Synchronize(); err != nil {
@@ -337,90 +179,324 @@ func (pr *overlapProbe) finish(walk bool) (total, walkEnd float64, err error) {
 		return 0, 0, err
 	}
 	var w float32
-	if walk {
-		if w, err = loader.ElapsedMillis(start, wEnd); err != nil {
+	if aRan {
+		if w, err = loader.ElapsedMillis(start, aDone); err != nil {
 			return 0, 0, err
 		}
 	}
 	return float64(t), float64(w), nil
 }
 
-func (pr *overlapProbe) close(b *testing.B) {
-	for _, buf := range []*loader.Buffer{pr.ready, pr.claim} {
-		if buf != nil {
-			if err := buf.Free(); err != nil {
-				b.Error(err)
-			}
-		}
-	}
-	for _, e := range pr.ev {
-		if e != nil {
-			if err := e.Close(); err != nil {
-				b.Error(err)
-			}
-		}
-	}
-	if pr.s2 != nil {
-		if err := pr.s2.Close(); err != nil {
-			b.Error(err)
-		}
-	}
+// pairTimes are the medians of the four ways a streamPair runs A and B.
+type pairTimes struct {
+	a, b, ab, ba float64 // A alone, B alone, A then B beside it, B then A beside it
+	aInAB        float64 // A's own time beside B
 }
 
-// run launches the walk (on s1) and / or the output (on s2 where both run,
-// the output first where outFirst), both after the start event, and returns
-// the time to the end of both and to the walk's end (0 without the walk).
-func (pr *overlapProbe) run(walk, out, outFirst bool) (total, walkEnd float64, err error) {
-	start, wEnd, oEnd := pr.ev[0], pr.ev[1], pr.ev[2]
-	if err := start.Record(pr.s1); err != nil {
-		return 0, 0, err
-	}
-	outS := pr.s1
-	if walk && out {
-		outS = pr.s2
-		if err := outS.WaitEvent(start); err != nil {
-			return 0, 0, err
+// timePair runs each way reps times after two warm-up runs and calls check
+// after each way's runs (nil: no check).
+func (sp *streamPair) timePair(a, b launcher, reps int, check func(way string) error) (pairTimes, error) {
+	var pt pairTimes
+	for _, w := range []struct {
+		name               string
+		runA, runB, bFirst bool
+		total, aEnd        *float64
+	}{
+		{"A", true, false, false, &pt.a, nil},
+		{"B", false, true, false, &pt.b, nil},
+		{"A+B", true, true, false, &pt.ab, &pt.aInAB},
+		{"B+A", true, true, true, &pt.ba, nil},
+	} {
+		var tot, aEnd []float64
+		for i := 0; i < reps+2; i++ {
+			t, ae, err := sp.run(a, b, w.runA, w.runB, w.bFirst)
+			if err != nil {
+				return pt, fmt.Errorf("%s: %w", w.name, err)
+			}
+			if i >= 2 {
+				tot, aEnd = append(tot, t), append(aEnd, ae)
+			}
+		}
+		*w.total = medianOf(tot)
+		if w.aEnd != nil {
+			*w.aEnd = medianOf(aEnd)
+		}
+		if check != nil {
+			if err := check(w.name); err != nil {
+				return pt, err
+			}
 		}
 	}
-	launchWalk := func() error {
-		if err := launchOn(pr.rk.dev, pr.s1, 0, pr.walkEntry, pr.walkGrid, pr.walkSmem, pr.walkArgs); err != nil {
-			return err
-		}
-		return wEnd.Record(pr.s1)
+	return pt, nil
+}
+
+// report reports pt's medians with the given names for A and B.
+func (pt pairTimes) report(b *testing.B, nameA, nameB string) {
+	b.ReportMetric(pt.a, nameA+"-ms")
+	b.ReportMetric(pt.b, nameB+"-ms")
+	b.ReportMetric(pt.ab, nameA+"+"+nameB+"-ms")
+	b.ReportMetric(pt.aInAB, nameA+"-beside-ms")
+	b.ReportMetric(pt.ba, nameB+"+"+nameA+"-ms")
+	b.ReportMetric(pt.a+pt.b-pt.ab, "saved-ms")
+}
+
+// BenchmarkGPUWalkOutputOverlap, on a forward kept on the device (its H16
+// and V'16 written): A = the state walk (gdn_state_walk_planes, the forward
+// alone's arguments), B = the output (gdn_output_mma16gn); alone, together
+// on two streams (the output's CTAs take the SMs the walk leaves free, then
+// the rest as it ends) in both launch orders: the pair's time, the walk's own
+// beside the output (whether the output's traffic slows it) and the saving
+// against the two in sequence. The walk rewrites H16 and V'16 with the bits
+// they hold, so the output must keep the output alone's bits (checked).
+//
+// Then "flags", the design itself, where the blob has its two entries
+// (ptx/staging's walk_consumer_flags.patch; skipped otherwise): the walk
+// publishing each chunk (gdn_state_walk_planes_f), a "behind" grid of
+// gdn_output_mma16gn_claim on the SMs the walk leaves free beside it on a
+// second stream, then a full grid after the walk, sharing one claim counter.
+// H16 and V'16 are poisoned before each of its runs and the output compared
+// after each: a chunk read before its flag fails.
+func BenchmarkGPUWalkOutputOverlap(b *testing.B) {
+	f, _ := overlapForward(b)
+	pr, err := newOverlapProbe(f)
+	if err != nil {
+		b.Skip(err)
 	}
-	launchOut := func() error {
-		if err := launchOn(pr.rk.dev, outS, 0, entryOutputMMA16GN, pr.outGrid, pr.outSmem, pr.outArgs); err != nil {
+	defer func() {
+		if err := pr.close(); err != nil {
+			b.Error(err)
+		}
+	}()
+	b.Logf("%d chunks; walk grid %v (%d CTAs), output grid %v, %d SMs", pr.rk.tb.NC, pr.walkGrid,
+		pr.walkGrid[0]*pr.walkGrid[1]*pr.walkGrid[2], pr.outGrid, pr.rk.dev.profile.SMs)
+	ref, err := pr.output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	same := func(way string) error {
+		got, err := pr.output()
+		if err != nil {
 			return err
 		}
-		if err := oEnd.Record(outS); err != nil {
-			return err
-		}
-		if outS != pr.s1 {
-			return pr.s1.WaitEvent(oEnd)
+		if !slices.Equal(got, ref) {
+			return fmt.Errorf("%s: the output differs from the output alone's bits", way)
 		}
 		return nil
 	}
-	steps := []func() error{}
-	if out && outFirst {
-		steps = append(steps, launchOut)
+	pt, err := pr.sp.timePair(pr.launchWalk, pr.launchOutput, b.N, same)
+	if err != nil {
+		b.Fatal(err)
 	}
-	if walk {
-		steps = append(steps, launchWalk)
+	pt.report(b, "walk", "output")
+	if pr.walkF == nil {
+		b.Logf("flags: the blob has no %s / %s (walk_consumer_flags.patch not built): not run", entryStateWalkFlags,
+			entryOutputClaim)
+		return
 	}
-	if out && !outFirst {
-		steps = append(steps, launchOut)
+	var tot, walk []float64
+	for i := 0; i < b.N+2; i++ {
+		t, w, err := pr.runFlags()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i >= 2 {
+			tot, walk = append(tot, t), append(walk, w)
+		}
+		if err := same(fmt.Sprintf("flags, run %d (a chunk read before its flag?)", i)); err != nil {
+			b.Fatal(err)
+		}
 	}
-	for _, s := range steps {
-		if err := s(); err != nil {
+	b.ReportMetric(medianOf(tot), "flags-ms")
+	b.ReportMetric(medianOf(walk), "flags-walk-ms")
+	b.ReportMetric(pt.a+pt.b-medianOf(tot), "flags-saved-ms")
+}
+
+// The entries of ptx/staging's walk_consumer_flags.patch, which the probe
+// resolves itself where the blob has them.
+const (
+	entryStateWalkFlags = "gdn_state_walk_planes_f"
+	entryOutputClaim    = "gdn_output_mma16gn_claim"
+)
+
+// overlapProbe holds what BenchmarkGPUWalkOutputOverlap launches: a kept
+// forward's rank 0, the stream pair, the walk's and the output's launches.
+type overlapProbe struct {
+	rk                *gpuRank
+	f                 *GPUForward
+	sp                *streamPair
+	walkGrid, outGrid [3]uint32
+	walkSmem, outSmem int
+	// The flagged form (nil walkF: the blob lacks it): the entries, the
+	// flags and claim counter (zeroed before each run), and the grids of the
+	// behind and the full claiming launches.
+	walkF, outClaim          *loader.Function
+	ready, claim             *loader.Buffer
+	behindGrid, fullGrid     [3]uint32
+	readyWords, behindBlocks int
+}
+
+// overlapVH is the walk width the probes launch: the one the width rule
+// picks at 32K on the H200.
+const overlapVH = 64
+
+func newOverlapProbe(f *GPUForward) (pr *overlapProbe, err error) {
+	if len(f.ranks) != 1 || f.ranks[0] == nil {
+		return nil, errors.New("overlap probe: needs the kept forward's one rank")
+	}
+	rk := f.ranks[0]
+	ks := rk.dev.ks
+	if !ks.planes || !rk.normQK || rk.wp == nil || rk.wk == nil || rk.h16 == nil || rk.vnew16 == nil {
+		return nil, fmt.Errorf("overlap probe: needs the v5 plane walks and the bf16 H / V' (kernels %+v)", ks)
+	}
+	pr = &overlapProbe{
+		rk: rk, f: f,
+		walkGrid: [3]uint32{uint32(gpuD / overlapVH), uint32(rk.tb.NS), uint32(f.plan.Config.HV)}, walkSmem: ks.walkSmem(overlapVH),
+		outGrid: [3]uint32{uint32(rk.tb.NC), uint32(f.plan.Config.HQK), 1}, outSmem: ks.outputSmem,
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, pr.close())
+		}
+	}()
+	if pr.sp, err = newStreamPair(rk.dev.ctx, rk.stream); err != nil {
+		return nil, err
+	}
+	if err := pr.openFlags(); err != nil {
+		return nil, err
+	}
+	return pr, nil
+}
+
+// walkArgs are the state walk's arguments as the forward alone passes them
+// (no fp32 H or V', no token slots, launch order).
+func (pr *overlapProbe) walkArgs() *loader.Args {
+	rk, cfg := pr.rk, pr.f.plan.Config
+	return argsStatePlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
+		rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), 0, 0, rk.final.Ptr(), rk.h16.Ptr(),
+		rk.vnew16.Ptr(), cfg.HQK, cfg.HV, overlapVH, 0, 0)
+}
+
+// outArgs are gdn_output_mma16gn's arguments.
+func (pr *overlapProbe) outArgs() *loader.Args {
+	rk, cfg := pr.rk, pr.f.plan.Config
+	return argsOutputGN(rk.qRaw, rk.wk.Ptr(), rk.qSt, !pr.f.opts.NoL2Norm, rk.gcum.Ptr(), rk.vnew16.Ptr(), rk.h16.Ptr(),
+		rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), rk.o.Ptr(), cfg.HQK, cfg.HV, gpuScale(pr.f.opts))
+}
+
+func (pr *overlapProbe) launchWalk(s *loader.Stream) error {
+	return launchOn(pr.rk.dev, s, 0, pr.rk.dev.ks.state, pr.walkGrid, pr.walkSmem, pr.walkArgs())
+}
+
+func (pr *overlapProbe) launchOutput(s *loader.Stream) error {
+	return launchOn(pr.rk.dev, s, 0, entryOutputMMA16GN, pr.outGrid, pr.outSmem, pr.outArgs())
+}
+
+// openFlags resolves the flagged form's entries where the blob has them and
+// makes its buffers.
+func (pr *overlapProbe) openFlags() error {
+	rk := pr.rk
+	walkF, err := rk.dev.kernels.Function(entryStateWalkFlags)
+	if err != nil {
+		return nil // not built: the flags case is not run
+	}
+	outClaim, err := rk.dev.kernels.Function(entryOutputClaim)
+	if err != nil {
+		return nil
+	}
+	if err := walkF.SetMaxDynamicSharedMemory(pr.walkSmem); err != nil {
+		return err
+	}
+	if err := outClaim.SetMaxDynamicSharedMemory(pr.outSmem); err != nil {
+		return err
+	}
+	pr.readyWords = rk.tb.NC * pr.f.plan.Config.HV
+	if pr.ready, err = loader.AllocFor[uint32](rk.dev.ctx, pr.readyWords); err != nil {
+		return err
+	}
+	if pr.claim, err = loader.AllocFor[uint32](rk.dev.ctx, 1); err != nil {
+		return err
+	}
+	sms := rk.dev.profile.SMs
+	walkCTAs := int(pr.walkGrid[0] * pr.walkGrid[1] * pr.walkGrid[2])
+	pr.behindBlocks = max(sms-walkCTAs, 0) // one a free SM: fits beside the whole walk however the GPU places it
+	pr.behindGrid = [3]uint32{uint32(pr.behindBlocks), 1, 1}
+	pr.fullGrid = [3]uint32{uint32(2 * sms), 1, 1} // two CTAs an SM
+	pr.walkF, pr.outClaim = walkF, outClaim
+	return nil
+}
+
+// runFlags runs the flagged form: flags and counter zeroed and H16, V'16
+// poisoned, then the walk on s1, the behind grid on s2 (where the walk
+// leaves SMs free) and the full grid on s1 after the walk; it returns the
+// times to the end of all three and to the walk's end.
+func (pr *overlapProbe) runFlags() (total, walkEnd float64, err error) {
+	sp, dev, cfg := pr.sp, pr.rk.dev, pr.f.plan.Config
+	start, wEnd, oEnd := sp.ev[0], sp.ev[1], sp.ev[2]
+	if err := poisonOn(dev, sp.s1, 0, pr.ready, pr.readyWords, 0); err != nil {
+		return 0, 0, err
+	}
+	if err := poisonOn(dev, sp.s1, 0, pr.claim, 1, 0); err != nil {
+		return 0, 0, err
+	}
+	// H16 and V'16 poisoned (bf16 NaN pairs): the walk rewrites them, so an output item computed before
+	// its chunk's flag reads NaN and the comparison after the run fails.
+	for _, buf := range []*loader.Buffer{pr.rk.h16, pr.rk.vnew16} {
+		if err := poisonOn(dev, sp.s1, 0, buf, buf.Size()/4, 0x7fc07fc0); err != nil {
 			return 0, 0, err
 		}
 	}
-	return pr.finish(walk)
+	claimArgs := func() *loader.Args {
+		return pr.outArgs().DevicePtr(pr.ready.Ptr()).I32(int32(gpuD / overlapVH)).DevicePtr(pr.claim.Ptr()).
+			I32(int32(pr.rk.tb.NC * cfg.HQK))
+	}
+	block := [3]uint32{gpuBlock, 1, 1}
+	if err := start.Record(sp.s1); err != nil {
+		return 0, 0, err
+	}
+	if err := loader.Launch(sp.s1, pr.walkF, pr.walkGrid, block, uint32(pr.walkSmem), pr.walkArgs().DevicePtr(pr.ready.Ptr())); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", entryStateWalkFlags, err)
+	}
+	if err := wEnd.Record(sp.s1); err != nil {
+		return 0, 0, err
+	}
+	if pr.behindBlocks > 0 {
+		if err := sp.s2.WaitEvent(start); err != nil {
+			return 0, 0, err
+		}
+		if err := loader.Launch(sp.s2, pr.outClaim, pr.behindGrid, block, uint32(pr.outSmem), claimArgs()); err != nil {
+			return 0, 0, fmt.Errorf("%s (behind): %w", entryOutputClaim, err)
+		}
+		if err := oEnd.Record(sp.s2); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := loader.Launch(sp.s1, pr.outClaim, pr.fullGrid, block, uint32(pr.outSmem), claimArgs()); err != nil {
+		return 0, 0, fmt.Errorf("%s (full): %w", entryOutputClaim, err)
+	}
+	if pr.behindBlocks > 0 {
+		if err := sp.s1.WaitEvent(oEnd); err != nil {
+			return 0, 0, err
+		}
+	}
+	return sp.finish(true)
+}
+
+func (pr *overlapProbe) close() error {
+	var errs []error
+	for _, buf := range []*loader.Buffer{pr.ready, pr.claim} {
+		if buf != nil {
+			errs = append(errs, buf.Free())
+		}
+	}
+	if pr.sp != nil {
+		errs = append(errs, pr.sp.close())
+	}
+	return errors.Join(errs...)
 }
 
 // output reads the rank's bf16 output back.
 func (pr *overlapProbe) output() ([]bf16.BF16, error) {
-	if err := pr.s1.Synchronize(); err != nil {
+	if err := pr.sp.s1.Synchronize(); err != nil {
 		return nil, err
 	}
 	o := make([]bf16.BF16, pr.rk.o.Size()/2)
@@ -428,6 +504,88 @@ func (pr *overlapProbe) output() ([]bf16.BF16, error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// BenchmarkGPUTapeGradsOverlap is BenchmarkGPUWalkOutputOverlap's first part
+// for the backward: A = the tape walk, B = the chunk gradients
+// (gdn_chunk_grads_mma8), replayed with the arguments of a B1 backward at its
+// end (bwdProbeHook, before its buffers are freed). The tape walk rewrites D16
+// and dV'16 with the bits they hold, so the gradients must keep their bits
+// (dq, dk, dv, dg, dbeta, checked after each way).
+func BenchmarkGPUTapeGradsOverlap(b *testing.B) {
+	f, dout := overlapForward(b)
+	var pt pairTimes
+	ran := false
+	bwdProbeHook = func(br *bwdRun) error {
+		ks := br.rk.dev.ks
+		var tape, grads *recordedLaunch
+		for i := range br.launches {
+			switch l := &br.launches[i]; {
+			case l.entry == ks.tapeEntry(64) || l.entry == ks.tapeEntry(128):
+				tape = l
+			case l.entry == ks.gradsFor(false):
+				grads = l
+			}
+		}
+		if tape == nil || grads == nil {
+			return fmt.Errorf("tape / grads probe: the backward launched no tape walk (%s) or no %s", ks.tapeEntry(64),
+				ks.gradsFor(false))
+		}
+		b.Logf("replaying %s, grid %v, and %s, grid %v", tape.entry, tape.grid, grads.entry, grads.grid)
+		outs := []*loader.Buffer{br.dq16, br.dk16, br.dv16, br.dg, br.dbeta}
+		read := func() ([][]byte, error) {
+			if err := br.rk.stream.Synchronize(); err != nil {
+				return nil, err
+			}
+			var r [][]byte
+			for _, o := range outs {
+				if o == nil {
+					return nil, errors.New("tape / grads probe: a gradient buffer is missing (not the v5 core stage?)")
+				}
+				v := make([]byte, o.Size())
+				if err := loader.CopyFromDevice(o, v); err != nil {
+					return nil, err
+				}
+				r = append(r, v)
+			}
+			return r, nil
+		}
+		ref, err := read()
+		if err != nil {
+			return err
+		}
+		sp, err := newStreamPair(br.rk.dev.ctx, br.rk.stream)
+		if err != nil {
+			return err
+		}
+		replay := func(l *recordedLaunch) launcher {
+			return func(s *loader.Stream) error { return launchOn(br.rk.dev, s, 0, l.entry, l.grid, l.smem, l.args) }
+		}
+		pt, err = sp.timePair(replay(tape), replay(grads), b.N, func(way string) error {
+			got, err := read()
+			if err != nil {
+				return err
+			}
+			for i := range ref {
+				if !slices.Equal(got[i], ref[i]) {
+					return fmt.Errorf("%s: gradient %d of (dq, dk, dv, dg, dbeta) differs from the backward's bits", way, i)
+				}
+			}
+			return nil
+		})
+		ran = err == nil
+		return errors.Join(err, sp.close())
+	}
+	defer func() { bwdProbeHook = nil }()
+	gr, err := f.Backward(context.Background(), dout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("the backward's tape walk ran at vh %d", gr.VH[0][sched.Tape])
+	if !ran {
+		b.Fatal("tape / grads probe: the backward's hook did not run")
+	}
+	pt.report(b, "tape", "grads")
 }
 
 // medianOf is the median of xs (the mean of the middle two for an even count).
