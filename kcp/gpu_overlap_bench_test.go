@@ -24,8 +24,9 @@ import (
 //
 //	(cd kcp && ../.gpu/kcp.test -test.run '^$' -test.bench Overlap -test.benchtime 20x)
 
-// overlapForward runs the probes' forward: one rank, v5 kernels, kept on the
-// device (closed when b ends); dout is a backward's input for it.
+// overlapForward runs the probes' forward: one rank, v5 kernels, every walk
+// at vh 64, kept on the device (closed when b ends); dout is a backward's
+// input for it.
 func overlapForward(b *testing.B) (f *GPUForward, dout []float32) {
 	b.Helper()
 	if _, err := loader.DeviceCount(); err != nil {
@@ -46,7 +47,9 @@ func overlapForward(b *testing.B) (f *GPUForward, dout []float32) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := GPUOptions{Options: Options{Stage: StageCore}, KeepDevice: true}
+	// Every walk at vh 64 (ForceVH): the width the probes' flagged entries take, and the one the rule picks
+	// for the state walk at 32K on the H200.
+	opts := GPUOptions{Options: Options{Stage: StageCore, ForceVH: overlapVH}, KeepDevice: true}
 	if err := opts.SetKernels("v5"); err != nil {
 		b.Fatal(err)
 	}
@@ -316,6 +319,8 @@ func BenchmarkGPUWalkOutputOverlap(b *testing.B) {
 const (
 	entryStateWalkFlags = "gdn_state_walk_planes_f"
 	entryOutputClaim    = "gdn_output_mma16gn_claim"
+	entryTapeWalkFlags  = "gdn_tape_walk_planes_f"
+	entryGradsClaim     = "gdn_chunk_grads_mma8_claim"
 )
 
 // overlapProbe holds what BenchmarkGPUWalkOutputOverlap launches: a kept
@@ -425,56 +430,82 @@ func (pr *overlapProbe) openFlags() error {
 	return nil
 }
 
-// runFlags runs the flagged form: flags and counter zeroed and H16, V'16
-// poisoned, then the walk on s1, the behind grid on s2 (where the walk
-// leaves SMs free) and the full grid on s1 after the walk; it returns the
-// times to the end of all three and to the walk's end.
+// runFlags runs the flagged form (claimedPair.run) with H16 and V'16
+// poisoned first: the walk rewrites them, so an output item computed before
+// its chunk's flag reads NaN and the comparison after the run fails.
 func (pr *overlapProbe) runFlags() (total, walkEnd float64, err error) {
-	sp, dev, cfg := pr.sp, pr.rk.dev, pr.f.plan.Config
-	start, wEnd, oEnd := sp.ev[0], sp.ev[1], sp.ev[2]
-	if err := poisonOn(dev, sp.s1, 0, pr.ready, pr.readyWords, 0); err != nil {
+	cfg := pr.f.plan.Config
+	cp := &claimedPair{
+		sp: pr.sp, dev: pr.rk.dev, ready: pr.ready, claim: pr.claim, readyWords: pr.readyWords,
+		poison:   []*loader.Buffer{pr.rk.h16, pr.rk.vnew16},
+		producer: pr.walkF, prodGrid: pr.walkGrid, prodSmem: pr.walkSmem, prodArgs: pr.walkArgs().DevicePtr(pr.ready.Ptr()),
+		consumer: pr.outClaim, consSmem: pr.outSmem, behind: pr.behindBlocks, full: int(pr.fullGrid[0]),
+		consArgs: pr.outArgs().DevicePtr(pr.ready.Ptr()).I32(int32(gpuD / overlapVH)).DevicePtr(pr.claim.Ptr()).
+			I32(int32(pr.rk.tb.NC * cfg.HQK)),
+	}
+	return cp.run()
+}
+
+// claimedPair is the design's launch sequence: a producer walk that
+// publishes each chunk into ready, and a claiming consumer, a "behind" grid
+// of it beside the walk on s2 (where behind > 0) and a full grid after the
+// walk on s1, sharing the claim counter.
+type claimedPair struct {
+	sp                 *streamPair
+	dev                *gpuDevice
+	ready, claim       *loader.Buffer
+	readyWords         int
+	poison             []*loader.Buffer // the walk's outputs the consumer reads, poisoned (bf16 NaN) before each run
+	producer, consumer *loader.Function
+	prodGrid           [3]uint32
+	prodSmem, consSmem int
+	prodArgs, consArgs *loader.Args
+	behind, full       int // the consumer's CTAs beside the walk and after it
+}
+
+// run zeroes the flags and the counter, poisons the consumer's inputs, then
+// launches the three; it returns the times from the start to the end of all
+// of them and to the walk's end.
+func (cp *claimedPair) run() (total, walkEnd float64, err error) {
+	sp := cp.sp
+	start, wEnd, cEnd := sp.ev[0], sp.ev[1], sp.ev[2]
+	if err := poisonOn(cp.dev, sp.s1, 0, cp.ready, cp.readyWords, 0); err != nil {
 		return 0, 0, err
 	}
-	if err := poisonOn(dev, sp.s1, 0, pr.claim, 1, 0); err != nil {
+	if err := poisonOn(cp.dev, sp.s1, 0, cp.claim, 1, 0); err != nil {
 		return 0, 0, err
 	}
-	// H16 and V'16 poisoned (bf16 NaN pairs): the walk rewrites them, so an output item computed before
-	// its chunk's flag reads NaN and the comparison after the run fails.
-	for _, buf := range []*loader.Buffer{pr.rk.h16, pr.rk.vnew16} {
-		if err := poisonOn(dev, sp.s1, 0, buf, buf.Size()/4, 0x7fc07fc0); err != nil {
+	for _, buf := range cp.poison {
+		if err := poisonOn(cp.dev, sp.s1, 0, buf, buf.Size()/4, 0x7fc07fc0); err != nil {
 			return 0, 0, err
 		}
-	}
-	claimArgs := func() *loader.Args {
-		return pr.outArgs().DevicePtr(pr.ready.Ptr()).I32(int32(gpuD / overlapVH)).DevicePtr(pr.claim.Ptr()).
-			I32(int32(pr.rk.tb.NC * cfg.HQK))
 	}
 	block := [3]uint32{gpuBlock, 1, 1}
 	if err := start.Record(sp.s1); err != nil {
 		return 0, 0, err
 	}
-	if err := loader.Launch(sp.s1, pr.walkF, pr.walkGrid, block, uint32(pr.walkSmem), pr.walkArgs().DevicePtr(pr.ready.Ptr())); err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", entryStateWalkFlags, err)
+	if err := loader.Launch(sp.s1, cp.producer, cp.prodGrid, block, uint32(cp.prodSmem), cp.prodArgs); err != nil {
+		return 0, 0, fmt.Errorf("the flagged walk: %w", err)
 	}
 	if err := wEnd.Record(sp.s1); err != nil {
 		return 0, 0, err
 	}
-	if pr.behindBlocks > 0 {
+	if cp.behind > 0 {
 		if err := sp.s2.WaitEvent(start); err != nil {
 			return 0, 0, err
 		}
-		if err := loader.Launch(sp.s2, pr.outClaim, pr.behindGrid, block, uint32(pr.outSmem), claimArgs()); err != nil {
-			return 0, 0, fmt.Errorf("%s (behind): %w", entryOutputClaim, err)
+		if err := loader.Launch(sp.s2, cp.consumer, [3]uint32{uint32(cp.behind), 1, 1}, block, uint32(cp.consSmem), cp.consArgs); err != nil {
+			return 0, 0, fmt.Errorf("the claiming consumer (behind): %w", err)
 		}
-		if err := oEnd.Record(sp.s2); err != nil {
+		if err := cEnd.Record(sp.s2); err != nil {
 			return 0, 0, err
 		}
 	}
-	if err := loader.Launch(sp.s1, pr.outClaim, pr.fullGrid, block, uint32(pr.outSmem), claimArgs()); err != nil {
-		return 0, 0, fmt.Errorf("%s (full): %w", entryOutputClaim, err)
+	if err := loader.Launch(sp.s1, cp.consumer, [3]uint32{uint32(cp.full), 1, 1}, block, uint32(cp.consSmem), cp.consArgs); err != nil {
+		return 0, 0, fmt.Errorf("the claiming consumer (full): %w", err)
 	}
-	if pr.behindBlocks > 0 {
-		if err := sp.s1.WaitEvent(oEnd); err != nil {
+	if cp.behind > 0 {
+		if err := sp.s1.WaitEvent(cEnd); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -515,6 +546,7 @@ func (pr *overlapProbe) output() ([]bf16.BF16, error) {
 func BenchmarkGPUTapeGradsOverlap(b *testing.B) {
 	f, dout := overlapForward(b)
 	var pt pairTimes
+	var flags []float64 // the flagged form's medians: total, the tape walk's end (nil: not run)
 	ran := false
 	bwdProbeHook = func(br *bwdRun) error {
 		ks := br.rk.dev.ks
@@ -561,7 +593,7 @@ func BenchmarkGPUTapeGradsOverlap(b *testing.B) {
 		replay := func(l *recordedLaunch) launcher {
 			return func(s *loader.Stream) error { return launchOn(br.rk.dev, s, 0, l.entry, l.grid, l.smem, l.args) }
 		}
-		pt, err = sp.timePair(replay(tape), replay(grads), b.N, func(way string) error {
+		same := func(way string) error {
 			got, err := read()
 			if err != nil {
 				return err
@@ -572,7 +604,11 @@ func BenchmarkGPUTapeGradsOverlap(b *testing.B) {
 				}
 			}
 			return nil
-		})
+		}
+		pt, err = sp.timePair(replay(tape), replay(grads), b.N, same)
+		if err == nil {
+			flags, err = tapeGradsFlags(b, br, sp, tape, grads, same)
+		}
 		ran = err == nil
 		return errors.Join(err, sp.close())
 	}
@@ -586,6 +622,69 @@ func BenchmarkGPUTapeGradsOverlap(b *testing.B) {
 		b.Fatal("tape / grads probe: the backward's hook did not run")
 	}
 	pt.report(b, "tape", "grads")
+	if flags != nil {
+		b.ReportMetric(flags[0], "flags-ms")
+		b.ReportMetric(flags[1], "flags-tape-ms")
+		b.ReportMetric(pt.a+pt.b-flags[0], "flags-saved-ms")
+	}
+}
+
+// tapeGradsFlags runs the backward's flagged form where the blob has its
+// entries (ptx/staging's walk_consumer_flags.patch) and the tape walk ran at
+// vh 64: gdn_tape_walk_planes_f with the backward's tape arguments and the
+// flags, gdn_chunk_grads_mma8_claim with its gradients' arguments, a behind
+// grid beside the walk and a full one after it (one CTA an SM), D16 and
+// dV'16 poisoned before each run and the gradients compared after each. It
+// returns the medians of the total and of the walk's end, nil where it did
+// not run.
+func tapeGradsFlags(b *testing.B, br *bwdRun, sp *streamPair, tape, grads *recordedLaunch, same func(string) error) ([]float64, error) {
+	dev, ks, cfg := br.rk.dev, br.rk.dev.ks, br.f.plan.Config
+	tapeF, err1 := dev.kernels.Function(entryTapeWalkFlags)
+	gradsC, err2 := dev.kernels.Function(entryGradsClaim)
+	if err1 != nil || err2 != nil || tape.entry != ks.tapeEntry(64) {
+		b.Logf("flags: not run (needs %s and %s in the blob, walk_consumer_flags.patch, and the tape walk at vh 64; it ran %s)",
+			entryTapeWalkFlags, entryGradsClaim, tape.entry)
+		return nil, nil
+	}
+	if err := tapeF.SetMaxDynamicSharedMemory(tape.smem); err != nil {
+		return nil, err
+	}
+	if err := gradsC.SetMaxDynamicSharedMemory(grads.smem); err != nil {
+		return nil, err
+	}
+	NC := br.rk.tb.NC
+	ready, err := loader.AllocFor[uint32](dev.ctx, NC*cfg.HV)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = ready.Free() }()
+	claim, err := loader.AllocFor[uint32](dev.ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = claim.Free() }()
+	sms := dev.profile.SMs
+	tapeCTAs := int(tape.grid[0] * tape.grid[1] * tape.grid[2])
+	cp := &claimedPair{
+		sp: sp, dev: dev, ready: ready, claim: claim, readyWords: NC * cfg.HV, poison: []*loader.Buffer{br.dchunk, br.dvnew},
+		producer: tapeF, prodGrid: tape.grid, prodSmem: tape.smem, prodArgs: tape.args.Clone().DevicePtr(ready.Ptr()),
+		consumer: gradsC, consSmem: grads.smem, behind: max(sms-tapeCTAs, 0), full: sms, // one CTA an SM
+		consArgs: grads.args.Clone().DevicePtr(ready.Ptr()).I32(2).DevicePtr(claim.Ptr()).I32(int32(NC * cfg.HQK)),
+	}
+	var tot, walk []float64
+	for i := 0; i < b.N+2; i++ {
+		t, w, err := cp.run()
+		if err != nil {
+			return nil, err
+		}
+		if i >= 2 {
+			tot, walk = append(tot, t), append(walk, w)
+		}
+		if err := same(fmt.Sprintf("flags, run %d (a chunk read before its flag?)", i)); err != nil {
+			return nil, err
+		}
+	}
+	return []float64{medianOf(tot), medianOf(walk)}, nil
 }
 
 // medianOf is the median of xs (the mean of the middle two for an even count).

@@ -35,6 +35,13 @@ type Args struct {
 // NewArgs returns an empty argument list.
 func NewArgs() *Args { return &Args{} }
 
+// Clone returns an independent copy of a: arguments appended to either later
+// do not show in the other (a kernel that takes another's arguments and a
+// few more).
+func (a *Args) Clone() *Args {
+	return &Args{buf: append([]byte(nil), a.buf...), specs: append([]ParamSpec(nil), a.specs...), err: a.err}
+}
+
 func (a *Args) add(kind string, align int, val []byte) *Args {
 	off := (len(a.buf) + align - 1) &^ (align - 1)
 	for len(a.buf) < off {

@@ -56,6 +56,38 @@ func TestArgsValues(t *testing.T) {
 	assert.Equal(t, []byte{0xaa, 0xbb, 0xcc}, d[24:27])
 }
 
+func TestArgsClone(t *testing.T) {
+	freed := &Buffer{ptr: 0x1000, size: 16}
+	freed.root = freed
+	freed.freed.Store(true)
+	for _, tc := range []struct {
+		name string
+		base *Args
+	}{
+		{"empty", NewArgs()},
+		{"values", NewArgs().U32(7).DevicePtr(0x1000).F32(2.5)},
+		{"invalid", NewArgs().I32(1).Ptr(freed)},
+		// Room to grow in place: a clone sharing the arrays would see the original's later appends.
+		{"spare capacity", (&Args{buf: make([]byte, 0, 256), specs: make([]ParamSpec, 0, 16)}).U32(7)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			layout, data := tc.base.Layout(), append([]byte(nil), tc.base.Data()...)
+			c := tc.base.Clone()
+			assert.Equal(t, layout, c.Layout())
+			assert.Equal(t, data, c.Data())
+			assert.Equal(t, tc.base.Err(), c.Err())
+			c.DevicePtr(0x2000).I32(-1)
+			assert.Equal(t, layout, tc.base.Layout(), "the original's layout after appending to the clone")
+			assert.Equal(t, data, tc.base.Data(), "the original's bytes after appending to the clone")
+			assert.Equal(t, len(layout)+2, c.Len())
+			cdata := append([]byte(nil), c.Data()...)
+			tc.base.U64(9)
+			assert.Equal(t, len(layout)+2, c.Len(), "the clone after appending to the original")
+			assert.Equal(t, cdata, c.Data(), "the clone's bytes after appending to the original")
+		})
+	}
+}
+
 func TestArgsInvalid(t *testing.T) {
 	freed := &Buffer{ptr: 0x1000, size: 16}
 	freed.root = freed
