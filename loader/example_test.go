@@ -79,3 +79,15 @@ func ExampleLaunch() {
 	}
 	fmt.Println(out[0], out[31])
 }
+
+// A kernel that takes another's arguments and two more: the clone grows, the
+// original keeps its layout.
+func ExampleArgs_Clone() {
+	base := loader.NewArgs().DevicePtr(0x1000).I32(64)
+	more := base.Clone().DevicePtr(0x2000).I32(2)
+	fmt.Println(base.Len(), base.Size())
+	fmt.Println(more.Len(), more.Size())
+	// Output:
+	// 2 12
+	// 4 28
+}
