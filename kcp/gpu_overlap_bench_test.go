@@ -321,6 +321,10 @@ const (
 	entryOutputClaim    = "gdn_output_mma16gn_claim"
 	entryTapeWalkFlags  = "gdn_tape_walk_planes_f"
 	entryGradsClaim     = "gdn_chunk_grads_mma8_claim"
+	// claimSlotBytes: a claiming consumer's dynamic shared memory is its
+	// body's and this much past it, for the item a CTA claimed
+	// (kOutputClaimSmem, kGradClaimSmem in the patch).
+	claimSlotBytes = 16
 )
 
 // overlapProbe holds what BenchmarkGPUWalkOutputOverlap launches: a kept
@@ -411,7 +415,7 @@ func (pr *overlapProbe) openFlags() error {
 	if err := walkF.SetMaxDynamicSharedMemory(pr.walkSmem); err != nil {
 		return err
 	}
-	if err := outClaim.SetMaxDynamicSharedMemory(pr.outSmem); err != nil {
+	if err := outClaim.SetMaxDynamicSharedMemory(pr.outSmem + claimSlotBytes); err != nil {
 		return err
 	}
 	pr.readyWords = rk.tb.NC * pr.f.plan.Config.HV
@@ -439,7 +443,7 @@ func (pr *overlapProbe) runFlags() (total, walkEnd float64, err error) {
 		sp: pr.sp, dev: pr.rk.dev, ready: pr.ready, claim: pr.claim, readyWords: pr.readyWords,
 		poison:   []*loader.Buffer{pr.rk.h16, pr.rk.vnew16},
 		producer: pr.walkF, prodGrid: pr.walkGrid, prodSmem: pr.walkSmem, prodArgs: pr.walkArgs().DevicePtr(pr.ready.Ptr()),
-		consumer: pr.outClaim, consSmem: pr.outSmem, behind: pr.behindBlocks, full: int(pr.fullGrid[0]),
+		consumer: pr.outClaim, consSmem: pr.outSmem + claimSlotBytes, behind: pr.behindBlocks, full: int(pr.fullGrid[0]),
 		consArgs: pr.outArgs().DevicePtr(pr.ready.Ptr()).I32(int32(gpuD / overlapVH)).DevicePtr(pr.claim.Ptr()).
 			I32(int32(pr.rk.tb.NC * cfg.HQK)),
 	}
@@ -649,7 +653,7 @@ func tapeGradsFlags(b *testing.B, br *bwdRun, sp *streamPair, tape, grads *recor
 	if err := tapeF.SetMaxDynamicSharedMemory(tape.smem); err != nil {
 		return nil, err
 	}
-	if err := gradsC.SetMaxDynamicSharedMemory(grads.smem); err != nil {
+	if err := gradsC.SetMaxDynamicSharedMemory(grads.smem + claimSlotBytes); err != nil {
 		return nil, err
 	}
 	NC := br.rk.tb.NC
@@ -668,7 +672,7 @@ func tapeGradsFlags(b *testing.B, br *bwdRun, sp *streamPair, tape, grads *recor
 	cp := &claimedPair{
 		sp: sp, dev: dev, ready: ready, claim: claim, readyWords: NC * cfg.HV, poison: []*loader.Buffer{br.dchunk, br.dvnew},
 		producer: tapeF, prodGrid: tape.grid, prodSmem: tape.smem, prodArgs: tape.args.Clone().DevicePtr(ready.Ptr()),
-		consumer: gradsC, consSmem: grads.smem, behind: max(sms-tapeCTAs, 0), full: sms, // one CTA an SM
+		consumer: gradsC, consSmem: grads.smem + claimSlotBytes, behind: max(sms-tapeCTAs, 0), full: sms, // one CTA an SM
 		consArgs: grads.args.Clone().DevicePtr(ready.Ptr()).I32(2).DevicePtr(claim.Ptr()).I32(int32(NC * cfg.HQK)),
 	}
 	var tot, walk []float64
