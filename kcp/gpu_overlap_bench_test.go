@@ -336,12 +336,12 @@ type overlapProbe struct {
 	walkGrid, outGrid [3]uint32
 	walkSmem, outSmem int
 	// The flagged form (nil walkF: the blob lacks it): the entries, the
-	// flags and claim counter (zeroed before each run), and the grids of the
+	// flags and claim counter (zeroed before each run), and the CTAs of the
 	// behind and the full claiming launches.
 	walkF, outClaim          *loader.Function
 	ready, claim             *loader.Buffer
-	behindGrid, fullGrid     [3]uint32
-	readyWords, behindBlocks int
+	readyWords               int
+	behindBlocks, fullBlocks int
 }
 
 // overlapVH is the walk width the probes launch: the one the width rule
@@ -428,8 +428,7 @@ func (pr *overlapProbe) openFlags() error {
 	sms := rk.dev.profile.SMs
 	walkCTAs := int(pr.walkGrid[0] * pr.walkGrid[1] * pr.walkGrid[2])
 	pr.behindBlocks = max(sms-walkCTAs, 0) // one a free SM: fits beside the whole walk however the GPU places it
-	pr.behindGrid = [3]uint32{uint32(pr.behindBlocks), 1, 1}
-	pr.fullGrid = [3]uint32{uint32(2 * sms), 1, 1} // two CTAs an SM
+	pr.fullBlocks = 2 * sms                // two CTAs an SM
 	pr.walkF, pr.outClaim = walkF, outClaim
 	return nil
 }
@@ -443,7 +442,7 @@ func (pr *overlapProbe) runFlags() (total, walkEnd float64, err error) {
 		sp: pr.sp, dev: pr.rk.dev, ready: pr.ready, claim: pr.claim, readyWords: pr.readyWords,
 		poison:   []*loader.Buffer{pr.rk.h16, pr.rk.vnew16},
 		producer: pr.walkF, prodGrid: pr.walkGrid, prodSmem: pr.walkSmem, prodArgs: pr.walkArgs().DevicePtr(pr.ready.Ptr()),
-		consumer: pr.outClaim, consSmem: pr.outSmem + claimSlotBytes, behind: pr.behindBlocks, full: int(pr.fullGrid[0]),
+		consumer: pr.outClaim, consSmem: pr.outSmem + claimSlotBytes, behind: pr.behindBlocks, full: pr.fullBlocks,
 		consArgs: pr.outArgs().DevicePtr(pr.ready.Ptr()).I32(int32(gpuD / overlapVH)).DevicePtr(pr.claim.Ptr()).
 			I32(int32(pr.rk.tb.NC * cfg.HQK)),
 	}
