@@ -51,22 +51,15 @@ if [ -n "${B_TESTS:-}" ]; then
 	grep -E "^(--- |FAIL|ok|panic)" "$out/kcp-b.log" | head -20
 fi
 # One line per (mode, stage): the set's figures over the rounds.
-python3 - "$out" "${ROUNDS:-2}" <<'PY'
-import re, sys, collections
+PYTHONPATH=scripts python3 - "$out" "${ROUNDS:-2}" <<'PY'
+import sys, collections
+from benchparse import stages
 out, rounds = sys.argv[1], int(sys.argv[2])
 rows = collections.OrderedDict()
 for r in range(1, rounds + 1):
     for s in "AB":
-        mode = None
-        for line in open(f"{out}/bench-{s}-{r}.txt"):
-            m = re.match(r"(\S+), .* median of \d+: ([\d.]+) ms", line)
-            if m:
-                mode = m.group(1)
-                rows.setdefault((mode, "total"), {"A": [], "B": []})[s].append(float(m.group(2)))
-                continue
-            m = re.match(r"\s+(.+?)\s+([\d.]+) ms$", line)
-            if m and mode and float(m.group(2)) >= 0.01:
-                rows.setdefault((mode, m.group(1)), {"A": [], "B": []})[s].append(float(m.group(2)))
+        for mode, stage, ms in stages(f"{out}/bench-{s}-{r}.txt"):
+            rows.setdefault((mode, stage), {"A": [], "B": []})[s].append(ms)
 print(f"{'mode':10s} {'stage':22s} {'A (ms)':>18s} {'B (ms)':>18s}")
 for (mode, stage), v in rows.items():
     f = lambda xs: " ".join(f"{x:.3f}" for x in xs)

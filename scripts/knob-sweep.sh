@@ -108,27 +108,16 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
 	done
 done
 # 4. The table.
-python3 - "$work/logs" "${ROUNDS:-2}" "${sets[*]}" "${packs[*]}" "$work/best" <<'PY'
-import collections, re, sys
+PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-2}" "${sets[*]}" "${packs[*]}" "$work/best" <<'PY'
+import collections, sys
+from benchparse import stages
 logs, rounds, sets, packs, bestf = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split(), sys.argv[5]
 rows = collections.OrderedDict()
 for p in packs:
     for r in range(1, rounds + 1):
         for s in sets:
-            mode = None
-            try:
-                lines = open(f"{logs}/bench-{s}-{p}-{r}.txt").read().splitlines()
-            except OSError:
-                continue
-            for line in lines:
-                m = re.match(r"(\S+), .* median of \d+: ([\d.]+) ms", line)
-                if m:
-                    mode = m.group(1)
-                    rows.setdefault((p, mode, "total"), collections.defaultdict(list))[s].append(float(m.group(2)))
-                    continue
-                m = re.match(r"\s+(.+?)\s+([\d.]+) ms$", line)
-                if m and mode and float(m.group(2)) >= 0.01:
-                    rows.setdefault((p, mode, m.group(1)), collections.defaultdict(list))[s].append(float(m.group(2)))
+            for mode, stage, ms in stages(f"{logs}/bench-{s}-{p}-{r}.txt"):
+                rows.setdefault((p, mode, stage), collections.defaultdict(list))[s].append(ms)
 w = 7 * rounds
 print(f"{'pack':18s} {'mode':9s} {'stage':18s} " + " ".join(f"{s:>{w}s}" for s in sets))
 for (p, mode, stage), v in rows.items():
