@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gdnkcp/gdnkcp/internal/bf16"
+	"github.com/gdnkcp/gdnkcp/internal/stats"
 	"github.com/gdnkcp/gdnkcp/loader"
 	"github.com/gdnkcp/gdnkcp/sched"
 )
@@ -220,9 +221,9 @@ func (sp *streamPair) timePair(a, b launcher, reps int, check func(way string) e
 				tot, aEnd = append(tot, t), append(aEnd, ae)
 			}
 		}
-		*w.total = medianOf(tot)
+		*w.total = stats.Median(tot)
 		if w.aEnd != nil {
-			*w.aEnd = medianOf(aEnd)
+			*w.aEnd = stats.Median(aEnd)
 		}
 		if check != nil {
 			if err := check(w.name); err != nil {
@@ -309,9 +310,9 @@ func BenchmarkGPUWalkOutputOverlap(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(medianOf(tot), "flags-ms")
-	b.ReportMetric(medianOf(walk), "flags-walk-ms")
-	b.ReportMetric(pt.a+pt.b-medianOf(tot), "flags-saved-ms")
+	b.ReportMetric(stats.Median(tot), "flags-ms")
+	b.ReportMetric(stats.Median(walk), "flags-walk-ms")
+	b.ReportMetric(pt.a+pt.b-stats.Median(tot), "flags-saved-ms")
 }
 
 // The entries of ptx/staging's walk_consumer_flags.patch, which the probe
@@ -687,19 +688,5 @@ func tapeGradsFlags(b *testing.B, br *bwdRun, sp *streamPair, tape, grads *recor
 			return nil, err
 		}
 	}
-	return []float64{medianOf(tot), medianOf(walk)}, nil
-}
-
-// medianOf is the median of xs (the mean of the middle two for an even count).
-func medianOf(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n == 0 {
-		return 0
-	}
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
+	return []float64{stats.Median(tot), stats.Median(walk)}, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gdnkcp/gdnkcp/internal/stats"
 	"github.com/gdnkcp/gdnkcp/kcp"
 	"github.com/gdnkcp/gdnkcp/loader"
 	"github.com/gdnkcp/gdnkcp/sched"
@@ -107,18 +108,6 @@ type benchRow struct {
 	FlopFloor    float64            `json:"compute_floor_ms"`
 	StateVH      int                `json:"state_walk_vh,omitempty"`
 	ForceVH      int                `json:"force_vh,omitempty"`
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func (o *benchOptions) run(cmd *cobra.Command) error {
@@ -301,10 +290,10 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		fmt.Fprintf(cmd.ErrOrStderr(), "\rbench %s %s: run %d of %d", kernels, mode, i+1, o.warmup+o.reps)
 	}
 	fmt.Fprintln(cmd.ErrOrStderr())
-	row.MedianMillis = median(totals)
+	row.MedianMillis = stats.Median(totals)
 	row.MinMillis = slices.Min(totals)
 	for s, ts := range stageTimes {
-		row.Stages[s] = median(ts)
+		row.Stages[s] = stats.Median(ts)
 	}
 	T := float64(plan.Tokens)
 	// Bytes that must move: q, k (bf16, 16 heads), v (bf16, 48 heads), g and

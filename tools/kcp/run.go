@@ -16,6 +16,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/gdnkcp/gdnkcp/internal/stats"
 	"github.com/gdnkcp/gdnkcp/kcp"
 	"github.com/gdnkcp/gdnkcp/loader"
 	"github.com/gdnkcp/gdnkcp/sched"
@@ -637,7 +638,7 @@ func gpuReport(device, kernels string, warmup int, local []int, steps []*gpuStep
 		if r == gi.SlowestRank {
 			slowIdx = i
 		}
-		rk := runGPURank{Rank: r, TotalMs: median(totals[r]), PeakBytes: last.peak[r]}
+		rk := runGPURank{Rank: r, TotalMs: stats.Median(totals[r]), PeakBytes: last.peak[r]}
 		for pi, name := range last.names {
 			var phase []float64
 			stages := map[string][]float64{}
@@ -655,14 +656,14 @@ func gpuReport(device, kernels string, warmup int, local []int, steps []*gpuStep
 			}
 			switch name {
 			case "forward":
-				rk.ForwardMs = median(phase)
+				rk.ForwardMs = stats.Median(phase)
 			case "recompute":
-				rk.RecomputeMs = median(phase)
+				rk.RecomputeMs = stats.Median(phase)
 			case "backward":
-				rk.BackwardMs = median(phase)
+				rk.BackwardMs = stats.Median(phase)
 			}
 			for _, key := range order {
-				m := median(stages[key])
+				m := stats.Median(stages[key])
 				rk.Stages = append(rk.Stages, runStage{key, m})
 				if _, stage, _ := strings.Cut(key, ": "); strings.HasPrefix(stage, "exchange") {
 					rk.ExchangeMs += m
@@ -704,7 +705,7 @@ func slowestOf(ranks []int, totals [][]float64) (float64, int) {
 			slow = r
 		}
 	}
-	return median(slowest), slow
+	return stats.Median(slowest), slow
 }
 
 // widthProfile is --arch/--sms, else the GPU present, else DefaultProfile.

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gdnkcp/gdnkcp/comm"
+	"github.com/gdnkcp/gdnkcp/internal/stats"
 	"github.com/gdnkcp/gdnkcp/kcp"
 	"github.com/gdnkcp/gdnkcp/loader"
 	"github.com/gdnkcp/gdnkcp/sched"
@@ -753,8 +754,8 @@ func cellRuleRun(c *sweepCell) sweepRuleRun {
 	}
 	rr.SlowestMs, rr.SlowestRank = slowestOf(ranks, rr.TotalsMs)
 	if len(ranks) > 0 {
-		if t := median(rr.TotalsMs[rr.SlowestRank]); t > 0 {
-			rr.ExchangeShare = median(rr.ExchangeMs[rr.SlowestRank]) / t
+		if t := stats.Median(rr.TotalsMs[rr.SlowestRank]); t > 0 {
+			rr.ExchangeShare = stats.Median(rr.ExchangeMs[rr.SlowestRank]) / t
 		}
 	}
 	return rr
