@@ -254,7 +254,7 @@ func (pt pairTimes) report(b *testing.B, nameA, nameB string) {
 // they hold, so the output must keep the output alone's bits (checked).
 //
 // Then "flags", the design itself, where the blob has its two entries
-// (ptx/staging's walk_consumer_flags.patch; skipped otherwise): the walk
+// (ptx/staging/parked's walk_consumer_flags.patch; skipped otherwise): the walk
 // publishing each chunk (gdn_state_walk_planes_f), a "behind" grid of
 // gdn_output_mma16gn_claim on the SMs the walk leaves free beside it on a
 // second stream, then a full grid after the walk, sharing one claim counter.
@@ -315,7 +315,7 @@ func BenchmarkGPUWalkOutputOverlap(b *testing.B) {
 	b.ReportMetric(pt.a+pt.b-stats.Median(tot), "flags-saved-ms")
 }
 
-// The entries of ptx/staging's walk_consumer_flags.patch, which the probe
+// The entries of ptx/staging/parked's walk_consumer_flags.patch, which the probe
 // resolves itself where the blob has them.
 const (
 	entryStateWalkFlags = "gdn_state_walk_planes_f"
@@ -634,7 +634,7 @@ func BenchmarkGPUTapeGradsOverlap(b *testing.B) {
 }
 
 // tapeGradsFlags runs the backward's flagged form where the blob has its
-// entries (ptx/staging's walk_consumer_flags.patch) and the tape walk ran at
+// entries (ptx/staging/parked's walk_consumer_flags.patch) and the tape walk ran at
 // vh 64: gdn_tape_walk_planes_f with the backward's tape arguments and the
 // flags, gdn_chunk_grads_mma8_claim with its gradients' arguments, a behind
 // grid beside the walk and a full one after it (one CTA an SM), D16 and

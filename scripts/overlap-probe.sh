@@ -6,7 +6,7 @@
 # BENCHTIME runs (default 20x); "saved-ms" is what running the second behind the first on the SMs the walk
 # leaves idle saves (docs/mma-kernels.md, "Design, not built ... consumers behind the walks").
 # The "flags" case (the design itself: gdn_state_walk_planes_f and gdn_output_mma16gn_claim, from
-# ptx/staging/walk_consumer_flags.patch) runs only on blobs that have those entries: BLOBS=DIR runs on a built
+# ptx/staging/parked/walk_consumer_flags.patch, measured and parked) runs only on blobs that have those entries: BLOBS=DIR runs on a built
 # blob directory instead of the embedded blobs (GDNKCP_BLOB_DIR), e.g. one of scripts/knob-sweep.sh's
 # /tmp/knob-sweep/blobs-NAME after scripts/land-prep.sh applied the patch, in the same call.
 # PACKS: the packs, space-separated (default "32768 40000,45000,35908"); BENCH: the benchmark regex (default
