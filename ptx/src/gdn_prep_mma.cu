@@ -395,6 +395,45 @@ __device__ __forceinline__ void prep_l_store(const PrepSmem& S, int bi, int bj, 
 	}
 }
 
+// GDNKCP_PREP_P2_HALVES 1: the grouped preps' P2 as twenty items (block b, n tile nt), warp w taking items
+// w, w + 8, w + 16 (at most three half blocks a warp; ten whole blocks gave warps 0 and 1 two and the rest
+// one, and the other six warps waited at barrier 3: ncu, 2026-12-03, 6% of the prep's stall samples). An n
+// tile's accumulator takes the same fragments in the same k order as in prep_kk_block, and prep_l_store's
+// expression: the same bits. 0: ten whole blocks.
+#ifndef GDNKCP_PREP_P2_HALVES
+#define GDNKCP_PREP_P2_HALVES 0
+#endif
+
+// prep_kk_half: n tile nt of block b's raw K K^T (prep_kk_block's fragments and order, one accumulator).
+__device__ __forceinline__ void prep_kk_half(const PrepSmem& S, int bi, int bj, int nt, int lane, float acc[4]) {
+#pragma unroll
+	for (int e = 0; e < 4; ++e) acc[e] = 0.f;
+#pragma unroll
+	for (int kk = 0; kk < kD / 16; ++kk) {
+		unsigned ah[4], al[4], bh[4], bl[4];
+		const int ra = 16 * bi + lane % 8 + 8 * ((lane / 8) % 2), ca = 16 * kk + 8 * (lane / 16);
+		tc::ldmatrix_x4(ah, S.KH + swz(ra, ca));
+		tc::ldmatrix_x4(al, S.KL + swz(ra, ca));
+		const int rb = 16 * bj + lane % 8 + 8 * (lane / 16), cb = 16 * kk + 8 * ((lane / 8) % 2);
+		tc::ldmatrix_x4(bh, S.KH + swz(rb, cb));
+		tc::ldmatrix_x4(bl, S.KL + swz(rb, cb));
+		mma3(acc, ah, al, bh + 2 * nt, bl + 2 * nt);
+	}
+}
+
+// prep_l_store_half: prep_l_store's n tile nt alone.
+__device__ __forceinline__ void prep_l_store_half(const PrepSmem& S, int bi, int bj, int nt, const float acc[4], int lane,
+                                                  int n) {
+	const int gq = lane / 4, tq = lane % 4;
+#pragma unroll
+	for (int hr = 0; hr < 2; ++hr) {
+		const int i = 16 * bi + gq + 8 * hr, j = 16 * bj + 8 * nt + 2 * tq, j1 = j + 1;
+		const float l0 = (j < i && i < n) ? S.bet[i] * acc[2 * hr] * expf(S.gam[i] - S.gam[j]) : 0.f;
+		const float l1 = (j1 < i && i < n) ? S.bet[i] * acc[2 * hr + 1] * expf(S.gam[i] - S.gam[j1]) : 0.f;
+		*reinterpret_cast<float2*>(S.LS + lrow(i) + j) = make_float2(l0, l1);
+	}
+}
+
 // P3: the diagonal blocks (I + L_bb)^-1, column c a lane: x_i = [i == c] - sum_{j<i} L_ij x_j, each sum
 // an fma chain from zero over j ascending (left-looking, row by row).
 __device__ __forceinline__ void prep_p3(const PrepSmem& S, int warp, int lane) {
@@ -416,43 +455,110 @@ __device__ __forceinline__ void prep_p3(const PrepSmem& S, int warp, int lane) {
 	}
 }
 
-// P4: A_ij = -D_i sum_{k=j}^{i-1} L_ik A_kj, block column j by warp j, rows i ascending. Block (i, j) needs
-// only L, D_i and the blocks A_kj of its own column, and each lane reads back exactly the elements it wrote
-// itself (the C layout of A_kj^T is the A layout of its next read), so the rows need no barrier at all.
-__device__ __forceinline__ void prep_p4(const PrepSmem& S, int warp, int gq, int tq) {
-	if (warp < 3) {
-		const int bj = warp;
-		for (int bi = bj + 1; bi < 4; ++bi) {
-			float xt[2][4] = {};  // X^T: m = column in block j, n = row in block i
-			for (int bk = bj; bk < bi; ++bk) {
-				unsigned ah[4], al[4];
-				frag_at(S.AI, 16 * bk, 16 * bj, gq, tq, ah, al);  // (m, k) = A_kj[k][m]
+// P4: A_ij = -D_i X_ij, X_ij = sum_{k=j}^{i-1} L_ik A_kj (k ascending, one accumulator X^T a block), for the
+// six blocks below the diagonal. Block column j's blocks depend on each other down the column (A_30 on A_20
+// on A_10), so column 0 is the phase's critical path: walked by one warp it took 6 terms and 3 products with
+// -D_i in sequence while five warps waited at barrier 5 (ncu, 2026-12-03: 13% of the prep's stall samples
+// behind that barrier). Here the terms that do not wait for the column's own blocks run on helper warps
+// and hand the partial X^T over through shared memory (exact fp32, the accumulator as it was: the same
+// mma.sync sequence on the same values, so the same bits):
+//   warp 0: A_10; X_20 from warp 3's partial + L_21 A_10; A_20; X_30 from warp 4's partial + L_32 A_20; A_30
+//   warp 1: A_21; X_31 from warp 5's partial + L_32 A_21; A_31
+//   warp 2: A_32
+//   warp 3: X_20's L_20 A_00                     -> named barrier 1 -> warp 0
+//   warp 4: X_30's L_30 A_00, then (named barrier 3: warp 0 stored A_10) + L_31 A_10 -> barrier 2 -> warp 0
+//   warp 5: X_31's L_31 A_11                     -> named barrier 4 -> warp 1
+// Column 0's chain: 3 terms and 3 products (it was 6 and 3), column 1's 2 and 2. A warp reads back the
+// blocks A_kj it stored itself, or (warp 4's A_10) after a named barrier with their writer; lanes read
+// exactly the elements the same lane index wrote (the C layout of A_kj^T is the A layout of its next read).
+// The partials: PX (over KF past LS, dead in P4), [3 partials][8 values][32 lanes] fp32.
+constexpr int kP4Partials = 3;
+static_assert(kC * kLA + kP4Partials * 8 * 32 <= kC * kD, "P4's partials fit in KF past LS");
+
+// p4_term: xt += L_ik A_kj (X^T's two n tiles: m = column in block j, n = row in block i).
+__device__ __forceinline__ void p4_term(const PrepSmem& S, int bi, int bj, int bk, int gq, int tq, float xt[2][4]) {
+	unsigned ah[4], al[4];
+	frag_at(S.AI, 16 * bk, 16 * bj, gq, tq, ah, al);  // (m, k) = A_kj[k][m]
 #pragma unroll
-				for (int nt = 0; nt < 2; ++nt) {
-					unsigned bh[2], bl[2];  // (k, n) = L_ik[n][k]
-					frag_bn(S.LS, 16 * bi + 8 * nt, 16 * bk, 1.f, gq, tq, bh, bl);
-					mma3(xt[nt], ah, al, bh, bl);
-				}
-			}
-			unsigned ah[4], al[4];  // X^T's accumulator tiles as the A fragment
+	for (int nt = 0; nt < 2; ++nt) {
+		unsigned bh[2], bl[2];  // (k, n) = L_ik[n][k]
+		frag_bn(S.LS, 16 * bi + 8 * nt, 16 * bk, 1.f, gq, tq, bh, bl);
+		mma3(xt[nt], ah, al, bh, bl);
+	}
+}
+
+// p4_finish: A_ij = -D_i X_ij from X^T's accumulator tiles (split as the A fragment), stored into AI.
+__device__ __forceinline__ void p4_finish(const PrepSmem& S, int bi, int bj, int gq, int tq, const float xt[2][4]) {
+	unsigned ah[4], al[4];  // X^T's accumulator tiles as the A fragment
 #pragma unroll
-			for (int r = 0; r < 4; ++r) tc::split_bf16x2(xt[r >> 1][2 * (r & 1)], xt[r >> 1][2 * (r & 1) + 1], ah[r], al[r]);
-			float res[2][4] = {};
+	for (int r = 0; r < 4; ++r) tc::split_bf16x2(xt[r >> 1][2 * (r & 1)], xt[r >> 1][2 * (r & 1) + 1], ah[r], al[r]);
+	float res[2][4] = {};
 #pragma unroll
-			for (int nt = 0; nt < 2; ++nt) {
-				unsigned bh[2], bl[2];  // (k, n) = -D_i[n][k]
-				frag_bn(S.AI, 16 * bi + 8 * nt, 16 * bi, -1.f, gq, tq, bh, bl);
-				mma3(res[nt], ah, al, bh, bl);
-			}
+	for (int nt = 0; nt < 2; ++nt) {
+		unsigned bh[2], bl[2];  // (k, n) = -D_i[n][k]
+		frag_bn(S.AI, 16 * bi + 8 * nt, 16 * bi, -1.f, gq, tq, bh, bl);
+		mma3(res[nt], ah, al, bh, bl);
+	}
 #pragma unroll
-			for (int nt = 0; nt < 2; ++nt) {
+	for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-				for (int r = 0; r < 4; ++r) {
-					const int m = gq + 8 * (r >> 1), nn = 8 * nt + 2 * tq + (r & 1);
-					S.AI[lrow(16 * bi + nn) + 16 * bj + m] = res[nt][r];
-				}
-			}
+		for (int r = 0; r < 4; ++r) {
+			const int m = gq + 8 * (r >> 1), nn = 8 * nt + 2 * tq + (r & 1);
+			S.AI[lrow(16 * bi + nn) + 16 * bj + m] = res[nt][r];
 		}
+	}
+}
+
+// p4_put / p4_get: partial p of X^T, lane-fastest (conflict-free 4-byte accesses).
+__device__ __forceinline__ void p4_put(float* PX, int p, int lane, const float xt[2][4]) {
+#pragma unroll
+	for (int v = 0; v < 8; ++v) PX[(8 * p + v) * 32 + lane] = xt[v >> 2][v & 3];
+}
+__device__ __forceinline__ void p4_get(const float* PX, int p, int lane, float xt[2][4]) {
+#pragma unroll
+	for (int v = 0; v < 8; ++v) xt[v >> 2][v & 3] = PX[(8 * p + v) * 32 + lane];
+}
+
+__device__ __forceinline__ void prep_p4(const PrepSmem& S, int warp, int gq, int tq) {
+	float* PX = S.KF + kC * kLA;  // past LS
+	const int lane = 4 * gq + tq;
+	float xt[2][4] = {};
+	if (warp == 0) {
+		p4_term(S, 1, 0, 0, gq, tq, xt);
+		p4_finish(S, 1, 0, gq, tq, xt);
+		tc::bar_arrive(3, 64);  // A_10 stored: warp 4 may read it
+		tc::bar_sync(1, 64);    // warp 3's X_20 partial
+		p4_get(PX, 0, lane, xt);
+		p4_term(S, 2, 0, 1, gq, tq, xt);
+		p4_finish(S, 2, 0, gq, tq, xt);
+		tc::bar_sync(2, 64);  // warp 4's X_30 partial
+		p4_get(PX, 1, lane, xt);
+		p4_term(S, 3, 0, 2, gq, tq, xt);
+		p4_finish(S, 3, 0, gq, tq, xt);
+	} else if (warp == 1) {
+		p4_term(S, 2, 1, 1, gq, tq, xt);
+		p4_finish(S, 2, 1, gq, tq, xt);
+		tc::bar_sync(4, 64);  // warp 5's X_31 partial
+		p4_get(PX, 2, lane, xt);
+		p4_term(S, 3, 1, 2, gq, tq, xt);
+		p4_finish(S, 3, 1, gq, tq, xt);
+	} else if (warp == 2) {
+		p4_term(S, 3, 2, 2, gq, tq, xt);
+		p4_finish(S, 3, 2, gq, tq, xt);
+	} else if (warp == 3) {
+		p4_term(S, 2, 0, 0, gq, tq, xt);
+		p4_put(PX, 0, lane, xt);
+		tc::bar_arrive(1, 64);
+	} else if (warp == 4) {
+		p4_term(S, 3, 0, 0, gq, tq, xt);
+		tc::bar_sync(3, 64);  // warp 0 stored A_10
+		p4_term(S, 3, 0, 1, gq, tq, xt);
+		p4_put(PX, 1, lane, xt);
+		tc::bar_arrive(2, 64);
+	} else if (warp == 5) {
+		p4_term(S, 3, 1, 1, gq, tq, xt);
+		p4_put(PX, 2, lane, xt);
+		tc::bar_arrive(4, 64);
 	}
 }
 
@@ -638,6 +744,24 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 		prep_k_planes(S, wkc, n, tid);
 	}
 	__syncthreads();  // barrier 2: KH, KL (first head), coef; KF / LS free
+#if GDNKCP_PREP_P2_HALVES
+	for (int it = warp; it < 20; it += 8) {
+		const int b = it >> 1, nt = it & 1;
+		int bi, bj;
+		prep_block(b, bi, bj);
+		float acc[4];
+		float* raw = RAW + b * 8 * 32 + lane;  // value (nt, e) at raw[32 (4 nt + e)]
+		if (first) {
+			prep_kk_half(S, bi, bj, nt, lane, acc);
+#pragma unroll
+			for (int e = 0; e < 4; ++e) raw[32 * (4 * nt + e)] = acc[e];
+		} else {
+#pragma unroll
+			for (int e = 0; e < 4; ++e) acc[e] = raw[32 * (4 * nt + e)];
+		}
+		prep_l_store_half(S, bi, bj, nt, acc, lane, n);
+	}
+#else
 	for (int b = warp; b < 10; b += 8) {
 		int bi, bj;
 		float acc[2][4];
@@ -657,6 +781,7 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 		}
 		prep_l_store(S, bi, bj, acc, lane, n);
 	}
+#endif
 	__syncthreads();  // barrier 3: LS
 	prep_p3(S, warp, lane);
 	__syncthreads();  // barrier 4

@@ -146,6 +146,17 @@ __device__ __forceinline__ void bar_sync(int id, int count) {
 #endif
 }
 
+// bar_arrive: arrive at the named barrier id for count threads without waiting (bar.arrive id, count): the
+// producer's half of a bar_sync another set of warps waits at. The arriving threads' earlier shared-memory
+// writes are seen by the waiting ones after their bar_sync.
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+#if defined(GDNKCP_CPU_EMULATOR)
+	emu::named_arrive(static_cast<unsigned>(id), static_cast<unsigned>(count));
+#else
+	asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
+}
+
 // dispatch_cta: the block coordinates (x, y, z) a walk CTA works as: its own where order is null, else
 // those of CTA order[its linear block index] of the launch order (x fastest, then y, then z): the walks'
 // dispatch order (kcp, sched.DispatchOrder), which makes the GPU, handing CTAs out by linear index, run
