@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,6 +46,7 @@ type prepMMACase struct {
 	vPad, vOff int // v row stride = HV*128 + vPad elements; v starts vOff elements into its buffer
 	deferred   bool
 	nokt       bool // also run gdn_prep_mma with kt null: gcum, w, u must be the same bits
+	twin       bool // the second segment's inputs are the first's: its outputs must be the first's bits
 	seed       uint64
 }
 
@@ -64,6 +66,9 @@ var prepMMACases = []prepMMACase{
 	{name: "hv6_deferred", lens: []int{64, 17}, hqk: 2, hv: 6, vPad: 0, deferred: true, nokt: true, seed: 24},
 	// ten value heads a QK head: more than the grouped preps stage at once (their per-head path)
 	{name: "hv10_one_qk", lens: []int{37}, hqk: 1, hv: 10, vPad: 0, nokt: true, seed: 25},
+	// two chunks of equal inputs in neighbouring blocks, which the emulator runs in opposite thread orders:
+	// a missing barrier between warps (P4's named barriers, say) gives them different bits
+	{name: "twin_chunks", lens: []int{64, 64}, hqk: 1, hv: 3, vPad: 0, nokt: true, twin: true, seed: 26},
 }
 
 // TestMMAPrepOnCPU runs gdn_prep_mma and gdn_prep_fwd on the cases above:
@@ -133,6 +138,18 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 		}
 	}
 
+	if c.twin { // segment 1's tokens take segment 0's inputs
+		require.Len(t, tok0, 2)
+		require.Equal(t, clen[0], clen[1])
+		for i := 0; i < int(clen[0]); i++ {
+			a, b := int(tok0[0])+i, int(tok0[1])+i
+			copy(kn[b*HQK*dHead:(b+1)*HQK*dHead], kn[a*HQK*dHead:(a+1)*HQK*dHead])
+			copy(vbuf[c.vOff+b*vStride:c.vOff+(b+1)*vStride], vbuf[c.vOff+a*vStride:c.vOff+(a+1)*vStride])
+			copy(g[b*HV:(b+1)*HV], g[a*HV:(a+1)*HV])
+			copy(beta[b*HV:(b+1)*HV], beta[a*HV:(a+1)*HV])
+		}
+	}
+
 	j := newJob(t)
 	if c.deferred {
 		j.env = []string{cpAsyncDeferred}
@@ -193,6 +210,9 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 	}
 	r := j.run(bin)
 	t.Logf("runner:\n%s", r.log)
+	if c.twin {
+		requireTwinChunks(t, r.raw, tok0, clen, HQK, HV)
+	}
 	// The walk planes: -W's and K^T's splits, from either entry, with or without kt and w.
 	for _, n := range []string{"wp", "wk"} {
 		require.Equal(t, r.raw[n+"_ref"], r.raw[n], "gdn_prep_mma's %s planes are not test_walk_planes'", n)
@@ -291,6 +311,42 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 		et.note("prep_fp32 "+o, relErr(got[o+"_fp32"], want[o]))
 	}
 	et.log(t)
+}
+
+// requireTwinChunks: with chunk 1's inputs chunk 0's, every output of chunk 1
+// (gcum, w, u, kt rows; the -W planes of each value head and the K^T planes of
+// each QK head) is chunk 0's, bit for bit, for every entry the case ran.
+func requireTwinChunks(t *testing.T, raw map[string][]byte, tok0, clen []int32, HQK, HV int) {
+	t.Helper()
+	n := int(clen[0])
+	rows := map[string]int{"gcum": 4 * HV, "w": 4 * HV * dHead, "u": 4 * HV * dHead, "kt": 4 * HV * dHead}
+	checked := 0
+	for name, b := range raw {
+		base := name
+		if i := strings.IndexByte(name, '_'); i >= 0 {
+			base = name[:i]
+		}
+		var a0, a1, size int
+		switch base {
+		case "gcum", "w", "u", "kt":
+			size = n * rows[base]
+			a0, a1 = int(tok0[0])*rows[base], int(tok0[1])*rows[base]
+		case "wp":
+			size = HV * 32768
+			a0, a1 = 0, size
+		case "wk":
+			size = HQK * 32768
+			a0, a1 = 0, size
+		default:
+			continue
+		}
+		if len(b) < a1+size {
+			continue
+		}
+		require.Equalf(t, b[a0:a0+size], b[a1:a1+size], "%s: chunk 1 (inputs equal to chunk 0's, the other thread order) differs", name)
+		checked++
+	}
+	require.Greater(t, checked, 10, "twin check: too few outputs compared")
 }
 
 // prepNormCases: gdn_prep_mma_gn against gdn_l2norm_fwd + gdn_prep_mma_g.
