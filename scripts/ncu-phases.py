@@ -5,25 +5,16 @@ instructions and of the stall samples, its HMMA count and its most executed opco
 sampled on the first instructions after it, so a segment's samples include the wait at the barrier that
 opens it. For kernels built of phases between __syncthreads (the prep, the chunk gradients): which phase
 holds the time. Usage: ncu-phases.py FILE.csv"""
-import csv
+import signal
 import sys
 
+from ncusource import num, read
 
-def num(s):
-    try:
-        return float(str(s).replace(",", ""))
-    except ValueError:
-        return 0.0
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
 
 
 def main(path):
-    rows = list(csv.reader(open(path, newline="")))
-    hi = next((i for i, r in enumerate(rows) if any(c.strip() == "Source" for c in r)), None)
-    if hi is None:
-        sys.exit("ncu-phases: no header row with a Source column")
-    head = [c.strip() for c in rows[hi]]
-    body = [r for r in rows[hi + 1:] if len(r) == len(head)]
-    col = {h: i for i, h in enumerate(head)}
+    head, body, col = read(path, "ncu-phases")
     src, ex = col["Source"], col["Instructions Executed"]
     samp = next(col[h] for h in head if h.startswith("Warp Stall Sampling (All"))
     tot_i = sum(num(r[ex]) for r in body) or 1.0

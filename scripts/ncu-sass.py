@@ -2,29 +2,17 @@
 """Summarises an ncu source page (--page source --csv --print-source sass): the stall samples of every
 SASS instruction, totalled by opcode and by stall reason, and the hottest instructions with their
 neighbours' opcodes. Usage: ncu-sass.py FILE.csv [TOP]."""
-import csv
 import signal
 import sys
 from collections import Counter
 
+from ncusource import num, read
+
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
 
 
-def num(s):
-    try:
-        return float(str(s).replace(",", ""))
-    except ValueError:
-        return 0.0
-
-
-rows = list(csv.reader(open(sys.argv[1], newline="")))
+head, body, col = read(sys.argv[1], "ncu-sass")
 top_n = int(sys.argv[2]) if len(sys.argv) > 2 else 25
-hi = next((i for i, r in enumerate(rows) if any(c.strip() == "Source" for c in r)), None)
-if hi is None:
-    sys.exit("ncu-sass: no header row with a Source column")
-head = [c.strip() for c in rows[hi]]
-body = [r for r in rows[hi + 1:] if len(r) == len(head)]
-col = {h: i for i, h in enumerate(head)}
 src = col["Source"]
 samp = next((col[h] for h in head if h.startswith("Warp Stall Sampling (All")), None)
 stall_cols = [h for h in head if h.startswith("stall_") or (h.startswith("Stall") and "Sampl" not in h)]
