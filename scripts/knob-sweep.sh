@@ -16,7 +16,9 @@
 #      40000,45000,35908); REPS (default 5) medians;
 #   4. the table: one line per (pack, mode, stage), one column per set, the rounds side by side;
 #   5. with TEST_VARIANT=NAME (or best: the least sum of the totals) and TESTS=REGEX, the kcp GPU tests of
-#      REGEX on that variant's blobs.
+#      REGEX on that variant's blobs;
+#   6. with BITS=1 (and TEST_VARIANT), scripts/ab-bits.sh on that variant's blobs against A (BITS_CONFIGS:
+#      its CONFIGS).
 # Each variant's blobs come back as $OUT/blobs-NAME.tar.gz (install the winner: scripts/blobs-local.sh install,
 # after setting its defaults in ptx/src); logs in $OUT/logs-sweep.tar.gz. At most 6 variants (what comes back
 # from a call is 8 files).
@@ -146,5 +148,11 @@ if [ -n "${TEST_VARIANT:-}" ] && [ -n "${TESTS:-}" ]; then
 	else
 		echo "knob-sweep: TEST_VARIANT $TEST_VARIANT has no blobs (dropped or failed above)"
 	fi
+fi
+# 6. With BITS=1, scripts/ab-bits.sh on the same variant's blobs against A (the committed blobs): whether a
+# change that claims the same bits keeps them (BITS_CONFIGS: ab-bits.sh's CONFIGS, default its own).
+if [ "${BITS:-0}" = 1 ] && [ -n "${TEST_VARIANT:-}" ] && [ -d "$work/blobs-$TEST_VARIANT" ]; then
+	echo "knob-sweep: ab-bits on $TEST_VARIANT's blobs"
+	B=$work/blobs-$TEST_VARIANT CONFIGS=${BITS_CONFIGS:-} bash scripts/ab-bits.sh 2>&1 | tee "$work/logs/ab-bits-$TEST_VARIANT.txt"
 fi
 tar -C "$work" -czf "$out/logs-sweep.tar.gz" logs
