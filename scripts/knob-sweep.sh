@@ -13,7 +13,7 @@
 #   2. ptxgen on every remaining variant, all at once;
 #   3. kcp bench on A (ptx/blobs, the committed blobs) and each variant in turn, ROUNDS rounds (default 2),
 #      MODES (default core) at DOCS (default 32768) and, unless DOCS2 is empty, at DOCS2 (default
-#      40000,45000,35908); REPS (default 5) medians;
+#      40000,45000,35908); REPS (default 5) medians; BENCH_FLAGS: more flags for kcp bench (e.g. --split-grads);
 #   4. the table: one line per (pack, mode, stage), one column per set, the rounds side by side;
 #   5. with TEST_VARIANT=NAME (or best: the least sum of the totals) and TESTS=REGEX, the kcp GPU tests of
 #      REGEX on that variant's blobs;
@@ -104,7 +104,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
 			dir=ptx/blobs
 			[ "$s" = A ] || dir=$work/blobs-$s
 			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels "${KERNELS:-v5}" \
-				--modes "${MODES:-core}" --reps "${REPS:-5}" --warmup 2 >"$work/logs/bench-$s-$p-$r.txt" 2>&1 ||
+				--modes "${MODES:-core}" --reps "${REPS:-5}" --warmup 2 ${BENCH_FLAGS:-} >"$work/logs/bench-$s-$p-$r.txt" 2>&1 ||
 				echo "knob-sweep: bench $s at $p, round $r: rc $? (logs/bench-$s-$p-$r.txt)"
 		done
 	done

@@ -116,6 +116,7 @@ constexpr int kGradMMA5Smem = 4 * (3 * kTP + kTW + kBig + 2 * kTQ + kScal);
 static_assert(kGradMMA5Smem == 227136, "kGradMMA5Smem: keep the header and the README in step");
 static_assert(kGradMMA5Smem <= 232448, "above the opt-in limit");
 static_assert(kTP + kTQ <= kBig, "dW and dA (F kk over dA) fit in BIG");
+static_assert(3 * kTQ + 3 * 8 * 32 <= kBig, "1c's partials fit in BIG past LS");
 
 // W2: two 32-bit words, one 8-byte store.
 struct alignas(8) W2 {
@@ -457,6 +458,110 @@ __device__ __forceinline__ void store_v4(unsigned* VB, const uint4 (&q)[4], int 
 // dKt runs; S3 waits for dV' and H^T, reads <D, H> back from the thread's own copies (dot_dht) and publishes
 // them at barrier 7 (no barrier 6: nothing is written between S2's products and S3's); every product sees
 // mma7's operands, only <D, H> takes D and H as bf16.
+// ---- 1c: A's blocks below the diagonal, A_ij = -D_i X_ij, X_ij = sum_{k=j}^{i-1} L_ik A_kj ----------------
+// g1c_term: xt += L_ik A_kj (X^T's two n tiles: m = column in block j, n = row in block i); g1c_finish: A_ij =
+// -D_i X_ij from X^T's accumulator tiles split as the A fragment, stored into AF. A warp reads back the
+// blocks A_kj it stored, each lane the elements the same lane index wrote (the C layout of A_kj^T is the A
+// layout of its next read).
+template <bool LO>
+__device__ __forceinline__ void g1c_term(const float* AF, const float* LS, int bi, int bj, int bk, int g, int t,
+                                         float xt[2][4]) {
+	unsigned ah[4], al[4];
+	frag_a<true, kQ, true>(AF + (16 * bk) * kQ + 16 * bj, g, t, ah, al);  // (m, k) = A_kj[k][m]
+#pragma unroll
+	for (int nt = 0; nt < 2; ++nt) {
+		unsigned bh[2], bl[2];  // (k, n) = L_ik[n][k]
+		frag_b<kQ, false>(LS + (16 * bi + 8 * nt) * kQ + 16 * bk, g, t, bh, bl);
+		mma_t<LO, LO>(xt[nt], ah, al, bh, bl);
+	}
+}
+template <bool LO>
+__device__ __forceinline__ void g1c_finish(float* AF, int bi, int bj, int g, int t, int rqt, const float xt[2][4]) {
+	unsigned ah[4], al[4];  // X^T's accumulator tiles as the A fragment
+#pragma unroll
+	for (int r = 0; r < 4; ++r) tc::split_bf16x2(xt[r >> 1][2 * (r & 1)], xt[r >> 1][2 * (r & 1) + 1], ah[r], al[r]);
+	float res[2][4] = {};
+#pragma unroll
+	for (int nt = 0; nt < 2; ++nt) {
+		unsigned bh[2], bl[2];  // (k, n) = -D_i[n][k]
+		frag_b<kQ, false>(AF + (16 * bi + 8 * nt) * kQ + 16 * bi, g, t, bh, bl, -1.f);
+		mma_t<LO, LO>(res[nt], ah, al, bh, bl);
+	}
+#pragma unroll
+	for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+		for (int r = 0; r < 4; ++r) {
+			const int m = g + 8 * (r >> 1);  // row nn = 8 nt + 2 t + (r & 1) of block i
+			AF[(16 * bi + 8 * nt) * kQ + rqt + (r & 1) * (kQ + 4) + 16 * bj + m] = res[nt][r];
+		}
+	}
+}
+
+// GDNKCP_GRADS_1C_HELPERS 1: 1c as gdn_prep_mma's P4 (v5.28): block column 0's three blocks depend on each
+// other down the column, so warp 0 walking them alone (6 terms and 3 products with -D_i) was the phase
+// while warps 3-7 waited at barrier 4, and one CTA an SM leaves nothing else to fill that wait. Warps 3-5
+// compute the terms that need no block of their own column (L_20 A_00; L_30 A_00 and, after named barrier 3
+// with warp 0's store of A_10, + L_31 A_10; L_31 A_11) and hand the partial X^T over through shared memory
+// (PX: [3][8][32] fp32, exact), and the owning warp goes on in the same k order: the same mma.sync sequence
+// on the same values, the same bits. Column 0's chain: 3 terms and 3 products; column 1's: 2 and 2.
+// 2: the helpers everywhere but gdn_chunk_grads_mma6 (grads5<true, true, false>: hi / lo products on fp32
+// H and V'), which the helpers' registers push from 249 to 255 and a 4-byte spill on sm_90a.
+#ifndef GDNKCP_GRADS_1C_HELPERS
+#define GDNKCP_GRADS_1C_HELPERS 2
+#endif
+template <bool TP, bool LO, bool B16>
+constexpr bool kHelpers1c = GDNKCP_GRADS_1C_HELPERS == 1 || (GDNKCP_GRADS_1C_HELPERS == 2 && !(TP && LO && !B16));
+
+template <bool LO>
+__device__ __forceinline__ void grads_1c(float* AF, const float* LS, float* PX, int w, int lane, int g, int t, int rqt) {
+	float xt[2][4] = {};
+	auto put = [&](int p) {
+#pragma unroll
+		for (int v = 0; v < 8; ++v) PX[(8 * p + v) * 32 + lane] = xt[v >> 2][v & 3];
+	};
+	auto get = [&](int p) {
+#pragma unroll
+		for (int v = 0; v < 8; ++v) xt[v >> 2][v & 3] = PX[(8 * p + v) * 32 + lane];
+	};
+	if (w == 0) {
+		g1c_term<LO>(AF, LS, 1, 0, 0, g, t, xt);
+		g1c_finish<LO>(AF, 1, 0, g, t, rqt, xt);
+		tc::bar_arrive(3, 64);  // A_10 stored: warp 4 may read it
+		tc::bar_sync(1, 64);    // warp 3's X_20 partial
+		get(0);
+		g1c_term<LO>(AF, LS, 2, 0, 1, g, t, xt);
+		g1c_finish<LO>(AF, 2, 0, g, t, rqt, xt);
+		tc::bar_sync(2, 64);  // warp 4's X_30 partial
+		get(1);
+		g1c_term<LO>(AF, LS, 3, 0, 2, g, t, xt);
+		g1c_finish<LO>(AF, 3, 0, g, t, rqt, xt);
+	} else if (w == 1) {
+		g1c_term<LO>(AF, LS, 2, 1, 1, g, t, xt);
+		g1c_finish<LO>(AF, 2, 1, g, t, rqt, xt);
+		tc::bar_sync(4, 64);  // warp 5's X_31 partial
+		get(2);
+		g1c_term<LO>(AF, LS, 3, 1, 2, g, t, xt);
+		g1c_finish<LO>(AF, 3, 1, g, t, rqt, xt);
+	} else if (w == 2) {
+		g1c_term<LO>(AF, LS, 3, 2, 2, g, t, xt);
+		g1c_finish<LO>(AF, 3, 2, g, t, rqt, xt);
+	} else if (w == 3) {
+		g1c_term<LO>(AF, LS, 2, 0, 0, g, t, xt);
+		put(0);
+		tc::bar_arrive(1, 64);
+	} else if (w == 4) {
+		g1c_term<LO>(AF, LS, 3, 0, 0, g, t, xt);
+		tc::bar_sync(3, 64);  // warp 0 stored A_10
+		g1c_term<LO>(AF, LS, 3, 0, 1, g, t, xt);
+		put(1);
+		tc::bar_arrive(2, 64);
+	} else if (w == 5) {
+		g1c_term<LO>(AF, LS, 3, 1, 1, g, t, xt);
+		put(2);
+		tc::bar_arrive(4, 64);
+	}
+}
+
 template <bool TP, bool LO = true, bool B16 = false>
 __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
                      int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
@@ -664,40 +769,16 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			tc::cp_async_commit();
 		}
 
-		// ---- 1c: A_ij = -D_i sum_{k=j}^{i-1} L_ik A_kj, block column j by warp j ----
-		if (w < 3) {
+		// ---- 1c: A_ij = -D_i sum_{k=j}^{i-1} L_ik A_kj (gdn_prep_mma's P4: block columns by warps 0-2, the
+		// terms that do not wait for the column's own blocks by warps 3-5, partials over BIG past LS) ----
+		if constexpr (kHelpers1c<TP, LO, B16>) {
+			grads_1c<LO>(AF, LS, BIG + 3 * kTQ, w, lane, g, t, rqt);
+		} else if (w < 3) {
 			const int bj = w;
 			for (int bi = bj + 1; bi < 4; ++bi) {
-				float xt[2][4] = {};  // X^T: m = column in block j, n = row in block i
-				for (int bk = bj; bk < bi; ++bk) {
-					unsigned ah[4], al[4];
-					frag_a<true, kQ, true>(AF + (16 * bk) * kQ + 16 * bj, g, t, ah, al);  // (m, k) = A_kj[k][m]
-#pragma unroll
-					for (int nt = 0; nt < 2; ++nt) {
-						unsigned bh[2], bl[2];  // (k, n) = L_ik[n][k]
-						frag_b<kQ, false>(LS + (16 * bi + 8 * nt) * kQ + 16 * bk, g, t, bh, bl);
-						mma_t<LO, LO>(xt[nt], ah, al, bh, bl);
-					}
-				}
-				unsigned ah[4], al[4];  // X^T's accumulator tiles as the A fragment
-#pragma unroll
-				for (int r = 0; r < 4; ++r)
-					tc::split_bf16x2(xt[r >> 1][2 * (r & 1)], xt[r >> 1][2 * (r & 1) + 1], ah[r], al[r]);
-				float res[2][4] = {};
-#pragma unroll
-				for (int nt = 0; nt < 2; ++nt) {
-					unsigned bh[2], bl[2];  // (k, n) = -D_i[n][k]
-					frag_b<kQ, false>(AF + (16 * bi + 8 * nt) * kQ + 16 * bi, g, t, bh, bl, -1.f);
-					mma_t<LO, LO>(res[nt], ah, al, bh, bl);
-				}
-#pragma unroll
-				for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-					for (int r = 0; r < 4; ++r) {
-						const int m = g + 8 * (r >> 1);  // row nn = 8 nt + 2 t + (r & 1) of block i
-						AF[(16 * bi + 8 * nt) * kQ + rqt + (r & 1) * (kQ + 4) + 16 * bj + m] = res[nt][r];
-					}
-				}
+				float xt[2][4] = {};
+				for (int bk = bj; bk < bi; ++bk) g1c_term<LO>(AF, LS, bi, bj, bk, g, t, xt);
+				g1c_finish<LO>(AF, bi, bj, g, t, rqt, xt);
 			}
 		}
 		__syncthreads();  // barrier 4: A complete; G1, E, L dead

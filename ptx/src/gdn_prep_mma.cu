@@ -28,14 +28,16 @@
 //   P3  the four diagonal blocks D_b = (I + L_bb)^-1 by forward substitution in fp32 on the CUDA cores
 //       (warp b, lane c < 16 holds column c in registers: 120 dependent fma), into AI (fp32 [64][68]).
 //                                                                                           barrier 4
-//   P4  the blocks below the diagonal, warp j < 3 walking block column j down (rows i = j+1 .. 3):
+//   P4  the blocks below the diagonal, warp j < 3 walking block column j down (rows i = j+1 .. 3), warps
+//       3-5 computing the terms that need no block of their own column (prep_p4, v5.28):
 //         X^T    = sum_{k=j}^{i-1} A_kj^T L_ik^T      (mma, hi/lo, fragments read from fp32 AI / LS)
 //         A_ij^T = X^T (-D_i^T)                       (mma, hi/lo; X^T's accumulator tiles are the A
 //                                                      fragments, split in registers)
 //       i.e. A_ij = -D_i sum_k L_ik A_kj, the block form of forward substitution. Block (i, j) needs
-//       only L, D_i and the blocks A_kj of its own column, which the same warp wrote, and each lane
-//       reads back exactly the elements it wrote (the C layout of A_ij^T is the A layout in which
-//       row i + 1 reads it): no barrier between rows. Then every thread waits for group 2 (v).
+//       only L, D_i and the blocks A_kj of its own column, which the same warp wrote (or, for warp 4's
+//       A_10, wrote before named barrier 3), and each lane reads back exactly the elements the same lane
+//       index wrote (the C layout of A_ij^T is the A layout in which row i + 1 reads it): no block
+//       barrier between rows. Then every thread waits for group 2 (v).
 //                                                                                           barrier 5
 //   P5  W and U (prep_p5): warp w both products for columns 32 (w % 4) .. +31 and the row blocks {0, 3}
 //       (w < 4) or {1, 2} (5 block-steps each). Its A operands, A diag(coef) for W and A diag(beta) for U,
@@ -395,45 +397,6 @@ __device__ __forceinline__ void prep_l_store(const PrepSmem& S, int bi, int bj, 
 	}
 }
 
-// GDNKCP_PREP_P2_HALVES 1: the grouped preps' P2 as twenty items (block b, n tile nt), warp w taking items
-// w, w + 8, w + 16 (at most three half blocks a warp; ten whole blocks gave warps 0 and 1 two and the rest
-// one, and the other six warps waited at barrier 3: ncu, 2026-12-03, 6% of the prep's stall samples). An n
-// tile's accumulator takes the same fragments in the same k order as in prep_kk_block, and prep_l_store's
-// expression: the same bits. 0: ten whole blocks.
-#ifndef GDNKCP_PREP_P2_HALVES
-#define GDNKCP_PREP_P2_HALVES 0
-#endif
-
-// prep_kk_half: n tile nt of block b's raw K K^T (prep_kk_block's fragments and order, one accumulator).
-__device__ __forceinline__ void prep_kk_half(const PrepSmem& S, int bi, int bj, int nt, int lane, float acc[4]) {
-#pragma unroll
-	for (int e = 0; e < 4; ++e) acc[e] = 0.f;
-#pragma unroll
-	for (int kk = 0; kk < kD / 16; ++kk) {
-		unsigned ah[4], al[4], bh[4], bl[4];
-		const int ra = 16 * bi + lane % 8 + 8 * ((lane / 8) % 2), ca = 16 * kk + 8 * (lane / 16);
-		tc::ldmatrix_x4(ah, S.KH + swz(ra, ca));
-		tc::ldmatrix_x4(al, S.KL + swz(ra, ca));
-		const int rb = 16 * bj + lane % 8 + 8 * (lane / 16), cb = 16 * kk + 8 * ((lane / 8) % 2);
-		tc::ldmatrix_x4(bh, S.KH + swz(rb, cb));
-		tc::ldmatrix_x4(bl, S.KL + swz(rb, cb));
-		mma3(acc, ah, al, bh + 2 * nt, bl + 2 * nt);
-	}
-}
-
-// prep_l_store_half: prep_l_store's n tile nt alone.
-__device__ __forceinline__ void prep_l_store_half(const PrepSmem& S, int bi, int bj, int nt, const float acc[4], int lane,
-                                                  int n) {
-	const int gq = lane / 4, tq = lane % 4;
-#pragma unroll
-	for (int hr = 0; hr < 2; ++hr) {
-		const int i = 16 * bi + gq + 8 * hr, j = 16 * bj + 8 * nt + 2 * tq, j1 = j + 1;
-		const float l0 = (j < i && i < n) ? S.bet[i] * acc[2 * hr] * expf(S.gam[i] - S.gam[j]) : 0.f;
-		const float l1 = (j1 < i && i < n) ? S.bet[i] * acc[2 * hr + 1] * expf(S.gam[i] - S.gam[j1]) : 0.f;
-		*reinterpret_cast<float2*>(S.LS + lrow(i) + j) = make_float2(l0, l1);
-	}
-}
-
 // P3: the diagonal blocks (I + L_bb)^-1, column c a lane: x_i = [i == c] - sum_{j<i} L_ij x_j, each sum
 // an fma chain from zero over j ascending (left-looking, row by row).
 __device__ __forceinline__ void prep_p3(const PrepSmem& S, int warp, int lane) {
@@ -744,24 +707,6 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 		prep_k_planes(S, wkc, n, tid);
 	}
 	__syncthreads();  // barrier 2: KH, KL (first head), coef; KF / LS free
-#if GDNKCP_PREP_P2_HALVES
-	for (int it = warp; it < 20; it += 8) {
-		const int b = it >> 1, nt = it & 1;
-		int bi, bj;
-		prep_block(b, bi, bj);
-		float acc[4];
-		float* raw = RAW + b * 8 * 32 + lane;  // value (nt, e) at raw[32 (4 nt + e)]
-		if (first) {
-			prep_kk_half(S, bi, bj, nt, lane, acc);
-#pragma unroll
-			for (int e = 0; e < 4; ++e) raw[32 * (4 * nt + e)] = acc[e];
-		} else {
-#pragma unroll
-			for (int e = 0; e < 4; ++e) acc[e] = raw[32 * (4 * nt + e)];
-		}
-		prep_l_store_half(S, bi, bj, nt, acc, lane, n);
-	}
-#else
 	for (int b = warp; b < 10; b += 8) {
 		int bi, bj;
 		float acc[2][4];
@@ -781,7 +726,6 @@ __device__ __noinline__ void prep_head_g(float* smem, const float* kn, const bf1
 		}
 		prep_l_store(S, bi, bj, acc, lane, n);
 	}
-#endif
 	__syncthreads();  // barrier 3: LS
 	prep_p3(S, warp, lane);
 	__syncthreads();  // barrier 4
