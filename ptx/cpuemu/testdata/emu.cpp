@@ -25,6 +25,7 @@ enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kAtNamedBarrier, kArrived,
 struct Copy {
   unsigned char* dst;
   unsigned char data[16];
+  int size;  // 16 (cp_async16) or 4 (cp_async4)
 };
 
 // A wgmma held back until its wait (EMU_WGMMA=deferred), as one of two kinds
@@ -133,7 +134,7 @@ size_t window_bytes = 0;
 Stats* cur_stats = nullptr;
 
 void land(const std::vector<Copy>& g) {
-  for (const Copy& c : g) memcpy(c.dst, c.data, 16);
+  for (const Copy& c : g) memcpy(c.dst, c.data, c.size);
 }
 
 void entry(int i) {
@@ -569,8 +570,26 @@ void cp_async16(void* smem, const void* gmem) {
   }
   Copy c;
   c.dst = static_cast<unsigned char*>(smem);
+  c.size = 16;
   memcpy(c.data, gmem, 16);
   for (int i = 0; i < 4; ++i) memcpy(c.dst + 4 * i, &kSmemFill, 4);  // in flight: undefined
+  fibers[current].uncommitted.push_back(c);
+}
+
+void cp_async4(void* smem, const void* gmem) {
+  if (current < 0) fail("cp.async outside a launch");
+  if ((reinterpret_cast<uintptr_t>(smem) | reinterpret_cast<uintptr_t>(gmem)) & 3)
+    fail("cp.async (4 bytes): the shared and global addresses must be 4-byte aligned");
+  if (cur_stats) ++cur_stats->cp_async;
+  if (!cp_async_deferred) {
+    memcpy(smem, gmem, 4);
+    return;
+  }
+  Copy c;
+  c.dst = static_cast<unsigned char*>(smem);
+  c.size = 4;
+  memcpy(c.data, gmem, 4);
+  memcpy(c.dst, &kSmemFill, 4);  // in flight: undefined
   fibers[current].uncommitted.push_back(c);
 }
 
