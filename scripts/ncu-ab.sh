@@ -4,7 +4,8 @@
 # time goes (which stall reason grew). There (device run, carry .gpu/pack.tgz and the tarballs):
 #   run(command="BLOBS='s2=.gpu/blobs-s2.tar.gz' KERNEL=chunk_grads_mma8 bash scripts/ncu-ab.sh --docs 32768
 #   --kernels v5 --modes core+bwd", carry=[".gpu/pack.tgz", ".gpu/blobs-s2.tar.gz"])
-# The tarballs are what scripts/knob-sweep.sh brings back (blobs-NAME.tar.gz).
+# The tarballs are what scripts/knob-sweep.sh brings back (blobs-NAME.tar.gz). The working tree, pack and
+# tarballs must stay under the device's 64 MiB: carry a pack of kcp alone (cd .gpu && tar czf pack.tgz kcp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
