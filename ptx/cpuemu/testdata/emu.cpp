@@ -25,7 +25,6 @@ enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kAtNamedBarrier, kArrived,
 struct Copy {
   unsigned char* dst;
   unsigned char data[16];
-  int size;  // 16 (cp_async16) or 4 (cp_async4)
 };
 
 // A wgmma held back until its wait (EMU_WGMMA=deferred), as one of two kinds
@@ -134,7 +133,7 @@ size_t window_bytes = 0;
 Stats* cur_stats = nullptr;
 
 void land(const std::vector<Copy>& g) {
-  for (const Copy& c : g) memcpy(c.dst, c.data, c.size);
+  for (const Copy& c : g) memcpy(c.dst, c.data, 16);
 }
 
 void entry(int i) {
@@ -559,30 +558,20 @@ void ldmatrix_x4(unsigned r[4], const void* p, bool trans) {
   for (int i = 0; i < 4; ++i) r[i] = out[i];
 }
 
-// cp_async: a copy of size bytes (16 or 4; both addresses size-aligned or an error): at once, or
-// (deferred) its source read now and its destination filled with kSmemFill until its group lands.
-static void cp_async(void* smem, const void* gmem, int size, const char* alignment_error) {
+void cp_async16(void* smem, const void* gmem) {
   if (current < 0) fail("cp.async outside a launch");
-  if ((reinterpret_cast<uintptr_t>(smem) | reinterpret_cast<uintptr_t>(gmem)) & (size - 1)) fail(alignment_error);
+  if ((reinterpret_cast<uintptr_t>(smem) | reinterpret_cast<uintptr_t>(gmem)) & 15)
+    fail("cp.async: the shared and global addresses must be 16-byte aligned");
   if (cur_stats) ++cur_stats->cp_async;
   if (!cp_async_deferred) {
-    memcpy(smem, gmem, size);
+    memcpy(smem, gmem, 16);
     return;
   }
   Copy c;
   c.dst = static_cast<unsigned char*>(smem);
-  c.size = size;
-  memcpy(c.data, gmem, size);
-  for (int i = 0; i < size / 4; ++i) memcpy(c.dst + 4 * i, &kSmemFill, 4);  // in flight: undefined
+  memcpy(c.data, gmem, 16);
+  for (int i = 0; i < 4; ++i) memcpy(c.dst + 4 * i, &kSmemFill, 4);  // in flight: undefined
   fibers[current].uncommitted.push_back(c);
-}
-
-void cp_async16(void* smem, const void* gmem) {
-  cp_async(smem, gmem, 16, "cp.async: the shared and global addresses must be 16-byte aligned");
-}
-
-void cp_async4(void* smem, const void* gmem) {
-  cp_async(smem, gmem, 4, "cp.async (4 bytes): the shared and global addresses must be 4-byte aligned");
 }
 
 void cp_async_commit() {

@@ -46,8 +46,7 @@
 //                   Both are checked to be executed by a full warp of 32 lanes,
 //                   all at the same instruction (a lane at another warp
 //                   collective, a shuffle or __syncwarp, is an error).
-//   cp_async16      16 bytes, both addresses 16-byte aligned (or an error);
-//                   cp_async4 the same for 4 bytes, 4-byte aligned.
+//   cp_async16      16 bytes, both addresses 16-byte aligned (or an error).
 //                   By default the copy happens at once and commit/wait do
 //                   nothing, which cannot show a missing wait. With the
 //                   environment variable EMU_CP_ASYNC=deferred a copy reads its
