@@ -19,6 +19,9 @@
 #      REGEX on that variant's blobs;
 #   6. with BITS=1 (and TEST_VARIANT), scripts/ab-bits.sh on that variant's blobs against A (BITS_CONFIGS:
 #      its CONFIGS).
+# STRICT=1 stops the call after step 2 when any variant fails to build (its nvcc errors printed), rather than
+# timing the others; after step 2 the registers and spills of the entries matching REGS_GREP (default
+# chunk_grads) are printed for every variant (sm_90a, from its manifest).
 # Each variant's blobs come back as $OUT/blobs-NAME.tar.gz (install the winner: scripts/blobs-local.sh install,
 # after setting its defaults in ptx/src); logs in $OUT/logs-sweep.tar.gz. At most 6 variants (what comes back
 # from a call is 8 files).
@@ -86,7 +89,8 @@ built=()
 for n in "${kept[@]}"; do
 	if [ "$(cat "$work/ptxgen-$n.rc")" != 0 ]; then
 		echo "knob-sweep: $n: ptxgen failed:"
-		tail -5 "$work/logs/ptxgen-$n.log"
+		{ grep -m 12 -E 'error|Error' "$work/logs/ptxgen-$n.log" || tail -5 "$work/logs/ptxgen-$n.log"; } | cut -c1-300
+		failed=1
 		continue
 	fi
 	tar -C "$work/blobs-$n" -czf "$out/blobs-$n.tar.gz" .
@@ -94,6 +98,26 @@ for n in "${kept[@]}"; do
 done
 echo "knob-sweep: blobs of ${built[*]:-none} in $(($(date +%s) - t0)) s"
 [ ${#built[@]} -gt 0 ] || exit 1
+if [ "${STRICT:-0}" = 1 ] && [ "${failed:-0}" = 1 ]; then
+	tar -C "$work" -czf "$out/logs-sweep.tar.gz" logs
+	echo "knob-sweep: STRICT=1 and a variant failed to build: stopping before the benches" >&2
+	exit 1
+fi
+# Registers and spills of the entries named by REGS_GREP (a regex; default the chunk-gradient entries), per
+# variant, from ptxgen's manifest (sm_90a).
+for n in "${built[@]}"; do
+	python3 - "$work/blobs-$n/manifest.json" "${REGS_GREP:-chunk_grads}" "$n" <<'PY' || true
+import json, re, sys
+f, pat, name = sys.argv[1], re.compile(sys.argv[2]), sys.argv[3]
+for b in json.load(open(f))["blobs"]:
+    if b["target"] != "sm_90a":
+        continue
+    for e in b["entries"]:
+        if pat.search(e["name"]):
+            r = e["resources"]
+            print(f"knob-sweep: {name}: {e['name']}: {r['registers']} regs, spill {r['spill_stores']}/{r['spill_loads']} bytes")
+PY
+done
 # 3. The benches: A and every variant in turn, each round, each pack.
 sets=(A "${built[@]}")
 packs=("${DOCS:-32768}")
