@@ -22,6 +22,8 @@
 # STRICT=1 stops the call after step 2 when any variant fails to build (its nvcc errors printed), rather than
 # timing the others; after step 2 the registers and spills of the entries matching REGS_GREP (default
 # chunk_grads) are printed for every variant (sm_90a, from its manifest).
+# Here, after the call: `go run ./tools/ptxcheck --diff ptx/blobs FILES_AT/blobs-NAME.tar.gz` lists the kernels
+# whose code a variant changed (every kernel is one translation unit: a knob can move another kernel's code).
 # Each variant's blobs come back as $OUT/blobs-NAME.tar.gz (install the winner: scripts/blobs-local.sh install,
 # after setting its defaults in ptx/src); logs in $OUT/logs-sweep.tar.gz. At most 6 variants (what comes back
 # from a call is 8 files).

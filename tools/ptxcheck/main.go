@@ -1,6 +1,7 @@
 // Command ptxcheck validates gdnkcp's kernel blobs without a CUDA toolkit.
 //
 //	ptxcheck [--gpu] [-v] [DIR]
+//	ptxcheck --diff [-v] A B
 //
 // With no DIR it checks the blobs embedded in the binary (package ptx); with
 // DIR it checks DIR/manifest.json and the blobs it names. Every PTX and cubin
@@ -12,6 +13,14 @@
 // It prints one line per failure, "BLOB: CHECK: evidence", then a summary
 // line, and exits 0 when every check passed, 1 when one failed, 2 on a usage
 // error.
+//
+// With --diff it compares the code of two blob sets instead (each a directory,
+// a blob tarball, or "embedded"): for every target slot both have, every
+// function's cubin .text (16-byte instruction words) or PTX body, and the
+// manifest's registers and spills. It prints a line per function that differs
+// and exits 0 when none does, 1 when some do: which kernels a rebuild really
+// changed, since every kernel is one translation unit and an edit of one file
+// can move another's code.
 package main
 
 import (
@@ -25,6 +34,7 @@ import (
 )
 
 const usage = `usage: ptxcheck [--gpu] [-v] [DIR]
+       ptxcheck --diff [-v] A B
 
 Checks the kernel blobs embedded in this binary, or DIR/manifest.json and the
 blobs it names. Prints one line per failure (BLOB: CHECK: evidence) and a
@@ -32,6 +42,10 @@ summary; exits 0 when all checks pass, 1 otherwise.
 
   --gpu   also load every blob the present GPU can run and resolve its entries
   -v      print a line for every blob, passed or not, and for every GPU load
+          (with --diff: for every function, the same ones too)
+  --diff  compare the code of blob sets A and B (directories, .tar.gz blob
+          tarballs, or "embedded") function by function; exits 1 when any
+          function differs
 `
 
 func main() {
@@ -40,12 +54,14 @@ func main() {
 
 // run is the command: it returns the exit code.
 func run(args []string, stdout, stderr io.Writer, driver func() (gpuDriver, error)) int {
-	var gpu, verbose bool
+	var gpu, verbose, diff bool
 	var dirs []string
 	for _, a := range args {
 		switch a {
 		case "--gpu", "-gpu":
 			gpu = true
+		case "--diff", "-diff":
+			diff = true
 		case "-v", "--v", "--verbose":
 			verbose = true
 		case "-h", "-help", "--help":
@@ -58,6 +74,13 @@ func run(args []string, stdout, stderr io.Writer, driver func() (gpuDriver, erro
 			}
 			dirs = append(dirs, a)
 		}
+	}
+	if diff {
+		if gpu || len(dirs) != 2 {
+			fmt.Fprintf(stderr, "ptxcheck: --diff takes two blob sets (A B) and no --gpu, got %q\n%s", dirs, usage)
+			return 2
+		}
+		return runDiff(dirs[0], dirs[1], verbose, stdout, stderr)
 	}
 	if len(dirs) > 1 {
 		fmt.Fprintf(stderr, "ptxcheck: one DIR at most, got %q\n%s", dirs, usage)

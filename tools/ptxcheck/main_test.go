@@ -1,7 +1,9 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"os"
@@ -64,6 +66,22 @@ func runCLI(t *testing.T, driver func() (gpuDriver, error), args ...string) (int
 	return code, lines, errOut.String()
 }
 
+// assertLines checks that a line starts with each of contains and, unless
+// last is empty, that the last line is last.
+func assertLines(t *testing.T, lines, contains []string, last string) {
+	t.Helper()
+	for _, want := range contains {
+		found := false
+		for _, l := range lines {
+			found = found || strings.HasPrefix(l, want)
+		}
+		assert.Truef(t, found, "no line starting %q in\n%s", want, strings.Join(lines, "\n"))
+	}
+	if last != "" {
+		assert.Equal(t, last, lines[len(lines)-1])
+	}
+}
+
 func TestCLI(t *testing.T) {
 	dir := probeStore(t)
 	flipped := probeStore(t)
@@ -96,15 +114,87 @@ func TestCLI(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			code, lines, _ := runCLI(t, noDriver, tc.args...)
 			assert.Equal(t, tc.code, code, strings.Join(lines, "\n"))
-			for _, want := range tc.contains {
-				found := false
-				for _, l := range lines {
-					found = found || strings.HasPrefix(l, want)
-				}
-				assert.Truef(t, found, "no line starting %q in\n%s", want, strings.Join(lines, "\n"))
-			}
-			if tc.last != "" {
-				assert.Equal(t, tc.last, lines[len(lines)-1])
+			assertLines(t, lines, tc.contains, tc.last)
+		})
+	}
+}
+
+// editedProbeStore is probeStore with probe_axpy's PTX for compute_80 one
+// line longer (the manifest's sha256 and size follow).
+func editedProbeStore(t *testing.T) string {
+	t.Helper()
+	dir := probeStore(t)
+	p := filepath.Join(dir, "probe.compute_80.ptx")
+	d, err := os.ReadFile(p)
+	require.NoError(t, err)
+	d = bytes.Replace(d, []byte("\tfma.rn.f32 \t%f4,"), []byte("\tmembar.gl;\n\tfma.rn.f32 \t%f4,"), 1)
+	require.NoError(t, os.WriteFile(p, d, 0o644))
+	m, err := ptx.Dir(dir).Manifest()
+	require.NoError(t, err)
+	b, ok := m.Blob("compute_80")
+	require.True(t, ok)
+	b.SHA256, b.Size = ptx.SHA256(d), len(d)
+	raw, err := json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ptx.ManifestName), raw, 0o644))
+	return dir
+}
+
+// tarball packs dir's files into a .tar.gz as scripts/knob-sweep.sh returns
+// them (paths "./NAME") and returns its path.
+func tarball(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "blobs-x.tar.gz")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	gz := gzip.NewWriter(f)
+	tw := tar.NewWriter(gz)
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range ents {
+		d, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: "./" + e.Name(), Mode: 0o644, Size: int64(len(d)), Typeflag: tar.TypeReg}))
+		_, err = tw.Write(d)
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.Close())
+	require.NoError(t, gz.Close())
+	require.NoError(t, f.Close())
+	return path
+}
+
+func TestCLIDiff(t *testing.T) {
+	dir := probeStore(t)
+	edited := editedProbeStore(t)
+	tgz := tarball(t, edited)
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		contains []string
+		last     string
+	}{
+		{name: "same", args: []string{"--diff", dir, dir}, code: 0,
+			last: "ptxcheck: --diff " + dir + " " + dir + ": 0 of 12 functions differ"},
+		{name: "same, verbose", args: []string{"--diff", "-v", dir, dir}, code: 0,
+			contains: []string{"sm_90a probe_axpy: same (", "compute_80 probe_mixed: same ("}},
+		{name: "one PTX line", args: []string{"--diff", dir, edited}, code: 1,
+			contains: []string{"compute_80 probe_axpy: differs, 1 of "},
+			last:     "ptxcheck: --diff " + dir + " " + edited + ": 1 of 12 functions differ (compute_80 1)"},
+		{name: "tarball", args: []string{"--diff", dir, tgz}, code: 1, contains: []string{"compute_80 probe_axpy: differs, 1 of "}},
+		{name: "one set", args: []string{"--diff", dir}, code: 2},
+		{name: "with --gpu", args: []string{"--diff", "--gpu", dir, dir}, code: 2},
+		{name: "missing set", args: []string{"--diff", dir, filepath.Join(dir, "nope")}, code: 2},
+		{name: "not a blob set", args: []string{"--diff", dir, filepath.Join(dir, ptx.ManifestName)}, code: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, lines, errOut := runCLI(t, noDriver, tc.args...)
+			assert.Equal(t, tc.code, code, strings.Join(lines, "\n")+errOut)
+			assertLines(t, lines, tc.contains, tc.last)
+			if code == 2 {
+				assert.Contains(t, errOut, "ptxcheck: --diff")
 			}
 		})
 	}
