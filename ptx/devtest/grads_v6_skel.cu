@@ -1,0 +1,364 @@
+// grads_v6_skel.cu: a timing and register skeleton of docs/grads-v6.md's option B (one CTA a (chunk, value
+// head), two CTAs an SM, two consumer warpgroups splitting every product's n in halves, products on wgmma),
+// to answer milestone 1 before the kernel is written: does the structure fit in 128 registers a thread and
+// ~110 KB of shared memory, and how fast do its loads, products and barriers run at 32K (512 chunks x 48
+// value heads = 24,576 CTAs) with one and with two CTAs an SM? Run by scripts/v6-skel.sh on the GPU machine
+// (nvcc there, no Go). Not part of the blobs.
+//
+// What it has: every product of the design with its shape, operand orientation (K-major or MN-major B,
+// ldmatrix or ldmatrix.trans A fragments) and place in the phase order; the loads of q, k (by QK head), dO,
+// V', dV', v, D^T, H^T by cp.async into 128-byte-swizzled tiles at the tally's offsets; bf16 tile stores of
+// the intermediates (G1, A, dW, dA, M, dKK) from the accumulators; DK live from 1b to S6; the DQ chain in S3;
+// dv stored by every CTA, dq and dk by one CTA of three (the cluster's rank 0 after its reduction, which is
+// not modelled); 14 block barriers. What it does not have: the real elementwise work (a multiply by a per-row
+// scalar stands for it), 1c's substitution (a 64-step dependent chain a column stands for it), the cluster
+// reduction, the l2norm backward, the sums' serial loops. So its time is a lower bound on option B's, and
+// its registers a lower bound too: if it is not well under mma8's 4.02 ms at two CTAs an SM, B will not be.
+// The values are garbage (the operand layouts are only approximately the right ones); nothing is checked
+// but that the launches succeed.
+#include "devtest.cuh"
+
+#include <cuda_bf16.h>
+
+#include "../src/mma.cuh"
+#include "../src/wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(GDNKCP_HAS_WGMMA)
+#error "grads_v6_skel.cu needs the sm_90a target (-gencode=arch=compute_90a,code=sm_90a)"
+#endif
+
+using bf16 = __nv_bfloat16;
+using namespace gdnkcp;
+
+namespace skel {
+
+constexpr int C = 64, D = 128, HQK = 16, HV = 48, G = HV / HQK;
+constexpr int KB = 1024;
+// Shared memory regions (bytes), the tally of docs/grads-v6.md:
+constexpr int oK = 0;            // K [64][128] bf16, all along
+constexpr int oKK = oK + 16 * KB;   // K K^T (fp32, 8 KB standing for the packed lower triangle)
+constexpr int oG1 = oKK + 8 * KB;   // G1 [64][64] (1a -> S3)
+constexpr int oA = oG1 + 8 * KB;    // A [64][64] (1c -> S5)
+constexpr int oQ = oA + 8 * KB;     // Q (S0-1b); A fp32 (1c); D^T (S2) and H^T (S3) over Q + S; v, dA, M (S4-S5)
+constexpr int oS = oQ + 16 * KB;    // S fp32 (S0-1a)
+constexpr int oDO = oS + 16 * KB;   // dO (1a-S3); dW (S3-S4)
+constexpr int oV = oDO + 16 * KB;   // V' (1a-S2); dV' (S3-S4); E2 / F kk fp32 (S5-S6)
+constexpr int oScal = oV + 16 * KB; // beta, gamma, row scalars
+constexpr int kSmem = oScal + 6 * KB;  // 110 KB
+
+// sw: the byte offset of element (r, c) of a bf16 tile of R rows stored as 64-column blocks of [R][128 B],
+// the 16-byte unit XOR-swizzled by the row (wgmma's 128-byte swizzle).
+__device__ __forceinline__ int sw(int r, int c, int R) {
+	return (c >> 6) * R * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + (c & 7) * 2;
+}
+
+// load: a [R][Cols] bf16 row-major global tile into a swizzled shared tile by cp.async (all 256 threads).
+__device__ __forceinline__ void load(unsigned char* s, const bf16* g, int R, int Cols, int tid) {
+	const int units = R * Cols / 8;
+	for (int i = tid; i < units; i += 256) {
+		const int r = i / (Cols / 8), c = (i % (Cols / 8)) * 8;
+		tc::cp_async16(s + sw(r, c, R), g + (size_t)r * Cols + c);
+	}
+}
+
+// m64n32k16 (16 accumulators a thread), B K-major (TB 0) or MN-major (TB 1), A from registers.
+template <int TB>
+__device__ __forceinline__ void mma_n32(float (&d)[16], const unsigned (&a)[4], unsigned long long desc, int scale_d) {
+	asm volatile(
+	    "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+	    "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+	    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, %22;\n}\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+	      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TB));
+}
+
+// A fragment of k step s (16 columns from k0) of the warp's 16 rows (m0): ldmatrix.x4 from a [R][*] tile
+// (row = m, column = k), or with T ldmatrix.x4.trans from a [*][R] tile (row = k, column = m).
+template <bool T>
+__device__ __forceinline__ void afrag(unsigned (&a)[4], const unsigned char* tile, int R, int m0, int k0, int lane) {
+	const int mq = lane >> 3, i = lane & 7;
+	if (T)
+		tc::ldmatrix_x4_trans(a, tile + sw(k0 + i + 8 * (mq >> 1), m0 + 8 * (mq & 1), R));
+	else
+		tc::ldmatrix_x4(a, tile + sw(m0 + i + 8 * (mq & 1), k0 + 8 * (mq >> 1), R));
+}
+
+// Descriptors of the warpgroup's B at k step s: K-major (rows = n, R of them; n0 the warpgroup's first row),
+// or MN-major (rows = k; n0 the warpgroup's first column within the 64-column block it lies in).
+__device__ __forceinline__ unsigned long long bk(const unsigned char* tile, int R, int n0, int k0) {
+	return wg::desc_sw128(tile + (k0 >> 6) * R * 128 + n0 * 128 + ((k0 & 63) >> 3) * 16);
+}
+__device__ __forceinline__ unsigned long long bmn(const unsigned char* tile, int R, int n0, int k0) {
+	return wg::desc_sw128_mn(tile + (n0 >> 6) * R * 128 + k0 * 128 + (n0 & 63) * 2, R * 128);
+}
+
+// chain: acc (this warpgroup's n half: NH columns from n0) = A B over k steps [k0, k1), A fragments from
+// tile a (AT: transposed), B K-major (TB 0) or MN-major (TB 1).
+template <int NH, bool AT, int TB>
+__device__ __forceinline__ void chain(float (&acc)[NH / 2], const unsigned char* a, int Ra, const unsigned char* b, int Rb,
+                                      int n0, int k0, int k1, int m0, int lane, bool accumulate) {
+	wg::fence();
+	for (int k = k0; k < k1; k += 16) {
+		unsigned af[4];
+		afrag<AT>(af, a, Ra, m0, k, lane);
+		const unsigned long long desc = TB ? bmn(b, Rb, n0, k) : bk(b, Rb, n0, k);
+		const int sc = (accumulate || k > k0) ? 1 : 0;
+		if constexpr (NH == 32) {
+			mma_n32<TB>(acc, af, desc, sc);
+		} else if constexpr (TB) {
+			wg::mma_m64n64k16_rs_t(acc, af, desc, 0, sc);
+		} else {
+			wg::mma_m64n64k16_rs(acc, af, desc, sc);
+		}
+	}
+	wg::commit();
+	wg::wait<0>();
+	wg::fence_operand(acc);
+}
+
+// put: acc (n half from n0, D layout: d[4j + 0..1] row g, columns 8j + 2t..; d[4j + 2..3] row g + 8) times
+// the row's scalar, as bf16 pairs into a swizzled [64][*] tile.
+template <int N>
+__device__ __forceinline__ void put(unsigned char* tile, const float (&acc)[N], const float* rowsc, int m0, int n0, int lane) {
+	const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+	for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+		for (int h = 0; h < 2; ++h) {
+			const int r = m0 + g + 8 * h, c = n0 + 8 * j + 2 * t;
+			const __nv_bfloat162 p = __floats2bfloat162_rn(acc[4 * j + 2 * h] * rowsc[r], acc[4 * j + 2 * h + 1] * rowsc[r]);
+			*reinterpret_cast<__nv_bfloat162*>(tile + sw(r, c, 64)) = p;
+		}
+}
+
+// store: acc as bf16 pairs into a global [64][ld] tile at column n0 (rows < 64).
+template <int N>
+__device__ __forceinline__ void store(bf16* g, int ld, const float (&acc)[N], int m0, int n0, int lane) {
+	const int gg = lane >> 2, t = lane & 3;
+#pragma unroll
+	for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+		for (int h = 0; h < 2; ++h) {
+			const int r = m0 + gg + 8 * h, c = n0 + 8 * j + 2 * t;
+			*reinterpret_cast<__nv_bfloat162*>(g + (size_t)r * ld + c) = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+		}
+}
+
+// Global layouts: q, k [NC][HQK][64][128]; dO, V', dV', v, dv [NC][HV][64][128]; D^T, H^T [NC][HV][128][128];
+// beta, gcum [NC][HV][64]; dq, dk [NC][HQK][64][128].
+struct Args {
+	const bf16 *q, *k, *dout, *vnew, *dvnew, *v, *dt, *ht;
+	const float *beta, *gcum;
+	bf16 *dq, *dk, *dv;
+	float* dg;
+};
+
+template <int MINB>
+__global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
+	extern __shared__ __align__(1024) unsigned char sm[];
+	const int tid = threadIdx.x, lane = tid & 31, w4 = (tid >> 5) & 3, wg = tid >> 7;
+	const int m0 = 16 * w4;
+	const int c = blockIdx.x / HV, h = blockIdx.x % HV, qh = h / G;
+	const size_t t64 = (size_t)C * D, t128 = (size_t)D * D;
+	const size_t qk = ((size_t)c * HQK + qh) * t64, vh = ((size_t)c * HV + h) * t64, sh = ((size_t)c * HV + h) * t128;
+	unsigned char *K = sm + oK, *Q = sm + oQ, *G1 = sm + oG1, *A16 = sm + oA, *DO = sm + oDO, *VV = sm + oV;
+	unsigned char *DT = sm + oQ, *HT = sm + oQ, *VB = sm + oQ, *DA = sm + oS, *M16 = sm + oS + 8 * KB, *DW = sm + oDO;
+	unsigned char* DKK = sm + oQ;
+	float* scal = reinterpret_cast<float*>(sm + oScal);  // beta [64], gamma [64], then row scalars
+	float* S = reinterpret_cast<float*>(sm + oS);
+	float* AF = reinterpret_cast<float*>(sm + oQ);
+	float* E2 = reinterpret_cast<float*>(sm + oV);
+	float* KKf = reinterpret_cast<float*>(sm + oKK);
+
+	// S0, S1: q, k (this value head's QK head), dO, V' and the scalars.
+	load(K, p.k + qk, C, D, tid);
+	load(Q, p.q + qk, C, D, tid);
+	load(DO, p.dout + vh, C, D, tid);
+	load(VV, p.vnew + vh, C, D, tid);
+	tc::cp_async_commit();
+	if (tid < C) {
+		scal[tid] = p.beta[((size_t)c * HV + h) * C + tid];
+		scal[C + tid] = p.gcum[((size_t)c * HV + h) * C + tid];
+		scal[2 * C + tid] = expf(scal[C + tid]);
+	}
+	tc::cp_async_wait<0>();
+	wg::fence_proxy_async();
+	__syncthreads();  // 1
+	const float* rs = scal + 2 * C;
+	{  // S = Q K^T, K K^T (n 32 a warpgroup, k 128)
+		float s[16], kk[16];
+		chain<32, false, 0>(s, Q, C, K, C, 32 * wg, 0, D, m0, lane, false);
+		chain<32, false, 0>(kk, K, C, K, C, 32 * wg, 0, D, m0, lane, false);
+		const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+		for (int j = 0; j < 4; ++j)
+#pragma unroll
+			for (int e = 0; e < 4; ++e) {
+				const int r = m0 + g + 8 * (e >> 1), col = 32 * wg + 8 * j + 2 * t + (e & 1);
+				S[r * 64 + col] = s[4 * j + e];
+				KKf[(r * 64 + col) & 2047] = kk[4 * j + e];
+			}
+	}
+	__syncthreads();  // 2
+	{  // 1a: dP = dO V'^T (n 32, k 128); G1 = dP (.) scalars -> bf16 tile
+		float dp[16];
+		chain<32, false, 0>(dp, DO, C, VV, C, 32 * wg, 0, D, m0, lane, false);
+		const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+		for (int j = 0; j < 16; ++j) dp[j] *= S[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wg + 8 * (j >> 2) + 2 * t + (j & 1)];
+		put(G1, dp, rs, m0, 32 * wg, lane);
+	}
+	wg::fence_proxy_async();
+	__syncthreads();  // 3
+	float dk[32];  // DK, this warpgroup's 64 keys, from 1b to S6
+	chain<64, true, 1>(dk, G1, C, Q, C, 64 * wg, 0, C, m0, lane, false);  // 1b: DK = G1^T Q (k 64 tokens)
+	__syncthreads();  // 4: Q dead
+	// 1c: A = (I + L)^-1's blocks: a 64-step dependent chain a column (threads 0-63) over fp32 A in Q's slot.
+	if (tid < C) {
+		float x = 1.f;
+		for (int i = 0; i < C; ++i) {
+			x = fmaf(-KKf[(i * 64 + tid) & 2047], x, scal[i]);
+			AF[i * 64 + tid] = x;
+		}
+	}
+	__syncthreads();  // 5
+	for (int e = tid; e < 64 * 32; e += 256) {  // A as bf16 pairs (64 rows x 32 pairs: 8 a thread)
+		const int r = e >> 5, cc = 2 * (e & 31);
+		*reinterpret_cast<__nv_bfloat162*>(A16 + sw(r, cc, 64)) = __floats2bfloat162_rn(AF[r * 64 + cc], AF[r * 64 + cc + 1]);
+	}
+	wg::fence_proxy_async();
+	__syncthreads();  // 6: A fp32 dead
+	load(DT, p.dt + sh, D, D, tid);  // S2's D^T over Q and S (keys x values, K-major for dKt's B)
+	tc::cp_async_commit();
+	tc::cp_async_wait<0>();
+	wg::fence_proxy_async();
+	__syncthreads();  // 7
+	{  // S2: dKt = V' D^T (n 64 keys, k 128 values); DK += tail (.) dKt
+		float t[32];
+		chain<64, false, 0>(t, VV, C, DT, D, 64 * wg, 0, D, m0, lane, false);
+#pragma unroll
+		for (int j = 0; j < 32; ++j) dk[j] = fmaf(rs[m0 + (lane >> 2) + 8 * ((j >> 1) & 1)], t[j], dk[j]);
+	}
+	__syncthreads();  // 8: D^T and V' dead
+	load(HT, p.ht + sh, D, D, tid);
+	load(VV, p.dvnew + vh, C, D, tid);  // dV' over V'
+	tc::cp_async_commit();
+	tc::cp_async_wait<0>();
+	wg::fence_proxy_async();
+	__syncthreads();  // 9
+	{  // S3: DQ = G1 K + dO H^T (n 64, k 64 + 128), stored by one CTA of G; dW = dV' H^T -> bf16 over dO
+		float dq[32];
+		chain<64, false, 1>(dq, G1, C, K, C, 64 * wg, 0, C, m0, lane, false);
+		chain<64, false, 0>(dq, DO, C, HT, D, 64 * wg, 0, D, m0, lane, true);
+		if (h % G == 0) store(p.dq + qk, D, dq, m0, 64 * wg, lane);
+		float dw[32];
+		chain<64, false, 0>(dw, VV, C, HT, D, 64 * wg, 0, D, m0, lane, false);
+		__syncthreads();  // 10: both warpgroups done with dO
+		put(DW, dw, rs, m0, 64 * wg, lane);
+	}
+	wg::fence_proxy_async();
+	__syncthreads();  // 11: H^T dead
+	load(VB, p.v + vh, C, D, tid);  // v over H^T
+	tc::cp_async_commit();
+	tc::cp_async_wait<0>();
+	wg::fence_proxy_async();
+	__syncthreads();  // 12
+	{  // S4: XU = A^T dV' -> dv; XW = A^T dW, DK += bg (.) XW (n 64, k 64); T1 = dV' v^T, T2 = dW K^T -> dA
+		float x[32];
+		chain<64, true, 1>(x, A16, C, VV, C, 64 * wg, 0, C, m0, lane, false);
+		store(p.dv + vh, D, x, m0, 64 * wg, lane);
+		chain<64, true, 1>(x, A16, C, DW, C, 64 * wg, 0, C, m0, lane, false);
+#pragma unroll
+		for (int j = 0; j < 32; ++j) dk[j] = fmaf(scal[m0 + (lane >> 2) + 8 * ((j >> 1) & 1)], x[j], dk[j]);
+		float t1[16], t2[16];
+		chain<32, false, 0>(t1, VV, C, VB, C, 32 * wg, 0, D, m0, lane, false);
+		chain<32, false, 0>(t2, DW, C, K, C, 32 * wg, 0, D, m0, lane, false);
+#pragma unroll
+		for (int j = 0; j < 16; ++j) t1[j] = fmaf(t1[j], 0.5f, t2[j]);
+		put(DA, t1, rs, m0, 32 * wg, lane);
+	}
+	wg::fence_proxy_async();
+	__syncthreads();  // 13
+	{  // S5: M = A^T dA (n 32, k 64) -> bf16; dL = -M A^T (n 32, k 64); dKK -> bf16 over v, E2 fp32 over dV'
+		float m[16];
+		chain<32, true, 1>(m, A16, C, DA, C, 32 * wg, 0, C, m0, lane, false);
+		put(M16, m, rs, m0, 32 * wg, lane);
+		wg::fence_proxy_async();
+		__syncthreads();  // 14
+		chain<32, false, 0>(m, M16, C, A16, C, 32 * wg, 0, C, m0, lane, false);
+		put(DKK, m, rs, m0, 32 * wg, lane);
+		const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+		for (int j = 0; j < 16; ++j) E2[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wg + 8 * (j >> 2) + 2 * t + (j & 1)] = m[j];
+	}
+	wg::fence_proxy_async();
+	__syncthreads();  // 15
+	// S6: DK += dKK K + dKK^T K (n 64, k 64 each), stored by one CTA of G; the row sums; dg.
+	{
+		float u[32];
+		chain<64, false, 1>(u, DKK, C, K, C, 64 * wg, 0, C, m0, lane, false);
+		chain<64, true, 1>(u, DKK, C, K, C, 64 * wg, 0, C, m0, lane, true);
+#pragma unroll
+		for (int j = 0; j < 32; ++j) dk[j] += u[j];
+	}
+	if (h % G == 0) store(p.dk + qk, D, dk, m0, 64 * wg, lane);
+	if (tid < C) {
+		float acc = 0.f;
+		for (int j = 0; j < C; ++j) acc += E2[tid * 64 + j];
+		p.dg[((size_t)c * HV + h) * C + tid] = acc;
+	}
+}
+
+__global__ void fill(bf16* x, size_t n, unsigned seed) {
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		unsigned v = (unsigned)i * 2654435761u ^ seed;
+		v ^= v >> 13;
+		v *= 0x5bd1e995u;
+		v ^= v >> 15;
+		x[i] = __float2bfloat16(((v & 0xffff) / 32768.f - 1.f) * 0.25f);
+	}
+}
+
+}  // namespace skel
+
+template <int MINB>
+static void run(const skel::Args& a, int ncta, const char* name) {
+	auto k = skel::grads_v6_skel<MINB>;
+	CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, skel::kSmem));
+	cudaFuncAttributes fa;
+	CK(cudaFuncGetAttributes(&fa, k));
+	int per_sm = 0;
+	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, 256, skel::kSmem));
+	float med, lo, hi;
+	devtest::time_ms([&] { k<<<ncta, 256, skel::kSmem>>>(a); }, 20, med, lo, hi);
+	printf("%-22s %3d registers, %4zu bytes local (spills), %d CTA(s) an SM, %d B shared: %.3f ms (min %.3f, max %.3f)\n",
+	       name, fa.numRegs, fa.localSizeBytes, per_sm, skel::kSmem, med, lo, hi);
+}
+
+int main() {
+	using namespace skel;
+	const int NC = 512, ncta = NC * HV;  // 32,768 tokens
+	const size_t nqk = (size_t)NC * HQK * C * D, nv = (size_t)NC * HV * C * D, ns = (size_t)NC * HV * D * D;
+	auto alloc = [](size_t n, unsigned seed) {
+		bf16* p;
+		CK(cudaMalloc(&p, n * sizeof(bf16)));
+		fill<<<1024, 256>>>(p, n, seed);
+		return p;
+	};
+	Args a{};
+	a.q = alloc(nqk, 1), a.k = alloc(nqk, 2), a.dout = alloc(nv, 3), a.vnew = alloc(nv, 4), a.dvnew = alloc(nv, 5);
+	a.v = alloc(nv, 6), a.dt = alloc(ns, 7), a.ht = alloc(ns, 8);
+	std::vector<float> sc((size_t)NC * HV * C, 0.5f), gc((size_t)NC * HV * C, -0.05f);
+	a.beta = devtest::up(sc), a.gcum = devtest::up(gc);
+	a.dq = alloc(nqk, 9), a.dk = alloc(nqk, 10), a.dv = alloc(nv, 11);
+	CK(cudaMalloc(&a.dg, (size_t)NC * HV * C * sizeof(float)));
+	CK(cudaDeviceSynchronize());
+	printf("grads_v6_skel: %d CTAs (32,768 tokens, %d value heads), %d threads, %d KB shared a CTA\n", ncta, HV, 256,
+	       kSmem / 1024);
+	run<2>(a, ncta, "launch_bounds(256, 2)");
+	run<1>(a, ncta, "launch_bounds(256, 1)");
+	CK(cudaDeviceSynchronize());
+	printf("skeleton ok (compare: gdn_chunk_grads_mma8 4.02 ms at 32K, v5.30)\n");
+	return 0;
+}
