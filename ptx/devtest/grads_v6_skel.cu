@@ -154,14 +154,19 @@ struct Args {
 	float* dg;
 };
 
-template <int MINB>
+// HEADS 1: option B, a CTA a (chunk, value head), dq and dk stored by one CTA of G (standing for the
+// cluster's rank 0). HEADS 3 (= G): option B', a CTA a (chunk, QK head) running its G value heads in turn as
+// mma8 does, DQ and DK in registers across them (32 + 32 a thread), Q loaded again for each head (its slot
+// is reused within a head), no cluster.
+template <int MINB, int HEADS>
 __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 	extern __shared__ __align__(1024) unsigned char sm[];
 	const int tid = threadIdx.x, lane = tid & 31, w4 = (tid >> 5) & 3, wg = tid >> 7;
 	const int m0 = 16 * w4;
-	const int c = blockIdx.x / HV, h = blockIdx.x % HV, qh = h / G;
+	const int c = HEADS == 1 ? blockIdx.x / HV : blockIdx.x / HQK;
+	const int qh = HEADS == 1 ? (blockIdx.x % HV) / G : blockIdx.x % HQK;
 	const size_t t64 = (size_t)C * D, t128 = (size_t)D * D;
-	const size_t qk = ((size_t)c * HQK + qh) * t64, vh = ((size_t)c * HV + h) * t64, sh = ((size_t)c * HV + h) * t128;
+	const size_t qk = ((size_t)c * HQK + qh) * t64;
 	unsigned char *K = sm + oK, *Q = sm + oQ, *G1 = sm + oG1, *A16 = sm + oA, *DO = sm + oDO, *VV = sm + oV;
 	unsigned char *DT = sm + oQ, *HT = sm + oQ, *VB = sm + oQ, *DA = sm + oS, *M16 = sm + oS + 8 * KB, *DW = sm + oDO;
 	unsigned char* DKK = sm + oQ;
@@ -170,143 +175,152 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 	float* AF = reinterpret_cast<float*>(sm + oQ);
 	float* E2 = reinterpret_cast<float*>(sm + oV);
 	float* KKf = reinterpret_cast<float*>(sm + oKK);
-
-	// S0, S1: q, k (this value head's QK head), dO, V' and the scalars.
-	load(K, p.k + qk, C, D, tid);
-	load(Q, p.q + qk, C, D, tid);
-	load(DO, p.dout + vh, C, D, tid);
-	load(VV, p.vnew + vh, C, D, tid);
-	tc::cp_async_commit();
-	if (tid < C) {
-		scal[tid] = p.beta[((size_t)c * HV + h) * C + tid];
-		scal[C + tid] = p.gcum[((size_t)c * HV + h) * C + tid];
-		scal[2 * C + tid] = expf(scal[C + tid]);
-	}
-	tc::cp_async_wait<0>();
-	wg::fence_proxy_async();
-	__syncthreads();  // 1
 	const float* rs = scal + 2 * C;
-	{  // S = Q K^T, K K^T (n 32 a warpgroup, k 128)
-		float s[16], kk[16];
-		chain<32, false, 0>(s, Q, C, K, C, 32 * wg, 0, D, m0, lane, false);
-		chain<32, false, 0>(kk, K, C, K, C, 32 * wg, 0, D, m0, lane, false);
-		const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-		for (int j = 0; j < 4; ++j)
-#pragma unroll
-			for (int e = 0; e < 4; ++e) {
-				const int r = m0 + g + 8 * (e >> 1), col = 32 * wg + 8 * j + 2 * t + (e & 1);
-				S[r * 64 + col] = s[4 * j + e];
-				KKf[(r * 64 + col) & 2047] = kk[4 * j + e];
-			}
-	}
-	__syncthreads();  // 2
-	{  // 1a: dP = dO V'^T (n 32, k 128); G1 = dP (.) scalars -> bf16 tile
-		float dp[16];
-		chain<32, false, 0>(dp, DO, C, VV, C, 32 * wg, 0, D, m0, lane, false);
-		const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-		for (int j = 0; j < 16; ++j) dp[j] *= S[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wg + 8 * (j >> 2) + 2 * t + (j & 1)];
-		put(G1, dp, rs, m0, 32 * wg, lane);
-	}
-	wg::fence_proxy_async();
-	__syncthreads();  // 3
-	float dk[32];  // DK, this warpgroup's 64 keys, from 1b to S6
-	chain<64, true, 1>(dk, G1, C, Q, C, 64 * wg, 0, C, m0, lane, false);  // 1b: DK = G1^T Q (k 64 tokens)
-	__syncthreads();  // 4: Q dead
-	// 1c: A = (I + L)^-1's blocks: a 64-step dependent chain a column (threads 0-63) over fp32 A in Q's slot.
-	if (tid < C) {
-		float x = 1.f;
-		for (int i = 0; i < C; ++i) {
-			x = fmaf(-KKf[(i * 64 + tid) & 2047], x, scal[i]);
-			AF[i * 64 + tid] = x;
+	float dq[32], dk[32];  // this warpgroup's 64 columns of DQ (from S3) and DK (from 1b)
+
+	load(K, p.k + qk, C, D, tid);  // K once a CTA
+#pragma unroll 1
+	for (int hj = 0; hj < HEADS; ++hj) {
+		const int h = HEADS == 1 ? blockIdx.x % HV : qh * G + hj;
+		const size_t vh = ((size_t)c * HV + h) * t64, sh = ((size_t)c * HV + h) * t128;
+		const bool more = hj > 0;  // the head's first products add to DQ, DK
+		// S0, S1: q (this head's slot), dO, V' and the scalars.
+		load(Q, p.q + qk, C, D, tid);
+		load(DO, p.dout + vh, C, D, tid);
+		load(VV, p.vnew + vh, C, D, tid);
+		tc::cp_async_commit();
+		if (tid < C) {
+			scal[tid] = p.beta[((size_t)c * HV + h) * C + tid];
+			scal[C + tid] = p.gcum[((size_t)c * HV + h) * C + tid];
+			scal[2 * C + tid] = expf(scal[C + tid]);
 		}
-	}
-	__syncthreads();  // 5
-	for (int e = tid; e < 64 * 32; e += 256) {  // A as bf16 pairs (64 rows x 32 pairs: 8 a thread)
-		const int r = e >> 5, cc = 2 * (e & 31);
-		*reinterpret_cast<__nv_bfloat162*>(A16 + sw(r, cc, 64)) = __floats2bfloat162_rn(AF[r * 64 + cc], AF[r * 64 + cc + 1]);
-	}
-	wg::fence_proxy_async();
-	__syncthreads();  // 6: A fp32 dead
-	load(DT, p.dt + sh, D, D, tid);  // S2's D^T over Q and S (keys x values, K-major for dKt's B)
-	tc::cp_async_commit();
-	tc::cp_async_wait<0>();
-	wg::fence_proxy_async();
-	__syncthreads();  // 7
-	{  // S2: dKt = V' D^T (n 64 keys, k 128 values); DK += tail (.) dKt
-		float t[32];
-		chain<64, false, 0>(t, VV, C, DT, D, 64 * wg, 0, D, m0, lane, false);
-#pragma unroll
-		for (int j = 0; j < 32; ++j) dk[j] = fmaf(rs[m0 + (lane >> 2) + 8 * ((j >> 1) & 1)], t[j], dk[j]);
-	}
-	__syncthreads();  // 8: D^T and V' dead
-	load(HT, p.ht + sh, D, D, tid);
-	load(VV, p.dvnew + vh, C, D, tid);  // dV' over V'
-	tc::cp_async_commit();
-	tc::cp_async_wait<0>();
-	wg::fence_proxy_async();
-	__syncthreads();  // 9
-	{  // S3: DQ = G1 K + dO H^T (n 64, k 64 + 128), stored by one CTA of G; dW = dV' H^T -> bf16 over dO
-		float dq[32];
-		chain<64, false, 1>(dq, G1, C, K, C, 64 * wg, 0, C, m0, lane, false);
-		chain<64, false, 0>(dq, DO, C, HT, D, 64 * wg, 0, D, m0, lane, true);
-		if (h % G == 0) store(p.dq + qk, D, dq, m0, 64 * wg, lane);
-		float dw[32];
-		chain<64, false, 0>(dw, VV, C, HT, D, 64 * wg, 0, D, m0, lane, false);
-		__syncthreads();  // 10: both warpgroups done with dO
-		put(DW, dw, rs, m0, 64 * wg, lane);
-	}
-	wg::fence_proxy_async();
-	__syncthreads();  // 11: H^T dead
-	load(VB, p.v + vh, C, D, tid);  // v over H^T
-	tc::cp_async_commit();
-	tc::cp_async_wait<0>();
-	wg::fence_proxy_async();
-	__syncthreads();  // 12
-	{  // S4: XU = A^T dV' -> dv; XW = A^T dW, DK += bg (.) XW (n 64, k 64); T1 = dV' v^T, T2 = dW K^T -> dA
-		float x[32];
-		chain<64, true, 1>(x, A16, C, VV, C, 64 * wg, 0, C, m0, lane, false);
-		store(p.dv + vh, D, x, m0, 64 * wg, lane);
-		chain<64, true, 1>(x, A16, C, DW, C, 64 * wg, 0, C, m0, lane, false);
-#pragma unroll
-		for (int j = 0; j < 32; ++j) dk[j] = fmaf(scal[m0 + (lane >> 2) + 8 * ((j >> 1) & 1)], x[j], dk[j]);
-		float t1[16], t2[16];
-		chain<32, false, 0>(t1, VV, C, VB, C, 32 * wg, 0, D, m0, lane, false);
-		chain<32, false, 0>(t2, DW, C, K, C, 32 * wg, 0, D, m0, lane, false);
-#pragma unroll
-		for (int j = 0; j < 16; ++j) t1[j] = fmaf(t1[j], 0.5f, t2[j]);
-		put(DA, t1, rs, m0, 32 * wg, lane);
-	}
-	wg::fence_proxy_async();
-	__syncthreads();  // 13
-	{  // S5: M = A^T dA (n 32, k 64) -> bf16; dL = -M A^T (n 32, k 64); dKK -> bf16 over v, E2 fp32 over dV'
-		float m[16];
-		chain<32, true, 1>(m, A16, C, DA, C, 32 * wg, 0, C, m0, lane, false);
-		put(M16, m, rs, m0, 32 * wg, lane);
+		tc::cp_async_wait<0>();
 		wg::fence_proxy_async();
-		__syncthreads();  // 14
-		chain<32, false, 0>(m, M16, C, A16, C, 32 * wg, 0, C, m0, lane, false);
-		put(DKK, m, rs, m0, 32 * wg, lane);
-		const int g = lane >> 2, t = lane & 3;
+		__syncthreads();  // 1
+		{  // S = Q K^T, K K^T (n 32 a warpgroup, k 128; once a CTA in the real kernel, here every head)
+			float s[16], kk[16];
+			chain<32, false, 0>(s, Q, C, K, C, 32 * wg, 0, D, m0, lane, false);
+			chain<32, false, 0>(kk, K, C, K, C, 32 * wg, 0, D, m0, lane, false);
+			const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-		for (int j = 0; j < 16; ++j) E2[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wg + 8 * (j >> 2) + 2 * t + (j & 1)] = m[j];
-	}
-	wg::fence_proxy_async();
-	__syncthreads();  // 15
-	// S6: DK += dKK K + dKK^T K (n 64, k 64 each), stored by one CTA of G; the row sums; dg.
-	{
-		float u[32];
-		chain<64, false, 1>(u, DKK, C, K, C, 64 * wg, 0, C, m0, lane, false);
-		chain<64, true, 1>(u, DKK, C, K, C, 64 * wg, 0, C, m0, lane, true);
+			for (int j = 0; j < 4; ++j)
 #pragma unroll
-		for (int j = 0; j < 32; ++j) dk[j] += u[j];
+				for (int e = 0; e < 4; ++e) {
+					const int r = m0 + g + 8 * (e >> 1), col = 32 * wg + 8 * j + 2 * t + (e & 1);
+					S[r * 64 + col] = s[4 * j + e];
+					KKf[(r * 64 + col) & 2047] = kk[4 * j + e];
+				}
+		}
+		__syncthreads();  // 2
+		{  // 1a: dP = dO V'^T (n 32, k 128); G1 = dP (.) scalars -> bf16 tile
+			float dp[16];
+			chain<32, false, 0>(dp, DO, C, VV, C, 32 * wg, 0, D, m0, lane, false);
+			const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+			for (int j = 0; j < 16; ++j) dp[j] *= S[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wg + 8 * (j >> 2) + 2 * t + (j & 1)];
+			put(G1, dp, rs, m0, 32 * wg, lane);
+		}
+		wg::fence_proxy_async();
+		__syncthreads();  // 3
+		chain<64, true, 1>(dk, G1, C, Q, C, 64 * wg, 0, C, m0, lane, more);  // 1b: DK += G1^T Q (k 64 tokens)
+		__syncthreads();  // 4: Q dead
+		// 1c: A = (I + L)^-1's blocks: a 64-step dependent chain a column (threads 0-63) over fp32 A in Q's slot.
+		if (tid < C) {
+			float x = 1.f;
+			for (int i = 0; i < C; ++i) {
+				x = fmaf(-KKf[(i * 64 + tid) & 2047], x, scal[i]);
+				AF[i * 64 + tid] = x;
+			}
+		}
+		__syncthreads();  // 5
+		for (int e = tid; e < 64 * 32; e += 256) {  // A as bf16 pairs (64 rows x 32 pairs: 8 a thread)
+			const int r = e >> 5, cc = 2 * (e & 31);
+			*reinterpret_cast<__nv_bfloat162*>(A16 + sw(r, cc, 64)) = __floats2bfloat162_rn(AF[r * 64 + cc], AF[r * 64 + cc + 1]);
+		}
+		wg::fence_proxy_async();
+		__syncthreads();  // 6: A fp32 dead
+		load(DT, p.dt + sh, D, D, tid);  // S2's D^T over Q and S (keys x values, K-major for dKt's B)
+		tc::cp_async_commit();
+		tc::cp_async_wait<0>();
+		wg::fence_proxy_async();
+		__syncthreads();  // 7
+		{  // S2: dKt = V' D^T (n 64 keys, k 128 values); DK += tail (.) dKt
+			float t[32];
+			chain<64, false, 0>(t, VV, C, DT, D, 64 * wg, 0, D, m0, lane, false);
+#pragma unroll
+			for (int j = 0; j < 32; ++j) dk[j] = fmaf(rs[m0 + (lane >> 2) + 8 * ((j >> 1) & 1)], t[j], dk[j]);
+		}
+		__syncthreads();  // 8: D^T and V' dead
+		load(HT, p.ht + sh, D, D, tid);
+		load(VV, p.dvnew + vh, C, D, tid);  // dV' over V'
+		tc::cp_async_commit();
+		tc::cp_async_wait<0>();
+		wg::fence_proxy_async();
+		__syncthreads();  // 9
+		{  // S3: DQ (+)= G1 K + dO H^T (n 64, k 64 + 128); dW = dV' H^T -> bf16 over dO
+			chain<64, false, 1>(dq, G1, C, K, C, 64 * wg, 0, C, m0, lane, more);
+			chain<64, false, 0>(dq, DO, C, HT, D, 64 * wg, 0, D, m0, lane, true);
+			if (HEADS == 1 && h % G == 0) store(p.dq + qk, D, dq, m0, 64 * wg, lane);
+			float dw[32];
+			chain<64, false, 0>(dw, VV, C, HT, D, 64 * wg, 0, D, m0, lane, false);
+			__syncthreads();  // 10: both warpgroups done with dO
+			put(DW, dw, rs, m0, 64 * wg, lane);
+		}
+		wg::fence_proxy_async();
+		__syncthreads();  // 11: H^T dead
+		load(VB, p.v + vh, C, D, tid);  // v over H^T
+		tc::cp_async_commit();
+		tc::cp_async_wait<0>();
+		wg::fence_proxy_async();
+		__syncthreads();  // 12
+		{  // S4: XU = A^T dV' -> dv; XW = A^T dW, DK += bg (.) XW (n 64, k 64); T1 = dV' v^T, T2 = dW K^T -> dA
+			float x[32];
+			chain<64, true, 1>(x, A16, C, VV, C, 64 * wg, 0, C, m0, lane, false);
+			store(p.dv + vh, D, x, m0, 64 * wg, lane);
+			chain<64, true, 1>(x, A16, C, DW, C, 64 * wg, 0, C, m0, lane, false);
+#pragma unroll
+			for (int j = 0; j < 32; ++j) dk[j] = fmaf(scal[m0 + (lane >> 2) + 8 * ((j >> 1) & 1)], x[j], dk[j]);
+			float t1[16], t2[16];
+			chain<32, false, 0>(t1, VV, C, VB, C, 32 * wg, 0, D, m0, lane, false);
+			chain<32, false, 0>(t2, DW, C, K, C, 32 * wg, 0, D, m0, lane, false);
+#pragma unroll
+			for (int j = 0; j < 16; ++j) t1[j] = fmaf(t1[j], 0.5f, t2[j]);
+			put(DA, t1, rs, m0, 32 * wg, lane);
+		}
+		wg::fence_proxy_async();
+		__syncthreads();  // 13
+		{  // S5: M = A^T dA (n 32, k 64) -> bf16; dL = -M A^T (n 32, k 64); dKK -> bf16 over v, E2 fp32 over dV'
+			float m[16];
+			chain<32, true, 1>(m, A16, C, DA, C, 32 * wg, 0, C, m0, lane, false);
+			put(M16, m, rs, m0, 32 * wg, lane);
+			wg::fence_proxy_async();
+			__syncthreads();  // 14
+			chain<32, false, 0>(m, M16, C, A16, C, 32 * wg, 0, C, m0, lane, false);
+			put(DKK, m, rs, m0, 32 * wg, lane);
+			const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+			for (int j = 0; j < 16; ++j) E2[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wg + 8 * (j >> 2) + 2 * t + (j & 1)] = m[j];
+		}
+		wg::fence_proxy_async();
+		__syncthreads();  // 15
+		// S6: DK += dKK K + dKK^T K (n 64, k 64 each); the row sums; dg.
+		{
+			float u[32];
+			chain<64, false, 1>(u, DKK, C, K, C, 64 * wg, 0, C, m0, lane, false);
+			chain<64, true, 1>(u, DKK, C, K, C, 64 * wg, 0, C, m0, lane, true);
+#pragma unroll
+			for (int j = 0; j < 32; ++j) dk[j] += u[j];
+		}
+		if (tid < C) {
+			float acc = 0.f;
+			for (int j = 0; j < C; ++j) acc += E2[tid * 64 + j];
+			p.dg[((size_t)c * HV + h) * C + tid] = acc;
+		}
+		__syncthreads();  // 16: the end of the head
 	}
-	if (h % G == 0) store(p.dk + qk, D, dk, m0, 64 * wg, lane);
-	if (tid < C) {
-		float acc = 0.f;
-		for (int j = 0; j < C; ++j) acc += E2[tid * 64 + j];
-		p.dg[((size_t)c * HV + h) * C + tid] = acc;
+	if (HEADS > 1 || (blockIdx.x % HV) % G == 0) {
+		if (HEADS > 1) store(p.dq + qk, D, dq, m0, 64 * wg, lane);
+		store(p.dk + qk, D, dk, m0, 64 * wg, lane);
 	}
 }
 
@@ -322,9 +336,9 @@ __global__ void fill(bf16* x, size_t n, unsigned seed) {
 
 }  // namespace skel
 
-template <int MINB>
+template <int MINB, int HEADS>
 static void run(const skel::Args& a, int ncta, const char* name) {
-	auto k = skel::grads_v6_skel<MINB>;
+	auto k = skel::grads_v6_skel<MINB, HEADS>;
 	CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, skel::kSmem));
 	cudaFuncAttributes fa;
 	CK(cudaFuncGetAttributes(&fa, k));
@@ -332,8 +346,8 @@ static void run(const skel::Args& a, int ncta, const char* name) {
 	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, 256, skel::kSmem));
 	float med, lo, hi;
 	devtest::time_ms([&] { k<<<ncta, 256, skel::kSmem>>>(a); }, 20, med, lo, hi);
-	printf("%-22s %3d registers, %4zu bytes local (spills), %d CTA(s) an SM, %d B shared: %.3f ms (min %.3f, max %.3f)\n",
-	       name, fa.numRegs, fa.localSizeBytes, per_sm, skel::kSmem, med, lo, hi);
+	printf("%-34s %5d CTAs %3d registers, %4zu bytes local (spills), %d CTA(s) an SM: %.3f ms (min %.3f, max %.3f)\n", name,
+	       ncta, fa.numRegs, fa.localSizeBytes, per_sm, med, lo, hi);
 }
 
 int main() {
@@ -354,10 +368,12 @@ int main() {
 	a.dq = alloc(nqk, 9), a.dk = alloc(nqk, 10), a.dv = alloc(nv, 11);
 	CK(cudaMalloc(&a.dg, (size_t)NC * HV * C * sizeof(float)));
 	CK(cudaDeviceSynchronize());
-	printf("grads_v6_skel: %d CTAs (32,768 tokens, %d value heads), %d threads, %d KB shared a CTA\n", ncta, HV, 256,
+	printf("grads_v6_skel: 32,768 tokens, %d value heads, %d threads and %d KB of shared memory a CTA\n", HV, 256,
 	       kSmem / 1024);
-	run<2>(a, ncta, "launch_bounds(256, 2)");
-	run<1>(a, ncta, "launch_bounds(256, 1)");
+	run<2, 1>(a, ncta, "B  (a value head a CTA), bounds 2");
+	run<1, 1>(a, ncta, "B  (a value head a CTA), bounds 1");
+	run<2, G>(a, NC * HQK, "B' (a QK head a CTA), bounds 2");
+	run<1, G>(a, NC * HQK, "B' (a QK head a CTA), bounds 1");
 	CK(cudaDeviceSynchronize());
 	printf("skeleton ok (compare: gdn_chunk_grads_mma8 4.02 ms at 32K, v5.30)\n");
 	return 0;
