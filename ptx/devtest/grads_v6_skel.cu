@@ -5,8 +5,8 @@
 // value heads = 24,576 CTAs) with one and with two CTAs an SM? Run by scripts/v6-skel.sh on the GPU machine
 // (nvcc there, no Go). Not part of the blobs.
 //
-// What it has: every product of the design with its shape, operand orientation (K-major or MN-major B,
-// ldmatrix or ldmatrix.trans A fragments) and place in the phase order; the loads of q, k (by QK head), dO,
+// What it has: every product of the design with its shape, operand orientation (A and B both from shared
+// memory, each K-major or MN-major: the transposed operands) and place in the phase order; the loads of q, k (by QK head), dO,
 // V', dV', v, D^T, H^T by cp.async into 128-byte-swizzled tiles at the tally's offsets; bf16 tile stores of
 // the intermediates (G1, A, dW, dA, M, dKK) from the accumulators; DK live from 1b to S6; the DQ chain in S3;
 // dv stored by every CTA, dq and dk by one CTA of three (the cluster's rank 0 after its reduction, which is
@@ -61,31 +61,37 @@ __device__ __forceinline__ void load(unsigned char* s, const bf16* g, int R, int
 	}
 }
 
-// m64n32k16 (16 accumulators a thread), B K-major (TB 0) or MN-major (TB 1), A from registers.
-template <int TB>
-__device__ __forceinline__ void mma_n32(float (&d)[16], const unsigned (&a)[4], unsigned long long desc, int scale_d) {
+// mma_ss: d (m64nN, fp32, N / 2 accumulators a thread) += A (m64k16) B (k16nN), both bf16 from shared
+// memory behind descriptors (128-byte swizzle); A K-major (TA 0: its rows are m) or MN-major (TA 1: its rows
+// are k, the transposed operand), B K-major (TB 0: rows are n) or MN-major (TB 1: rows are k). A from shared
+// memory keeps the products free of the register hazards of the A-from-registers form (ptxas serialises
+// those, C7515), as the real kernel would want.
+template <int TA, int TB>
+__device__ __forceinline__ void mma_ss(float (&d)[16], unsigned long long ad, unsigned long long bd, int scale_d) {
 	asm volatile(
-	    "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+	    "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
 	    "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-	    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, %22;\n}\n"
+	    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
 	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
 	      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TB));
+	    : "l"(ad), "l"(bd), "r"(scale_d), "n"(TA), "n"(TB));
+}
+template <int TA, int TB>
+__device__ __forceinline__ void mma_ss(float (&d)[32], unsigned long long ad, unsigned long long bd, int scale_d) {
+	asm volatile(
+	    "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+	    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+	    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+	    "%32, %33, p, 1, 1, %35, %36;\n}\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+	      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+	      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+	      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+	    : "l"(ad), "l"(bd), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
-// A fragment of k step s (16 columns from k0) of the warp's 16 rows (m0): ldmatrix.x4 from a [R][*] tile
-// (row = m, column = k), or with T ldmatrix.x4.trans from a [*][R] tile (row = k, column = m).
-template <bool T>
-__device__ __forceinline__ void afrag(unsigned (&a)[4], const unsigned char* tile, int R, int m0, int k0, int lane) {
-	const int mq = lane >> 3, i = lane & 7;
-	if (T)
-		tc::ldmatrix_x4_trans(a, tile + sw(k0 + i + 8 * (mq >> 1), m0 + 8 * (mq & 1), R));
-	else
-		tc::ldmatrix_x4(a, tile + sw(m0 + i + 8 * (mq & 1), k0 + 8 * (mq >> 1), R));
-}
-
-// Descriptors of the warpgroup's B at k step s: K-major (rows = n, R of them; n0 the warpgroup's first row),
-// or MN-major (rows = k; n0 the warpgroup's first column within the 64-column block it lies in).
+// Descriptors at k step k0: K-major (rows = the non-k dimension, R of them; n0 the warpgroup's first row), or
+// MN-major (rows = k, R of them; n0 the warpgroup's first column within the 64-column block it lies in).
 __device__ __forceinline__ unsigned long long bk(const unsigned char* tile, int R, int n0, int k0) {
 	return wg::desc_sw128(tile + (k0 >> 6) * R * 128 + n0 * 128 + ((k0 & 63) >> 3) * 16);
 }
@@ -93,24 +99,17 @@ __device__ __forceinline__ unsigned long long bmn(const unsigned char* tile, int
 	return wg::desc_sw128_mn(tile + (n0 >> 6) * R * 128 + k0 * 128 + (n0 & 63) * 2, R * 128);
 }
 
-// chain: acc (this warpgroup's n half: NH columns from n0) = A B over k steps [k0, k1), A fragments from
-// tile a (AT: transposed), B K-major (TB 0) or MN-major (TB 1).
-template <int NH, bool AT, int TB>
+// chain: acc (this warpgroup's n half: NH columns from n0) (+)= A B over k steps [k0, k1): A the whole
+// [64][k] operand (AT: stored transposed, rows = k), B K-major (TB 0) or MN-major (TB 1); one commit group,
+// waited for before it returns.
+template <int NH, int AT, int TB>
 __device__ __forceinline__ void chain(float (&acc)[NH / 2], const unsigned char* a, int Ra, const unsigned char* b, int Rb,
-                                      int n0, int k0, int k1, int m0, int lane, bool accumulate) {
+                                      int n0, int k0, int k1, bool accumulate) {
 	wg::fence();
 	for (int k = k0; k < k1; k += 16) {
-		unsigned af[4];
-		afrag<AT>(af, a, Ra, m0, k, lane);
-		const unsigned long long desc = TB ? bmn(b, Rb, n0, k) : bk(b, Rb, n0, k);
-		const int sc = (accumulate || k > k0) ? 1 : 0;
-		if constexpr (NH == 32) {
-			mma_n32<TB>(acc, af, desc, sc);
-		} else if constexpr (TB) {
-			wg::mma_m64n64k16_rs_t(acc, af, desc, 0, sc);
-		} else {
-			wg::mma_m64n64k16_rs(acc, af, desc, sc);
-		}
+		const unsigned long long ad = AT ? bmn(a, Ra, 0, k) : bk(a, Ra, 0, k);
+		const unsigned long long bd = TB ? bmn(b, Rb, n0, k) : bk(b, Rb, n0, k);
+		mma_ss<AT, TB>(acc, ad, bd, (accumulate || k > k0) ? 1 : 0);
 	}
 	wg::commit();
 	wg::wait<0>();
@@ -199,8 +198,8 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		__syncthreads();  // 1
 		{  // S = Q K^T, K K^T (n 32 a warpgroup, k 128; once a CTA in the real kernel, here every head)
 			float s[16], kk[16];
-			chain<32, false, 0>(s, Q, C, K, C, 32 * wg, 0, D, m0, lane, false);
-			chain<32, false, 0>(kk, K, C, K, C, 32 * wg, 0, D, m0, lane, false);
+			chain<32, 0, 0>(s, Q, C, K, C, 32 * wg, 0, D, false);
+			chain<32, 0, 0>(kk, K, C, K, C, 32 * wg, 0, D, false);
 			const int g = lane >> 2, t = lane & 3;
 #pragma unroll
 			for (int j = 0; j < 4; ++j)
@@ -214,7 +213,7 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		__syncthreads();  // 2
 		{  // 1a: dP = dO V'^T (n 32, k 128); G1 = dP (.) scalars -> bf16 tile
 			float dp[16];
-			chain<32, false, 0>(dp, DO, C, VV, C, 32 * wg, 0, D, m0, lane, false);
+			chain<32, 0, 0>(dp, DO, C, VV, C, 32 * wg, 0, D, false);
 			const int g = lane >> 2, t = lane & 3;
 #pragma unroll
 			for (int j = 0; j < 16; ++j) dp[j] *= S[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wg + 8 * (j >> 2) + 2 * t + (j & 1)];
@@ -222,7 +221,7 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		}
 		wg::fence_proxy_async();
 		__syncthreads();  // 3
-		chain<64, true, 1>(dk, G1, C, Q, C, 64 * wg, 0, C, m0, lane, more);  // 1b: DK += G1^T Q (k 64 tokens)
+		chain<64, 1, 1>(dk, G1, C, Q, C, 64 * wg, 0, C, more);  // 1b: DK += G1^T Q (k 64 tokens)
 		__syncthreads();  // 4: Q dead
 		// 1c: A = (I + L)^-1's blocks: a 64-step dependent chain a column (threads 0-63) over fp32 A in Q's slot.
 		if (tid < C) {
@@ -246,7 +245,7 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		__syncthreads();  // 7
 		{  // S2: dKt = V' D^T (n 64 keys, k 128 values); DK += tail (.) dKt
 			float t[32];
-			chain<64, false, 0>(t, VV, C, DT, D, 64 * wg, 0, D, m0, lane, false);
+			chain<64, 0, 0>(t, VV, C, DT, D, 64 * wg, 0, D, false);
 #pragma unroll
 			for (int j = 0; j < 32; ++j) dk[j] = fmaf(rs[m0 + (lane >> 2) + 8 * ((j >> 1) & 1)], t[j], dk[j]);
 		}
@@ -258,11 +257,11 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		wg::fence_proxy_async();
 		__syncthreads();  // 9
 		{  // S3: DQ (+)= G1 K + dO H^T (n 64, k 64 + 128); dW = dV' H^T -> bf16 over dO
-			chain<64, false, 1>(dq, G1, C, K, C, 64 * wg, 0, C, m0, lane, more);
-			chain<64, false, 0>(dq, DO, C, HT, D, 64 * wg, 0, D, m0, lane, true);
+			chain<64, 0, 1>(dq, G1, C, K, C, 64 * wg, 0, C, more);
+			chain<64, 0, 0>(dq, DO, C, HT, D, 64 * wg, 0, D, true);
 			if (HEADS == 1 && h % G == 0) store(p.dq + qk, D, dq, m0, 64 * wg, lane);
 			float dw[32];
-			chain<64, false, 0>(dw, VV, C, HT, D, 64 * wg, 0, D, m0, lane, false);
+			chain<64, 0, 0>(dw, VV, C, HT, D, 64 * wg, 0, D, false);
 			__syncthreads();  // 10: both warpgroups done with dO
 			put(DW, dw, rs, m0, 64 * wg, lane);
 		}
@@ -275,14 +274,14 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		__syncthreads();  // 12
 		{  // S4: XU = A^T dV' -> dv; XW = A^T dW, DK += bg (.) XW (n 64, k 64); T1 = dV' v^T, T2 = dW K^T -> dA
 			float x[32];
-			chain<64, true, 1>(x, A16, C, VV, C, 64 * wg, 0, C, m0, lane, false);
+			chain<64, 1, 1>(x, A16, C, VV, C, 64 * wg, 0, C, false);
 			store(p.dv + vh, D, x, m0, 64 * wg, lane);
-			chain<64, true, 1>(x, A16, C, DW, C, 64 * wg, 0, C, m0, lane, false);
+			chain<64, 1, 1>(x, A16, C, DW, C, 64 * wg, 0, C, false);
 #pragma unroll
 			for (int j = 0; j < 32; ++j) dk[j] = fmaf(scal[m0 + (lane >> 2) + 8 * ((j >> 1) & 1)], x[j], dk[j]);
 			float t1[16], t2[16];
-			chain<32, false, 0>(t1, VV, C, VB, C, 32 * wg, 0, D, m0, lane, false);
-			chain<32, false, 0>(t2, DW, C, K, C, 32 * wg, 0, D, m0, lane, false);
+			chain<32, 0, 0>(t1, VV, C, VB, C, 32 * wg, 0, D, false);
+			chain<32, 0, 0>(t2, DW, C, K, C, 32 * wg, 0, D, false);
 #pragma unroll
 			for (int j = 0; j < 16; ++j) t1[j] = fmaf(t1[j], 0.5f, t2[j]);
 			put(DA, t1, rs, m0, 32 * wg, lane);
@@ -291,11 +290,11 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		__syncthreads();  // 13
 		{  // S5: M = A^T dA (n 32, k 64) -> bf16; dL = -M A^T (n 32, k 64); dKK -> bf16 over v, E2 fp32 over dV'
 			float m[16];
-			chain<32, true, 1>(m, A16, C, DA, C, 32 * wg, 0, C, m0, lane, false);
+			chain<32, 1, 1>(m, A16, C, DA, C, 32 * wg, 0, C, false);
 			put(M16, m, rs, m0, 32 * wg, lane);
 			wg::fence_proxy_async();
 			__syncthreads();  // 14
-			chain<32, false, 0>(m, M16, C, A16, C, 32 * wg, 0, C, m0, lane, false);
+			chain<32, 0, 0>(m, M16, C, A16, C, 32 * wg, 0, C, false);
 			put(DKK, m, rs, m0, 32 * wg, lane);
 			const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -306,8 +305,8 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		// S6: DK += dKK K + dKK^T K (n 64, k 64 each); the row sums; dg.
 		{
 			float u[32];
-			chain<64, false, 1>(u, DKK, C, K, C, 64 * wg, 0, C, m0, lane, false);
-			chain<64, true, 1>(u, DKK, C, K, C, 64 * wg, 0, C, m0, lane, true);
+			chain<64, 0, 1>(u, DKK, C, K, C, 64 * wg, 0, C, false);
+			chain<64, 1, 1>(u, DKK, C, K, C, 64 * wg, 0, C, true);
 #pragma unroll
 			for (int j = 0; j < 32; ++j) dk[j] += u[j];
 		}
