@@ -160,7 +160,7 @@ struct Args {
 template <int MINB, int HEADS>
 __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 	extern __shared__ __align__(1024) unsigned char sm[];
-	const int tid = threadIdx.x, lane = tid & 31, w4 = (tid >> 5) & 3, wg = tid >> 7;
+	const int tid = threadIdx.x, lane = tid & 31, w4 = (tid >> 5) & 3, wgi = tid >> 7;
 	const int m0 = 16 * w4;
 	const int c = HEADS == 1 ? blockIdx.x / HV : blockIdx.x / HQK;
 	const int qh = HEADS == 1 ? (blockIdx.x % HV) / G : blockIdx.x % HQK;
@@ -198,14 +198,14 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		__syncthreads();  // 1
 		{  // S = Q K^T, K K^T (n 32 a warpgroup, k 128; once a CTA in the real kernel, here every head)
 			float s[16], kk[16];
-			chain<32, 0, 0>(s, Q, C, K, C, 32 * wg, 0, D, false);
-			chain<32, 0, 0>(kk, K, C, K, C, 32 * wg, 0, D, false);
+			chain<32, 0, 0>(s, Q, C, K, C, 32 * wgi, 0, D, false);
+			chain<32, 0, 0>(kk, K, C, K, C, 32 * wgi, 0, D, false);
 			const int g = lane >> 2, t = lane & 3;
 #pragma unroll
 			for (int j = 0; j < 4; ++j)
 #pragma unroll
 				for (int e = 0; e < 4; ++e) {
-					const int r = m0 + g + 8 * (e >> 1), col = 32 * wg + 8 * j + 2 * t + (e & 1);
+					const int r = m0 + g + 8 * (e >> 1), col = 32 * wgi + 8 * j + 2 * t + (e & 1);
 					S[r * 64 + col] = s[4 * j + e];
 					KKf[(r * 64 + col) & 2047] = kk[4 * j + e];
 				}
@@ -213,15 +213,15 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		__syncthreads();  // 2
 		{  // 1a: dP = dO V'^T (n 32, k 128); G1 = dP (.) scalars -> bf16 tile
 			float dp[16];
-			chain<32, 0, 0>(dp, DO, C, VV, C, 32 * wg, 0, D, false);
+			chain<32, 0, 0>(dp, DO, C, VV, C, 32 * wgi, 0, D, false);
 			const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-			for (int j = 0; j < 16; ++j) dp[j] *= S[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wg + 8 * (j >> 2) + 2 * t + (j & 1)];
-			put(G1, dp, rs, m0, 32 * wg, lane);
+			for (int j = 0; j < 16; ++j) dp[j] *= S[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wgi + 8 * (j >> 2) + 2 * t + (j & 1)];
+			put(G1, dp, rs, m0, 32 * wgi, lane);
 		}
 		wg::fence_proxy_async();
 		__syncthreads();  // 3
-		chain<64, 1, 1>(dk, G1, C, Q, C, 64 * wg, 0, C, more);  // 1b: DK += G1^T Q (k 64 tokens)
+		chain<64, 1, 1>(dk, G1, C, Q, C, 64 * wgi, 0, C, more);  // 1b: DK += G1^T Q (k 64 tokens)
 		__syncthreads();  // 4: Q dead
 		// 1c: A = (I + L)^-1's blocks: a 64-step dependent chain a column (threads 0-63) over fp32 A in Q's slot.
 		if (tid < C) {
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		__syncthreads();  // 7
 		{  // S2: dKt = V' D^T (n 64 keys, k 128 values); DK += tail (.) dKt
 			float t[32];
-			chain<64, 0, 0>(t, VV, C, DT, D, 64 * wg, 0, D, false);
+			chain<64, 0, 0>(t, VV, C, DT, D, 64 * wgi, 0, D, false);
 #pragma unroll
 			for (int j = 0; j < 32; ++j) dk[j] = fmaf(rs[m0 + (lane >> 2) + 8 * ((j >> 1) & 1)], t[j], dk[j]);
 		}
@@ -257,13 +257,13 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		wg::fence_proxy_async();
 		__syncthreads();  // 9
 		{  // S3: DQ (+)= G1 K + dO H^T (n 64, k 64 + 128); dW = dV' H^T -> bf16 over dO
-			chain<64, 0, 1>(dq, G1, C, K, C, 64 * wg, 0, C, more);
-			chain<64, 0, 0>(dq, DO, C, HT, D, 64 * wg, 0, D, true);
-			if (HEADS == 1 && h % G == 0) store(p.dq + qk, D, dq, m0, 64 * wg, lane);
+			chain<64, 0, 1>(dq, G1, C, K, C, 64 * wgi, 0, C, more);
+			chain<64, 0, 0>(dq, DO, C, HT, D, 64 * wgi, 0, D, true);
+			if (HEADS == 1 && h % G == 0) store(p.dq + qk, D, dq, m0, 64 * wgi, lane);
 			float dw[32];
-			chain<64, 0, 0>(dw, VV, C, HT, D, 64 * wg, 0, D, false);
+			chain<64, 0, 0>(dw, VV, C, HT, D, 64 * wgi, 0, D, false);
 			__syncthreads();  // 10: both warpgroups done with dO
-			put(DW, dw, rs, m0, 64 * wg, lane);
+			put(DW, dw, rs, m0, 64 * wgi, lane);
 		}
 		wg::fence_proxy_async();
 		__syncthreads();  // 11: H^T dead
@@ -274,39 +274,39 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		__syncthreads();  // 12
 		{  // S4: XU = A^T dV' -> dv; XW = A^T dW, DK += bg (.) XW (n 64, k 64); T1 = dV' v^T, T2 = dW K^T -> dA
 			float x[32];
-			chain<64, 1, 1>(x, A16, C, VV, C, 64 * wg, 0, C, false);
-			store(p.dv + vh, D, x, m0, 64 * wg, lane);
-			chain<64, 1, 1>(x, A16, C, DW, C, 64 * wg, 0, C, false);
+			chain<64, 1, 1>(x, A16, C, VV, C, 64 * wgi, 0, C, false);
+			store(p.dv + vh, D, x, m0, 64 * wgi, lane);
+			chain<64, 1, 1>(x, A16, C, DW, C, 64 * wgi, 0, C, false);
 #pragma unroll
 			for (int j = 0; j < 32; ++j) dk[j] = fmaf(scal[m0 + (lane >> 2) + 8 * ((j >> 1) & 1)], x[j], dk[j]);
 			float t1[16], t2[16];
-			chain<32, 0, 0>(t1, VV, C, VB, C, 32 * wg, 0, D, false);
-			chain<32, 0, 0>(t2, DW, C, K, C, 32 * wg, 0, D, false);
+			chain<32, 0, 0>(t1, VV, C, VB, C, 32 * wgi, 0, D, false);
+			chain<32, 0, 0>(t2, DW, C, K, C, 32 * wgi, 0, D, false);
 #pragma unroll
 			for (int j = 0; j < 16; ++j) t1[j] = fmaf(t1[j], 0.5f, t2[j]);
-			put(DA, t1, rs, m0, 32 * wg, lane);
+			put(DA, t1, rs, m0, 32 * wgi, lane);
 		}
 		wg::fence_proxy_async();
 		__syncthreads();  // 13
 		{  // S5: M = A^T dA (n 32, k 64) -> bf16; dL = -M A^T (n 32, k 64); dKK -> bf16 over v, E2 fp32 over dV'
 			float m[16];
-			chain<32, 1, 1>(m, A16, C, DA, C, 32 * wg, 0, C, false);
-			put(M16, m, rs, m0, 32 * wg, lane);
+			chain<32, 1, 1>(m, A16, C, DA, C, 32 * wgi, 0, C, false);
+			put(M16, m, rs, m0, 32 * wgi, lane);
 			wg::fence_proxy_async();
 			__syncthreads();  // 14
-			chain<32, 0, 0>(m, M16, C, A16, C, 32 * wg, 0, C, false);
-			put(DKK, m, rs, m0, 32 * wg, lane);
+			chain<32, 0, 0>(m, M16, C, A16, C, 32 * wgi, 0, C, false);
+			put(DKK, m, rs, m0, 32 * wgi, lane);
 			const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-			for (int j = 0; j < 16; ++j) E2[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wg + 8 * (j >> 2) + 2 * t + (j & 1)] = m[j];
+			for (int j = 0; j < 16; ++j) E2[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wgi + 8 * (j >> 2) + 2 * t + (j & 1)] = m[j];
 		}
 		wg::fence_proxy_async();
 		__syncthreads();  // 15
 		// S6: DK += dKK K + dKK^T K (n 64, k 64 each); the row sums; dg.
 		{
 			float u[32];
-			chain<64, 0, 1>(u, DKK, C, K, C, 64 * wg, 0, C, false);
-			chain<64, 1, 1>(u, DKK, C, K, C, 64 * wg, 0, C, true);
+			chain<64, 0, 1>(u, DKK, C, K, C, 64 * wgi, 0, C, false);
+			chain<64, 1, 1>(u, DKK, C, K, C, 64 * wgi, 0, C, true);
 #pragma unroll
 			for (int j = 0; j < 32; ++j) dk[j] += u[j];
 		}
@@ -318,8 +318,8 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		__syncthreads();  // 16: the end of the head
 	}
 	if (HEADS > 1 || (blockIdx.x % HV) % G == 0) {
-		if (HEADS > 1) store(p.dq + qk, D, dq, m0, 64 * wg, lane);
-		store(p.dk + qk, D, dk, m0, 64 * wg, lane);
+		if (HEADS > 1) store(p.dq + qk, D, dq, m0, 64 * wgi, lane);
+		store(p.dk + qk, D, dk, m0, 64 * wgi, lane);
 	}
 }
 
