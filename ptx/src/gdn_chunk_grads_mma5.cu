@@ -444,20 +444,15 @@ __device__ __forceinline__ void store_v4(unsigned* VB, const uint4 (&q)[4], int 
 	}
 }
 
-// GDNKCP_GRADS_KB16 1 (the hi-only entries, mma7 and mma8): S6's two products on K (DK += dKK K + dKK^T
-// K) take their B fragments from a bf16 copy of K made once a head in S5 (k_to_b16: rn(K), what frag_b's
-// split gives as the hi half at every use) by ldmatrix.x4.trans, two n tiles a load, in place of four
-// scalar loads and a split a fragment (ncu, v5.29: S6 is 8% of mma8's instructions, LDS 42% and F2FP 20% of
-// them). The copy lies in VF's last 16 KB (past dKK's [64][kQ]), dead from barrier 10 (dV') to the next
-// head's S1. The same operands in the same order: the same bits.
-// 2: also S4's products on dW and K from bf16 copies: after barrier 8 dW is stored as rn(-dW) (the only value
-// its readers ever used) into BIG's first 16 KB and K's copy made into the next 16 KB (H, D dead), so XW =
-// A^T dW takes dW's B fragments by ldmatrix.x4.trans and T2 = dW K^T its A fragments and K's B fragments by
-// ldmatrix.x4; dA moves to BIG + 32 KB and M after it (BIG + 50176 bytes: both in BIG's 66 KB with the
-// copies), and S6 reads the same K copy (no conversion in S5). The same bits.
-#ifndef GDNKCP_GRADS_KB16
-#define GDNKCP_GRADS_KB16 1
-#endif
+// The hi-only entries (mma7, mma8) run S6's two products on K (DK += dKK K + dKK^T K) from bf16 tiles by
+// ldmatrix: K's copy made once a head in S5 (k_to_b16: rn(K), the hi half frag_b's split gives at every use)
+// into VF's last 16 KB (past dKK's tile; dV' is dead from barrier 10), and dKK stored by S5 as rn(dKK) pairs
+// into a [64][64] tile at VF's start (g1_pos), so that S6 takes its A fragments by ldmatrix.x4 (dKK) and
+// ldmatrix.x4.trans (dKK^T) and K's B fragments by ldmatrix.x4.trans, two n tiles a load (gemm_kb16): per k
+// step and warp 5 ldmatrix in place of ~36 scalar loads and ~20 splits. The same operands in the same order:
+// the same bits. Measured (2026-12-04, twenty-second session): chunk gradients 4.036 -> 4.023 ms at 32K,
+// 14.69 -> 14.63 ms at 120,908 tokens; the same tiles for 1b, S4 and S5 were no faster or slower
+// (docs/mma-kernels.md, "bf16 operand tiles").
 
 // kb_pos: the byte offset of K's 16-byte unit u (d = 8 u .. 8 u + 7) of row j in k_to_b16's copy: 256-byte
 // rows, unit u at u ^ (j % 8) (ldmatrix's eight rows of one unit column fall in eight bank groups).
@@ -479,32 +474,15 @@ __device__ __forceinline__ void k_to_b16(unsigned char* kb, const float* KF, int
 	}
 }
 
-// gemm_kb: gemm<NT, AP, AT, kP, true, false> with B (k, n) = K[16 kk + k][n0 + n] read from k_to_b16's copy:
-// per k step one A fragment (hi) and NT / 2 ldmatrix.x4.trans (matrices: rows 0-7 / 8-15 of the k step,
-// units n0 / 8 + 2 p and + 1), each the B fragments of n tiles 2 p and 2 p + 1, nt ascending as gemm.
-template <int NT, int AP, bool AT>
-__device__ __forceinline__ void gemm_kb(float (*acc)[4], const float* a, const unsigned char* kb, int n0, int k0, int k1,
-                                        int g, int t, int lane) {
-	const int mq = lane >> 3, jr = (lane & 7) + 8 * (mq & 1), u0 = (n0 >> 3) + (mq >> 1);
-	for (int kk = k0; kk < k1; ++kk) {
-		unsigned ah[4], al[4];
-		frag_a<true, AP, AT>(a + (AT ? 16 * kk * AP : 16 * kk), g, t, ah, al);
-#pragma unroll
-		for (int p = 0; p < NT / 2; ++p) {
-			unsigned b4[4];
-			tc::ldmatrix_x4_trans(b4, kb + kb_pos(16 * kk + jr, u0 + 2 * p));
-			mma_t<false, false>(acc[2 * p], ah, al, b4, b4);
-			mma_t<false, false>(acc[2 * p + 1], ah, al, b4 + 2, b4 + 2);
-		}
-	}
-}
-
 // g1_pos: the byte offset of unit u (columns 8 u .. 8 u + 7) of row i of a bf16 [64][64] tile: 128-byte rows,
 // the unit XOR-swizzled by the row.
 __device__ __forceinline__ int g1_pos(int i, int u) { return i * 128 + ((u ^ (i & 7)) << 4); }
 
-// gemm_kb16: gemm_kb with A from a bf16 [64][64] tile (g1_pos) at the warp's 16-row block rt: (m, k) =
-// a[16 rt + m][16 kk + k] (AT false, ldmatrix.x4) or a[16 kk + k][16 rt + m] (AT, ldmatrix.x4.trans).
+// gemm_kb16: acc (NT n tiles) += A B on hi halves, A from a bf16 [64][64] tile (g1_pos) at the warp's 16-row
+// block rt: (m, k) = a[16 rt + m][16 kk + k] (AT false, ldmatrix.x4) or a[16 kk + k][16 rt + m] (AT,
+// ldmatrix.x4.trans); B (k, n) = K[16 kk + k][n0 + n] from k_to_b16's copy, NT / 2 ldmatrix.x4.trans a k step
+// (matrices: rows 0-7 / 8-15 of the k step, units n0 / 8 + 2 p and + 1: n tiles 2 p and 2 p + 1), nt
+// ascending as gemm.
 template <int NT, bool AT>
 __device__ __forceinline__ void gemm_kb16(float (*acc)[4], const unsigned char* a, const unsigned char* kb, int n0, int rt,
                                           int k0, int k1, int lane) {
@@ -525,53 +503,6 @@ __device__ __forceinline__ void gemm_kb16(float (*acc)[4], const unsigned char* 
 	}
 }
 
-// GDNKCP_GRADS_1B16 1 (the hi-only entries, mma7 and mma8): 1b's products (DQ += G1 K, DK += G1^T Q) take
-// G1's A fragments from a bf16 tile (1a stores rn(G1), the hi half frag_a made at every use, as pairs:
-// 8 KB at BIG + 55296, past 1c's partials; g1_pos) by ldmatrix.x4 (.trans for G1^T), and K's B fragments
-// from a bf16 copy of K made in S1 (k_to_b16 into BIG's first 16 KB, which G1's fp32 rows held; dead from
-// barrier 3, when D^T's copy lands there) by ldmatrix.x4.trans. Q's stay fp32 (no room for a second copy).
-// ncu (v5.29): 1b is 10.7% of mma8's instructions, LDS 34% and F2FP 15% of them. The same bits.
-#ifndef GDNKCP_GRADS_1B16
-#define GDNKCP_GRADS_1B16 0
-#endif
-
-// GDNKCP_GRADS_S45B16 1 (with GDNKCP_GRADS_KB16 2; mma7, mma8): A, dA and M as bf16 [64][64] tiles (g1_pos) in
-// S4-S5, each the rn(x) its products used as hi halves: A's copy made after barrier 8 (from AF), dA stored
-// by S4 and M by S5 as bf16 pairs (their only readers are products), so XU's and XW's A fragments (A^T),
-// M = A^T dA's both operands and dL = -M A^T's both come by ldmatrix.x4 (.trans) in place of scalar loads
-// and splits. BIG from barrier 8 on: rn(-dW) [0, 16 K) (F kk over it from S5's second half, [64][64] rows,
-// columns XOR-swizzled by the row: fidx), rn(K) [16 K, 32 K), rn(dA) [32 K, 40 K), rn(M) [40 K, 48 K),
-// rn(A) [48 K, 56 K). The same bits.
-#ifndef GDNKCP_GRADS_S45B16
-#define GDNKCP_GRADS_S45B16 0
-#endif
-
-// fidx: element (i, j) of F kk: [64][kQ] plain rows, or (S45) [64][64] rows with the column XOR-ed by a
-// permutation of the row's low 5 bits (bits 0, 1, 2, 3, 4 of i to bits 0, 3, 4, 1, 2): the row sums' lanes
-// (32 consecutive rows, one column) and S5's stores (rows 8 a + g, columns 2 t + c) both fall in 32 banks.
-template <bool S45>
-__device__ __forceinline__ int fidx(int i, int j) {
-	const int f = (i & 1) | ((i & 6) << 2) | ((i >> 2) & 6);
-	return S45 ? i * kC + (j ^ f) : i * kQ + j;
-}
-
-// q_to_b16: thread tid's two units of rn(x) of a [64][kQ] rowo fp32 tile into a bf16 [64][64] tile (g1_pos).
-__device__ __forceinline__ void q_to_b16(unsigned char* dst, const float* src, int tid) {
-#pragma unroll
-	for (int x = 0; x < 2; ++x) {
-		const int e = tid + kThreads * x, i = e >> 3, u = e & 7;
-		const float* p = src + rowo<kQ>(i) + 8 * u;
-		const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-		uint4 q;
-		unsigned lo;
-		tc::split_bf16x2(a.x, a.y, q.x, lo);
-		tc::split_bf16x2(a.z, a.w, q.y, lo);
-		tc::split_bf16x2(b.x, b.y, q.z, lo);
-		tc::split_bf16x2(b.z, b.w, q.w, lo);
-		*reinterpret_cast<uint4*>(dst + g1_pos(i, u)) = q;
-	}
-}
-
 // st_pair16: rn(x0), rn(x1) (columns j, j + 1, j even) of row i into a bf16 [64][64] tile (g1_pos).
 __device__ __forceinline__ void st_pair16(unsigned char* dst, int i, int j, float x0, float x1) {
 	unsigned h, lo;
@@ -579,44 +510,22 @@ __device__ __forceinline__ void st_pair16(unsigned char* dst, int i, int j, floa
 	*reinterpret_cast<unsigned*>(dst + g1_pos(i, j >> 3) + 2 * (j & 7)) = h;
 }
 
-// GDNKCP_GRADS_S6B16 1 (with GDNKCP_GRADS_KB16 1 or 2; mma7, mma8): dKK as a bf16 [64][64] tile (rn(dKK),
-// g1_pos, VF's first 8 KB) stored by S5 in pairs, so S6's two products take their A fragments by
-// ldmatrix.x4 (dKK) and ldmatrix.x4.trans (dKK^T) as well as K's B fragments (gemm_kb16): no scalar loads
-// or splits left in S6. The same bits.
-#ifndef GDNKCP_GRADS_S6B16
-#define GDNKCP_GRADS_S6B16 1
-#endif
-
-// GDNKCP_GRADS_DG_1C 1: a value head's dg (the reverse in-chunk cumsum of dgamma: 64 dependent adds, each
-// behind a shared load, by one thread) is stored by lane 0 of warp 7 during the next head's 1c, where warps
-// 6 and 7 have no work, rather than by thread 0 right after barrier 14 (the last head's still there, beside
-// the epilogue). ncu (v5.29): the kernel's largest barrier wait is at barrier 1, where warp 0 arrives late
-// behind that loop; making the loop later (after the head's copies) made the wait 1.7 times longer. gt's
-// row 0 and red[8] are written again only after the next head's barrier 13. The same adds: the same bits.
-#ifndef GDNKCP_GRADS_DG_1C
-#define GDNKCP_GRADS_DG_1C 0
-#endif
-
-// dg_store: value head h's dg from gt[0, n) (the last row plus red[8]), one add a row from row n - 1 down,
-// each partial stored.
-__device__ __forceinline__ void dg_store(float* __restrict__ dg, const float* gt, const float* red, int t0, int n, int h,
-                                         int HV) {
-	float acc = 0.f;
-	for (int i = n - 1; i >= 0; --i) {
-		float x = gt[i];
-		if (i == n - 1) x += red[8];
-		acc += x;
-		dg[(long long)(t0 + i) * HV + h] = acc;
-	}
-}
-
 // GDNKCP_GRADS_BF_LDSM 1 (every grouped entry): the fragments of the exact bf16 tiles, dO's A fragments (1a,
 // S3) and v's B fragments (T1), by ldmatrix.x4 (one for an A fragment, one for two n tiles' B fragments) in
 // place of four 4-byte loads a fragment (frag_a_bf, frag_bt_bf): their rows (kW words, 272 bytes) are
-// 16-byte aligned and 16 bytes apart in the banks. The same words: the same bits.
+// 16-byte aligned and 16 bytes apart in the banks. The same words: the same bits. 2: every entry but
+// gdn_chunk_grads_mma6 (grads5<true, true, false>), the default on Blackwell, where ptxas 13.0 spills 24
+// bytes in mma6 with it (8 without); on the H200 mma6 is 0.3% faster with it (6.625 against 6.651 ms at 32K,
+// core + bwd --split-grads) and keeps 244 registers (249 without), no spill.
 #ifndef GDNKCP_GRADS_BF_LDSM
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define GDNKCP_GRADS_BF_LDSM 2
+#else
 #define GDNKCP_GRADS_BF_LDSM 1
 #endif
+#endif
+template <bool TP, bool LO, bool B16>
+constexpr bool kBfLdsm = GDNKCP_GRADS_BF_LDSM == 1 || (GDNKCP_GRADS_BF_LDSM == 2 && !(TP && LO && !B16));
 
 // ldsm_a_bf: frag_a_bf(p, ld, ...)'s four registers by one ldmatrix.x4.
 __device__ __forceinline__ void ldsm_a_bf(const unsigned* p, int ld, int lane, unsigned a[4]) {
@@ -767,31 +676,18 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 	unsigned* DOB = reinterpret_cast<unsigned*>(VF + kTP);  // [64][kW] dO bf16 pairs (S1-S3); v (S4)
 	float* BIG = VF + kTP + kTW;                            // [128][kP], by phase:
 	float* G1S = BIG;                                       //   S1-1c: G1, E, L [64][kQ]
-	constexpr bool B1B = !LO && GDNKCP_GRADS_1B16;          // 1b: rn(G1) and rn(K) tiles (S1-1b)
-	unsigned char* const G1B = reinterpret_cast<unsigned char*>(BIG) + 55296;  // rn(G1) [64][64], g1_pos
-	unsigned char* const K1B = reinterpret_cast<unsigned char*>(BIG);          // rn(K), kb_pos
-	static_assert(4 * (3 * kTQ + 3 * 8 * 32) <= 55296 && 55296 + 8192 <= 4 * kBig, "1B16: G1's tile past 1c's partials");
-	static_assert(16384 <= 4 * kTQ, "1B16: K's copy within G1's fp32 rows");
 	float* ES = BIG + kTQ;
 	float* LS = BIG + 2 * kTQ;
-	constexpr bool W16 = !LO && GDNKCP_GRADS_KB16 == 2;    // dW and K as bf16 copies in BIG from barrier 8
-	float* WF = BIG;                                        //   S4: dW [64][kP] (W16: bf16, kb_pos), dA after it
-	float* DAS = W16 ? BIG + 8192 : BIG + kTP;              //   (W16: K's copy between them)
-	float* MS = W16 ? BIG + 8192 + kTQ : BIG;               //   S5: M over dW (W16: after dA); F kk over dA (S5-S6)
-	static_assert(8192 + 2 * kTQ <= kBig, "W16: dW, K copies, dA and M fit in BIG");
-	constexpr bool S45 = W16 && GDNKCP_GRADS_S45B16;        // A, dA, M as bf16 tiles (barrier 8 - S5)
-	float* FKS = S45 ? BIG : DAS;                            //   (S45: over rn(-dW), fidx)
-	unsigned char* const DA16 = reinterpret_cast<unsigned char*>(BIG) + 32768;
-	unsigned char* const M16 = reinterpret_cast<unsigned char*>(BIG) + 40960;
-	unsigned char* const A16 = reinterpret_cast<unsigned char*>(BIG) + 49152;
+	float* WF = BIG;                                        //   S4: dW [64][kP], dA [64][kQ] after it
+	float* DAS = BIG + kTP;
+	float* MS = BIG;                                        //   S5: M over dW; F kk over dA (S5-S6)
+	float* FKS = DAS;
 	unsigned* VB = DOB;
 	float* E2S = reinterpret_cast<float*>(DOB);             //   S5-S6: E2 over v
-	float* DKK = VF;
-	unsigned char* const DKK16 = reinterpret_cast<unsigned char*>(VF);  // S6B: rn(dKK) [64][64], g1_pos
-	constexpr bool KB16 = !LO && GDNKCP_GRADS_KB16;                 // S6's K from a bf16 copy (S5-S6)
-	constexpr bool S6B = KB16 && GDNKCP_GRADS_S6B16;                // and dKK as a bf16 tile
-	unsigned char* const KB = W16 ? reinterpret_cast<unsigned char*>(BIG) + 16384 : reinterpret_cast<unsigned char*>(VF + kTQ);
-	unsigned char* const W16B = reinterpret_cast<unsigned char*>(BIG);  // W16: rn(-dW) [64][128], kb_pos
+	float* DKK = VF;                                        //   S5-S6: dKK [64][kQ] (LO) over dV'
+	constexpr bool S6B = !LO;                               // S6 on bf16 tiles: rn(dKK), rn(K) (S5-S6)
+	unsigned char* const DKK16 = reinterpret_cast<unsigned char*>(VF);             // rn(dKK) [64][64], g1_pos
+	unsigned char* const KB = reinterpret_cast<unsigned char*>(VF + kTQ);          // rn(K) [64][128], kb_pos
 	static_assert(4 * kTQ + kC * kD * 2 <= 4 * kTP, "K's bf16 copy fits in VF past dKK");
 	float* AF = BIG + kBig;   // [64][kQ] (I + L)^-1 of the head (zero above the diagonal blocks)
 	float* SKK = AF + kTQ;    // [64][kQ] S[i][j] = q_i . k_j at j <= i, (K K^T)[i][j] at [j][i] for j < i
@@ -885,7 +781,6 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			}
 		}
 		for (int e = tid; e < kTQ; e += kThreads) AF[e] = 0.f;
-		if constexpr (B1B) k_to_b16(K1B, KF, tid);  // BIG is free from barrier 14 (head 0: all along)
 		if (tid < kC) {
 			bet[tid] = tid < n ? beta[(long long)(t0 + tid) * HV + h] : 0.f;
 			gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
@@ -911,7 +806,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			if (lower) {
 				for (int k8 = 0; k8 < kD / 16; ++k8) {
 					unsigned oa[4];
-					if (GDNKCP_GRADS_BF_LDSM)
+					if constexpr (kBfLdsm<TP, LO, B16>)
 						ldsm_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, lane, oa);
 					else
 						frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
@@ -926,7 +821,6 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 					}
 				}
 			}
-			float gpair[4];  // B1B: this tile's G1 values, stored as bf16 pairs
 #pragma unroll
 			for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
@@ -936,43 +830,16 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 					const bool in = j <= i && i < n;
 					LS[(r < 2 ? rq0 : rq1) + j] = (j < i && i < n) ? bet[i] * SKK[(32 * ch + 8 * nt) * kQ + rqt + (r & 1) * (kQ + 4) + i] * ge : 0.f;
 					const float gv = in ? scale * dp[nt][r] * ge : 0.f;
-					if (B1B)
-						gpair[r] = gv;
-					else
-						G1S[(r < 2 ? rq0 : rq1) + j] = gv;
+					G1S[(r < 2 ? rq0 : rq1) + j] = gv;
 					ES[i * kQ + j] = in ? gv * SKK[(r < 2 ? rq0 : rq1) + j] : 0.f;  // ES: plain rows (read only by the sums)
-				}
-				if constexpr (B1B) {  // rn(G1) pairs (columns j, j + 1) of rows i0, i1
-					const int j = 32 * ch + 8 * nt + 2 * t;
-					unsigned h0, h1, lo;
-					tc::split_bf16x2(gpair[0], gpair[1], h0, lo);
-					tc::split_bf16x2(gpair[2], gpair[3], h1, lo);
-					*reinterpret_cast<unsigned*>(G1B + g1_pos(i0, j >> 3) + 2 * (j & 7)) = h0;
-					*reinterpret_cast<unsigned*>(G1B + g1_pos(i1, j >> 3) + 2 * (j & 7)) = h1;
 				}
 			}
 		}
 		__syncthreads();  // barrier 2: G1, E, L, eg, tail, bg
 
 		// ---- 1b: dq += G1 K, dk += G1^T Q; the diagonal blocks of A; the sums of E ----
-		if constexpr (B1B) {
-			// DQ += G1 K: (m, k) = G1[16 rt + m][16 kk + k]; (k, n) = K[16 kk + k][64 ch + n]
-			gemm_kb16<8, false>(DQ, G1B, K1B, 64 * ch, rt, 0, rt + 1, lane);
-			const int mq = lane >> 3;
-			for (int kk = rt; kk < kC / 16; ++kk) {  // DK += G1^T Q: (m, k) = G1[16 kk + k][16 rt + m]
-				unsigned ah[4];
-				tc::ldmatrix_x4_trans(ah, G1B + g1_pos(16 * kk + (lane & 7) + 8 * (mq >> 1), 2 * rt + (mq & 1)));
-#pragma unroll
-				for (int nt = 0; nt < 8; ++nt) {
-					unsigned bh[2], bl[2];
-					frag_b<kP, true>(QF + 64 * ch + 16 * kk * kP + 8 * nt, g, t, bh, bl);
-					mma_t<false, false>(DK[nt], ah, ah, bh, bl);
-				}
-			}
-		} else {
-			gemm<8, kQ, false, kP, true, LO>(DQ, G1S + 16 * rt * kQ, KF + 64 * ch, 0, rt + 1, g, t);  // G1 lower: j <= i
-			gemm<8, kQ, true, kP, true, LO>(DK, G1S + 16 * rt, QF + 64 * ch, rt, kC / 16, g, t);    // (m, k) = G1[i][j], i >= j
-		}
+		gemm<8, kQ, false, kP, true, LO>(DQ, G1S + 16 * rt * kQ, KF + 64 * ch, 0, rt + 1, g, t);  // G1 lower: j <= i
+		gemm<8, kQ, true, kP, true, LO>(DK, G1S + 16 * rt, QF + 64 * ch, rt, kC / 16, g, t);    // (m, k) = G1[i][j], i >= j
 		if (w < 4 && lane < 16) {  // (I + L_bb)^-1, block b = w, column lane
 			const int o = 16 * w;  // row o + i at o kQ + rowo(i) (o a multiple of 8; i unrolled: a constant)
 			float xcol[16];
@@ -1007,7 +874,6 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 
 		// ---- 1c: A_ij = -D_i sum_{k=j}^{i-1} L_ik A_kj (gdn_prep_mma's P4: block columns by warps 0-2, the
 		// terms that do not wait for the column's own blocks by warps 3-5, partials over BIG past LS) ----
-		if (GDNKCP_GRADS_DG_1C && hj > 0 && tid == 7 * 32) dg_store(dg, gt, red, t0, n, h - 1, HV);  // warp 7: idle in 1c
 		if constexpr (kHelpers1c<TP, LO, B16>) {
 			grads_1c<LO>(AF, LS, BIG + 3 * kTQ, w, lane, g, t, rqt);
 		} else if (w < 3) {
@@ -1104,7 +970,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			float qg[8][4] = {};
 			for (int k8 = 0; k8 < kD / 16; ++k8) {
 				unsigned oa[4], ah[4], al[4];
-				if (GDNKCP_GRADS_BF_LDSM)
+				if constexpr (kBfLdsm<TP, LO, B16>)
 					ldsm_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, lane, oa);
 				else
 					frag_a_bf(DOB + 16 * rt * kW + 8 * k8, kW, g, t, oa);
@@ -1142,25 +1008,11 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			rowpart(part + (0 * 2 + ch) * kC, i0, i1, p0, p1, t);
 		}
 		__syncthreads();  // barrier 8: every warp done with H and dO
-		if constexpr (W16) {
 #pragma unroll
-			for (int nt = 0; nt < 8; ++nt) {
-				const int col = 64 * ch + 8 * nt + 2 * t;
-				unsigned h0, h1, lo;
-				tc::split_bf16x2(-wa[nt][0], -wa[nt][1], h0, lo);
-				tc::split_bf16x2(-wa[nt][2], -wa[nt][3], h1, lo);
-				*reinterpret_cast<unsigned*>(W16B + kb_pos(i0, col >> 3) + 2 * (col & 7)) = h0;
-				*reinterpret_cast<unsigned*>(W16B + kb_pos(i1, col >> 3) + 2 * (col & 7)) = h1;
-			}
-			k_to_b16(KB, KF, tid);
-			if constexpr (S45) q_to_b16(A16, AF, tid);
-		} else {
-#pragma unroll
-			for (int nt = 0; nt < 8; ++nt) {
-				const int col = 64 * ch + 8 * nt + 2 * t;
-				st2(WF + rp0 + col, -wa[nt][0], -wa[nt][1]);
-				st2(WF + rp1 + col, -wa[nt][2], -wa[nt][3]);
-			}
+		for (int nt = 0; nt < 8; ++nt) {
+			const int col = 64 * ch + 8 * nt + 2 * t;
+			st2(WF + rp0 + col, -wa[nt][0], -wa[nt][1]);
+			st2(WF + rp1 + col, -wa[nt][2], -wa[nt][3]);
 		}
 		// v rows as bf16 pairs, zeros past n: where v and v_stride keep rows 16-byte aligned (every buffer kcp
 		// passes), a thread's four 16-byte units (8 bf16 each) loaded together, then stored (one round trip;
@@ -1191,10 +1043,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			float xu[8][4] = {};
 			for (int k8 = rt; k8 < kC / 16; ++k8) {  // (m, k) = A[i][j]: i >= j
 				unsigned ah[4], al[4];
-				if constexpr (S45)  // (m, k) = A[16 k8 + k][16 rt + m]
-					tc::ldmatrix_x4_trans(ah, A16 + g1_pos(16 * k8 + (lane & 7) + 8 * ((lane >> 3) >> 1), 2 * rt + ((lane >> 3) & 1)));
-				else
-					frag_a<true, kQ, true>(AF + 16 * rt + 16 * k8 * kQ, g, t, ah, al);
+				frag_a<true, kQ, true>(AF + 16 * rt + 16 * k8 * kQ, g, t, ah, al);
 #pragma unroll
 				for (int nt = 0; nt < 8; nt += LO ? 1 : 2) {
 					unsigned b4[4];  // (k, n) = dV'[j][d]
@@ -1228,20 +1077,14 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		}
 		{
 			float xw[8][4] = {};
-			if constexpr (S45) {  // (m, k) = A[16 kk + k][16 rt + m] (A's bf16 copy); (k, n) = dW[16 kk + k][64 ch + n]
-				gemm_kb16<8, true>(xw, A16, W16B, 64 * ch, rt, rt, kC / 16, lane);
-			} else if constexpr (W16) {  // (m, k) = A[16 kk + k][16 rt + m]; (k, n) = dW[16 kk + k][64 ch + n]
-				gemm_kb<8, kQ, true>(xw, AF + 16 * rt, W16B, 64 * ch, rt, kC / 16, g, t, lane);
-			} else {
-				for (int k8 = rt; k8 < kC / 16; ++k8) {
-					unsigned ah[4], al[4];
-					frag_a<true, kQ, true>(AF + 16 * rt + 16 * k8 * kQ, g, t, ah, al);
+			for (int k8 = rt; k8 < kC / 16; ++k8) {
+				unsigned ah[4], al[4];
+				frag_a<true, kQ, true>(AF + 16 * rt + 16 * k8 * kQ, g, t, ah, al);
 #pragma unroll
-					for (int nt = 0; nt < 8; ++nt) {
-						unsigned bh[2], bl[2];
-						frag_b<kP, true>(WF + 16 * k8 * kP + 64 * ch + 8 * nt, g, t, bh, bl);
-						mma_t<LO, LO>(xw[nt], ah, al, bh, bl);
-					}
+				for (int nt = 0; nt < 8; ++nt) {
+					unsigned bh[2], bl[2];
+					frag_b<kP, true>(WF + 16 * k8 * kP + 64 * ch + 8 * nt, g, t, bh, bl);
+					mma_t<LO, LO>(xw[nt], ah, al, bh, bl);
 				}
 			}
 			float p0 = 0.f, p1 = 0.f;
@@ -1272,62 +1115,31 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 						tp_a<LO, B16>(VP, 16 * rt, k8, lane, dh, dl);
 					else
 						plane_a<LO>(VP, 16 * rt, k8, lane, dh, dl);
-					if constexpr (W16) {  // (m, k) = dW[16 rt + m][16 k8 + k]; (k, n) = K[32 ch + n][16 k8 + k]
-						const int mq = lane >> 3;
-						tc::ldmatrix_x4(wh, W16B + kb_pos(16 * rt + (lane & 7) + 8 * (mq & 1), 2 * k8 + (mq >> 1)));
+					frag_a<true, kP, false>(WF + 16 * rt * kP + 16 * k8, g, t, wh, wl);
+					unsigned v4[4];  // BF_LDSM: v's B fragments of n tiles nt, nt + 1 (nt even)
 #pragma unroll
-						for (int p = 0; p < 2; ++p) {
-							unsigned kb4[4];  // n tiles 2 p (k 0-7, 8-15), 2 p + 1
-							tc::ldmatrix_x4(kb4, KB + kb_pos(32 * ch + 16 * p + (lane & 7) + 8 * (mq >> 1), 2 * k8 + (mq & 1)));
-							unsigned v4[4];  // BF_LDSM: v's B fragments of n tiles 2 p, 2 p + 1
-							if (GDNKCP_GRADS_BF_LDSM) ldsm_bt_bf2(VB + (32 * ch + 16 * p) * kW + 8 * k8, kW, lane, v4);
-#pragma unroll
-							for (int q = 0; q < 2; ++q) {
-								const int nt = 2 * p + q;
-								unsigned vv[2];
-								if (GDNKCP_GRADS_BF_LDSM) {
-									vv[0] = v4[2 * q];
-									vv[1] = v4[2 * q + 1];
-								} else {
-									frag_bt_bf(VB + (32 * ch + 8 * nt) * kW + 8 * k8, kW, g, t, vv);  // (k, n) = v[j][d]
-								}
-								tc::mma_bf16_16816(t1[nt], dh, vv, t1[nt]);
-								mma_t<false, false>(t2[nt], wh, wl, kb4 + 2 * q, kb4 + 2 * q);
-							}
+					for (int nt = 0; nt < 4; ++nt) {
+						unsigned vv[2], kh[2], kl[2];
+						if constexpr (kBfLdsm<TP, LO, B16>) {
+							if ((nt & 1) == 0) ldsm_bt_bf2(VB + (32 * ch + 8 * nt) * kW + 8 * k8, kW, lane, v4);
+							vv[0] = v4[2 * (nt & 1)];
+							vv[1] = v4[2 * (nt & 1) + 1];
+						} else {
+							frag_bt_bf(VB + (32 * ch + 8 * nt) * kW + 8 * k8, kW, g, t, vv);  // (k, n) = v[j][d]
 						}
-					} else {
-						frag_a<true, kP, false>(WF + 16 * rt * kP + 16 * k8, g, t, wh, wl);
-						unsigned v4[4];  // BF_LDSM: v's B fragments of n tiles nt, nt + 1 (nt even)
-#pragma unroll
-						for (int nt = 0; nt < 4; ++nt) {
-							unsigned vv[2], kh[2], kl[2];
-							if (GDNKCP_GRADS_BF_LDSM) {
-								if ((nt & 1) == 0) ldsm_bt_bf2(VB + (32 * ch + 8 * nt) * kW + 8 * k8, kW, lane, v4);
-								vv[0] = v4[2 * (nt & 1)];
-								vv[1] = v4[2 * (nt & 1) + 1];
-							} else {
-								frag_bt_bf(VB + (32 * ch + 8 * nt) * kW + 8 * k8, kW, g, t, vv);  // (k, n) = v[j][d]
-							}
-							tc::mma_bf16_16816(t1[nt], dh, vv, t1[nt]);
-							if (LO) tc::mma_bf16_16816(t1[nt], dl, vv, t1[nt]);
-							frag_b<kP, false>(KF + (32 * ch + 8 * nt) * kP + 16 * k8, g, t, kh, kl);  // (k, n) = K[j][d]
-							mma_t<LO, LO>(t2[nt], wh, wl, kh, kl);
-						}
+						tc::mma_bf16_16816(t1[nt], dh, vv, t1[nt]);
+						if (LO) tc::mma_bf16_16816(t1[nt], dl, vv, t1[nt]);
+						frag_b<kP, false>(KF + (32 * ch + 8 * nt) * kP + 16 * k8, g, t, kh, kl);  // (k, n) = K[j][d]
+						mma_t<LO, LO>(t2[nt], wh, wl, kh, kl);
 					}
 				}
 			}
 #pragma unroll
 			for (int nt = 0; nt < 4; ++nt) {
-				float da[4];
 #pragma unroll
 				for (int r = 0; r < 4; ++r) {
 					const int i = i0 + 8 * (r >> 1), j = 32 * ch + 8 * nt + 2 * t + (r & 1);
-					da[r] = (j < i && i < n) ? fmaf(bet[j], t1[nt][r], bg[j] * t2[nt][r]) : 0.f;
-					if (!S45) DAS[(r < 2 ? rq0 : rq1) + j] = da[r];
-				}
-				if constexpr (S45) {
-					st_pair16(DA16, i0, 32 * ch + 8 * nt + 2 * t, da[0], da[1]);
-					st_pair16(DA16, i1, 32 * ch + 8 * nt + 2 * t, da[2], da[3]);
+					DAS[(r < 2 ? rq0 : rq1) + j] = (j < i && i < n) ? fmaf(bet[j], t1[nt][r], bg[j] * t2[nt][r]) : 0.f;
 				}
 			}
 		}
@@ -1336,55 +1148,18 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		// ---- S5: M = A^T dA (over dW); dL = -M A^T; F, dKK (over dV'), E2 (over v), F kk (over dA) ----
 		{
 			float m[4][4] = {};
-			if constexpr (S45) {
-				const int mq = lane >> 3;
-				for (int kk = rt; kk < kC / 16; ++kk) {  // (m, k) = A[16 kk + k][16 rt + m]; (k, n) = dA[16 kk + k][32 ch + n]
-					unsigned ah[4];
-					tc::ldmatrix_x4_trans(ah, A16 + g1_pos(16 * kk + (lane & 7) + 8 * (mq >> 1), 2 * rt + (mq & 1)));
+			gemm<4, kQ, true, kQ, true, LO>(m, AF + 16 * rt, DAS + 32 * ch, rt, kC / 16, g, t);  // (m, k) = A[a][x], a >= x
 #pragma unroll
-					for (int p = 0; p < 2; ++p) {
-						unsigned b4[4];
-						tc::ldmatrix_x4_trans(b4, DA16 + g1_pos(16 * kk + (lane & 7) + 8 * (mq & 1), 4 * ch + 2 * p + (mq >> 1)));
-						mma_t<false, false>(m[2 * p], ah, ah, b4, b4);
-						mma_t<false, false>(m[2 * p + 1], ah, ah, b4 + 2, b4 + 2);
-					}
-				}
+			for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-				for (int nt = 0; nt < 4; ++nt) {
-					st_pair16(M16, i0, 32 * ch + 8 * nt + 2 * t, m[nt][0], m[nt][1]);
-					st_pair16(M16, i1, 32 * ch + 8 * nt + 2 * t, m[nt][2], m[nt][3]);
-				}
-			} else {
-				gemm<4, kQ, true, kQ, true, LO>(m, AF + 16 * rt, DAS + 32 * ch, rt, kC / 16, g, t);  // (m, k) = A[a][x], a >= x
-#pragma unroll
-				for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-					for (int r = 0; r < 4; ++r) MS[(r < 2 ? rq0 : rq1) + 32 * ch + 8 * nt + 2 * t + (r & 1)] = m[nt][r];
-				}
+				for (int r = 0; r < 4; ++r) MS[(r < 2 ? rq0 : rq1) + 32 * ch + 8 * nt + 2 * t + (r & 1)] = m[nt][r];
 			}
 		}
-		if constexpr (KB16 && !W16) k_to_b16(KB, KF, tid);  // VF past dKK: free since barrier 10
+		if constexpr (S6B) k_to_b16(KB, KF, tid);  // VF past dKK's tile: free since barrier 10
 		__syncthreads();  // barrier 11: M; dA dead
 		{
 			float l[4][4] = {};
-			if constexpr (S45) {
-				if (lower) {
-					const int mq = lane >> 3;
-					for (int kk = 0; kk < 2 * ch + 2; ++kk) {  // (m, k) = M[16 rt + m][16 kk + k]; (k, n) = A[32 ch + n][16 kk + k]
-						unsigned ah[4];
-						tc::ldmatrix_x4(ah, M16 + g1_pos(16 * rt + (lane & 7) + 8 * (mq & 1), 2 * kk + (mq >> 1)));
-#pragma unroll
-						for (int p = 0; p < 2; ++p) {
-							unsigned b4[4];
-							tc::ldmatrix_x4(b4, A16 + g1_pos(32 * ch + 16 * p + (lane & 7) + 8 * (mq >> 1), 2 * kk + (mq & 1)));
-							mma_t<false, false>(l[2 * p], ah, ah, b4, b4);
-							mma_t<false, false>(l[2 * p + 1], ah, ah, b4 + 2, b4 + 2);
-						}
-					}
-				}
-			} else {
-				if (lower) gemm<4, kQ, false, kQ, false, LO>(l, MS + 16 * rt * kQ, AF + 32 * ch * kQ, 0, 2 * ch + 2, g, t);  // (k, n) = A[j][b]
-			}
+			if (lower) gemm<4, kQ, false, kQ, false, LO>(l, MS + 16 * rt * kQ, AF + 32 * ch * kQ, 0, 2 * ch + 2, g, t);  // (k, n) = A[j][b]
 #pragma unroll
 			for (int nt = 0; nt < 4; ++nt) {
 				float xs[4];  // S6B: dKK's values of this tile, stored as bf16 pairs
@@ -1404,7 +1179,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 					else
 						DKK[(r < 2 ? rq0 : rq1) + j] = x;
 					E2S[i * kQ + j] = e2;
-					FKS[fidx<S45>(i, j)] = fk;
+					FKS[i * kQ + j] = fk;
 				}
 				if constexpr (S6B) {
 					st_pair16(DKK16, i0, 32 * ch + 8 * nt + 2 * t, xs[0], xs[1]);
@@ -1418,7 +1193,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		if (tid < kC) {
 			const int i = tid;
 			float sacc = 0.f;
-			for (int j = 0; j < i; ++j) sacc += FKS[fidx<S45>(i, j)];
+			for (int j = 0; j < i; ++j) sacc += FKS[i * kQ + j];
 			bt[2 * kC + i] = sacc;
 		} else if (tid < 2 * kC) {
 			const int i = tid - kC;
@@ -1437,9 +1212,6 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 		if constexpr (S6B) {
 			gemm_kb16<8, false>(DK, DKK16, KB, 64 * ch, rt, 0, rt + 1, lane);       // dKK[i][j], j < i
 			gemm_kb16<8, true>(DK, DKK16, KB, 64 * ch, rt, rt, kC / 16, lane);      // dKK[j][i], j > i
-		} else if constexpr (KB16) {
-			gemm_kb<8, kQ, false>(DK, DKK + 16 * rt * kQ, KB, 64 * ch, 0, rt + 1, g, t, lane);  // dKK[i][j], j < i
-			gemm_kb<8, kQ, true>(DK, DKK + 16 * rt, KB, 64 * ch, rt, kC / 16, g, t, lane);      // dKK[j][i], j > i
 		} else {
 			gemm<8, kQ, false, kP, true, LO>(DK, DKK + 16 * rt * kQ, KF + 64 * ch, 0, rt + 1, g, t);  // dKK[i][j], j < i
 			gemm<8, kQ, true, kP, true, LO>(DK, DKK + 16 * rt, KF + 64 * ch, rt, kC / 16, g, t);      // dKK[j][i], j > i
@@ -1468,9 +1240,15 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			red[8] = fmaf(expf(glast), dhs, sacc);  // sum_i s_i + e^(gamma_last) <D, H>
 		}
 		__syncthreads();  // barrier 14: also the end of the head (every stage above free for the next)
-		// dg by thread 0 (GDNKCP_GRADS_DG_1C: the last head's only): overlaps the next head's S1 or the
-		// epilogue, which touch neither gt nor red
-		if (tid == 0 && (!GDNKCP_GRADS_DG_1C || hj + 1 == grp)) dg_store(dg, gt, red, t0, n, h, HV);
+		if (tid == 0) {  // overlaps the next head's S1 / the epilogue: those touch neither gt nor red
+			float acc = 0.f;
+			for (int i = n - 1; i >= 0; --i) {
+				float x = gt[i];
+				if (i == n - 1) x += red[8];
+				acc += x;
+				dg[(long long)(t0 + i) * HV + h] = acc;
+			}
+		}
 	}
 
 	// ---- E: the l2norm backward dx = (dy - y (y . dy)) rstd (dx = dy without l2norm); dq, dk stored ----
