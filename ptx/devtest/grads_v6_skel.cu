@@ -1,23 +1,28 @@
-// grads_v6_skel.cu: a timing and register skeleton of docs/grads-v6.md's option B (one CTA a (chunk, value
-// head), two CTAs an SM, two consumer warpgroups splitting every product's n in halves, products on wgmma),
-// to answer milestone 1 before the kernel is written: does the structure fit in 128 registers a thread and
-// ~110 KB of shared memory, and how fast do its loads, products and barriers run at 32K (512 chunks x 48
-// value heads = 24,576 CTAs) with one and with two CTAs an SM? Run by scripts/v6-skel.sh on the GPU machine
-// (nvcc there, no Go). Not part of the blobs.
+// grads_v6_skel.cu: a timing and register skeleton of docs/grads-v6.md's options B (one CTA a (chunk, value
+// head), two CTAs an SM, two consumer warpgroups splitting every product's n in halves, products on wgmma)
+// and B' (a CTA a (chunk, QK head), its value heads in turn), to answer milestone 1 before the kernel is
+// written: does the structure fit in 128 registers a thread and ~110 KB of shared memory, and how fast do its
+// loads, products and barriers run at 32K (512 chunks x 48 value heads = 24,576 CTAs) with one and with two
+// CTAs an SM? Run by scripts/v6-skel.sh on the GPU machine (nvcc there, no Go). Not part of the blobs.
+// Measured in the twenty-third session (docs/grads-v6.md, "Milestone 1, measured"): B 2.41 ms at two CTAs an
+// SM, 3.25 ms with the cluster reduction, B' 3.00 ms: the plan stopped there.
 //
 // What it has: every product of the design with its shape, operand orientation (A and B both from shared
-// memory, each K-major or MN-major: the transposed operands) and place in the phase order; the loads of q, k (by QK head), dO,
-// V', dV', v, D^T, H^T by cp.async into 128-byte-swizzled tiles at the tally's offsets; bf16 tile stores of
-// the intermediates (G1, A, dW, dA, M, dKK) from the accumulators; DK live from 1b to S6; the DQ chain in S3;
-// dv stored by every CTA, dq and dk by one CTA of three (the cluster's rank 0 after its reduction, which is
-// not modelled); 14 block barriers. What it does not have: the real elementwise work (a multiply by a per-row
-// scalar stands for it), 1c's substitution (a 64-step dependent chain a column stands for it), the cluster
-// reduction, the l2norm backward, the sums' serial loops. So its time is a lower bound on option B's, and
-// its registers a lower bound too: if it is not well under mma8's 4.02 ms at two CTAs an SM, B will not be.
+// memory, each K-major or MN-major: the transposed operands) and place in the phase order; the loads of q, k
+// (by QK head), dO, V', dV', v, D^T, H^T by cp.async into 128-byte-swizzled tiles at the tally's offsets; bf16
+// tile stores of the intermediates (G1, A, dW, dA, M, dKK) from the accumulators; the causal decay
+// e^(g_r - g_c) in 1a and S4; DK live from 1b to S6; the DQ chain in S3; dv stored by every CTA. dq and dk:
+// stored by one CTA of three (CL false: B without its reduction, standing for a free one), or reduced over the
+// three value heads' CTAs as a 3-CTA cluster through distributed shared memory in rank order (CL true:
+// cluster_reduce, DQ's at the end of S3 over H^T's region, DK's at the end). 16 block barriers a head. What it
+// does not have: the rest of the elementwise work (a multiply by a per-row scalar stands for it), 1c's
+// substitution (a 64-step dependent chain a column stands for it), the l2norm backward, the sums' serial
+// loops. So its time is a lower bound on the options', and its registers a lower bound too.
 // The values are garbage (the operand layouts are only approximately the right ones); nothing is checked
 // but that the launches succeed.
 #include "devtest.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include "../src/mma.cuh"
@@ -144,6 +149,36 @@ __device__ __forceinline__ void store(bf16* g, int ld, const float (&acc)[N], in
 		}
 }
 
+// cluster_reduce: the cluster's G CTAs (the value heads of one QK head) sum their [64][128] fp32 partials of
+// DQ or DK in rank order: each writes its accumulators (this warpgroup's n half) into buf (32 KB of dead
+// shared memory), the cluster syncs, rank r sums rows [22 r, 22 r + 22) of all G buffers over DSMEM in the
+// order 0, 1, 2 (one order whichever rank does it: deterministic) and stores them as bf16, and the cluster
+// syncs again before any buffer is reused or its CTA exits. The real kernel's l2norm backward would run on
+// those rows there.
+__device__ __forceinline__ void cluster_reduce(float* buf, const float (&acc)[32], bf16* g, int m0, int n0, int lane, int tid) {
+	namespace cg = cooperative_groups;
+	cg::cluster_group cl = cg::this_cluster();
+	const int gg = lane >> 2, t = lane & 3;
+#pragma unroll
+	for (int j = 0; j < 8; ++j)
+#pragma unroll
+		for (int h = 0; h < 2; ++h)
+			*reinterpret_cast<float2*>(buf + (m0 + gg + 8 * h) * 128 + n0 + 8 * j + 2 * t) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+	cl.sync();
+	const int r = (int)cl.block_rank(), r0 = 22 * r, r1 = r0 + 22 < 64 ? r0 + 22 : 64;
+	const float4* b0 = reinterpret_cast<const float4*>(cl.map_shared_rank(buf, 0));
+	const float4* b1 = reinterpret_cast<const float4*>(cl.map_shared_rank(buf, 1));
+	const float4* b2 = reinterpret_cast<const float4*>(cl.map_shared_rank(buf, 2));
+	for (int e = r0 * 32 + tid; e < r1 * 32; e += 256) {
+		const float4 x = b0[e], y = b1[e], z = b2[e];
+		const int row = e >> 5, col = (e & 31) * 4;
+		__nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(g + (size_t)row * 128 + col);
+		o[0] = __floats2bfloat162_rn(x.x + y.x + z.x, x.y + y.y + z.y);
+		o[1] = __floats2bfloat162_rn(x.z + y.z + z.z, x.w + y.w + z.w);
+	}
+	cl.sync();
+}
+
 // Global layouts: q, k [NC][HQK][64][128]; dO, V', dV', v, dv [NC][HV][64][128]; D^T, H^T [NC][HV][128][128];
 // beta, gcum [NC][HV][64]; dq, dk [NC][HQK][64][128].
 struct Args {
@@ -157,7 +192,7 @@ struct Args {
 // cluster's rank 0). HEADS 3 (= G): option B', a CTA a (chunk, QK head) running its G value heads in turn as
 // mma8 does, DQ and DK in registers across them (32 + 32 a thread), Q loaded again for each head (its slot
 // is reused within a head), no cluster.
-template <int MINB, int HEADS>
+template <int MINB, int HEADS, bool CL>
 __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 	extern __shared__ __align__(1024) unsigned char sm[];
 	const int tid = threadIdx.x, lane = tid & 31, w4 = (tid >> 5) & 3, wgi = tid >> 7;
@@ -216,7 +251,10 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 			chain<32, 0, 0>(dp, DO, C, VV, C, 32 * wgi, 0, D, false);
 			const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-			for (int j = 0; j < 16; ++j) dp[j] *= S[(m0 + g + 8 * ((j >> 1) & 1)) * 64 + 32 * wgi + 8 * (j >> 2) + 2 * t + (j & 1)];
+			for (int j = 0; j < 16; ++j) {  // the causal decay e^(g_r - g_c) below the diagonal, as the real 1a
+				const int r = m0 + g + 8 * ((j >> 1) & 1), cc = 32 * wgi + 8 * (j >> 2) + 2 * t + (j & 1);
+				dp[j] = cc <= r ? dp[j] * S[r * 64 + cc] * __expf(scal[C + r] - scal[C + cc]) : 0.f;
+			}
 			put(G1, dp, rs, m0, 32 * wgi, lane);
 		}
 		wg::fence_proxy_async();
@@ -257,13 +295,23 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		wg::fence_proxy_async();
 		__syncthreads();  // 9
 		{  // S3: DQ (+)= G1 K + dO H^T (n 64, k 64 + 128); dW = dV' H^T -> bf16 over dO
-			chain<64, 0, 1>(dq, G1, C, K, C, 64 * wgi, 0, C, more);
-			chain<64, 0, 0>(dq, DO, C, HT, D, 64 * wgi, 0, D, true);
-			if (HEADS == 1 && h % G == 0) store(p.dq + qk, D, dq, m0, 64 * wgi, lane);
-			float dw[32];
-			chain<64, 0, 0>(dw, VV, C, HT, D, 64 * wgi, 0, D, false);
-			__syncthreads();  // 10: both warpgroups done with dO
-			put(DW, dw, rs, m0, 64 * wgi, lane);
+			if constexpr (CL) {  // both chains, then DQ's partial over H^T and the cluster's reduction of it
+				float dw[32];
+				chain<64, 0, 0>(dw, VV, C, HT, D, 64 * wgi, 0, D, false);
+				chain<64, 0, 1>(dq, G1, C, K, C, 64 * wgi, 0, C, false);
+				chain<64, 0, 0>(dq, DO, C, HT, D, 64 * wgi, 0, D, true);
+				__syncthreads();  // 10: dO and H^T dead
+				put(DW, dw, rs, m0, 64 * wgi, lane);
+				cluster_reduce(reinterpret_cast<float*>(sm + oQ), dq, p.dq + qk, m0, 64 * wgi, lane, tid);
+			} else {
+				chain<64, 0, 1>(dq, G1, C, K, C, 64 * wgi, 0, C, more);
+				chain<64, 0, 0>(dq, DO, C, HT, D, 64 * wgi, 0, D, true);
+				if (HEADS == 1 && h % G == 0) store(p.dq + qk, D, dq, m0, 64 * wgi, lane);
+				float dw[32];
+				chain<64, 0, 0>(dw, VV, C, HT, D, 64 * wgi, 0, D, false);
+				__syncthreads();  // 10: both warpgroups done with dO
+				put(DW, dw, rs, m0, 64 * wgi, lane);
+			}
 		}
 		wg::fence_proxy_async();
 		__syncthreads();  // 11: H^T dead
@@ -283,7 +331,10 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 			chain<32, 0, 0>(t1, VV, C, VB, C, 32 * wgi, 0, D, false);
 			chain<32, 0, 0>(t2, DW, C, K, C, 32 * wgi, 0, D, false);
 #pragma unroll
-			for (int j = 0; j < 16; ++j) t1[j] = fmaf(t1[j], 0.5f, t2[j]);
+			for (int j = 0; j < 16; ++j) {
+				const int r = m0 + (lane >> 2) + 8 * ((j >> 1) & 1), cc = 32 * wgi + 8 * (j >> 2) + 2 * (lane & 3) + (j & 1);
+				t1[j] = cc < r ? fmaf(t1[j], __expf(scal[C + r] - scal[C + cc]), t2[j]) : 0.f;
+			}
 			put(DA, t1, rs, m0, 32 * wgi, lane);
 		}
 		wg::fence_proxy_async();
@@ -317,7 +368,9 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		}
 		__syncthreads();  // 16: the end of the head
 	}
-	if (HEADS > 1 || (blockIdx.x % HV) % G == 0) {
+	if constexpr (CL) {
+		cluster_reduce(reinterpret_cast<float*>(sm + oQ), dk, p.dk + qk, m0, 64 * wgi, lane, tid);
+	} else if (HEADS > 1 || (blockIdx.x % HV) % G == 0) {
 		if (HEADS > 1) store(p.dq + qk, D, dq, m0, 64 * wgi, lane);
 		store(p.dk + qk, D, dk, m0, 64 * wgi, lane);
 	}
@@ -335,21 +388,34 @@ __global__ void fill(bf16* x, size_t n, unsigned seed) {
 
 }  // namespace skel
 
-template <int MINB, int HEADS>
-static void run(const skel::Args& a, int ncta, const char* name) {
-	auto k = skel::grads_v6_skel<MINB, HEADS>;
+template <int MINB, int HEADS, bool CL>
+static void run(const skel::Args& a, int ncta, const char* name, int reps) {
+	auto k = skel::grads_v6_skel<MINB, HEADS, CL>;
 	CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, skel::kSmem));
 	cudaFuncAttributes fa;
 	CK(cudaFuncGetAttributes(&fa, k));
-	int per_sm = 0;
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = dim3(ncta);
+	cfg.blockDim = dim3(256);
+	cfg.dynamicSmemBytes = skel::kSmem;
+	cudaLaunchAttribute at[1];
+	at[0].id = cudaLaunchAttributeClusterDimension;
+	at[0].val.clusterDim.x = CL ? skel::G : 1;
+	at[0].val.clusterDim.y = 1;
+	at[0].val.clusterDim.z = 1;
+	cfg.attrs = at;
+	cfg.numAttrs = 1;
+	int per_sm = 0, clusters = 0;
 	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, 256, skel::kSmem));
+	CK(cudaOccupancyMaxActiveClusters(&clusters, k, &cfg));
 	float med, lo, hi;
-	devtest::time_ms([&] { k<<<ncta, 256, skel::kSmem>>>(a); }, 20, med, lo, hi);
-	printf("%-34s %5d CTAs %3d registers, %4zu bytes local (spills), %d CTA(s) an SM: %.3f ms (min %.3f, max %.3f)\n", name,
-	       ncta, fa.numRegs, fa.localSizeBytes, per_sm, med, lo, hi);
+	devtest::time_ms([&] { CK(cudaLaunchKernelEx(&cfg, k, a)); }, reps, med, lo, hi);
+	printf("%-40s %5d CTAs %3d registers, %4zu bytes local (spills), %d CTA(s) an SM, %4d clusters of %d at once: %.3f ms (min %.3f, max %.3f)\n",
+	       name, ncta, fa.numRegs, fa.localSizeBytes, per_sm, clusters, CL ? skel::G : 1, med, lo, hi);
 }
 
-int main() {
+// main: every variant (no argument), or only variant N (0-4) with a few repetitions (for ncu).
+int main(int argc, char** argv) {
 	using namespace skel;
 	const int NC = 512, ncta = NC * HV;  // 32,768 tokens
 	const size_t nqk = (size_t)NC * HQK * C * D, nv = (size_t)NC * HV * C * D, ns = (size_t)NC * HV * D * D;
@@ -369,10 +435,13 @@ int main() {
 	CK(cudaDeviceSynchronize());
 	printf("grads_v6_skel: 32,768 tokens, %d value heads, %d threads and %d KB of shared memory a CTA\n", HV, 256,
 	       kSmem / 1024);
-	run<2, 1>(a, ncta, "B  (a value head a CTA), bounds 2");
-	run<1, 1>(a, ncta, "B  (a value head a CTA), bounds 1");
-	run<2, G>(a, NC * HQK, "B' (a QK head a CTA), bounds 2");
-	run<1, G>(a, NC * HQK, "B' (a QK head a CTA), bounds 1");
+	const int only = argc > 1 ? atoi(argv[1]) : -1, reps = only >= 0 ? 3 : 20;
+	if (only < 0 || only == 0) run<2, 1, false>(a, ncta, "B  (a value head a CTA), bounds 2", reps);
+	if (only < 0 || only == 1) run<1, 1, false>(a, ncta, "B  (a value head a CTA), bounds 1", reps);
+	if (only < 0 || only == 2) run<2, G, false>(a, NC * HQK, "B' (a QK head a CTA), bounds 2", reps);
+	if (only < 0 || only == 3) run<1, G, false>(a, NC * HQK, "B' (a QK head a CTA), bounds 1", reps);
+	if (only < 0 || only == 4) run<2, 1, true>(a, ncta, "B  + 3-CTA cluster reduction, bounds 2", reps);
+	if (only < 0 || only == 5) run<1, 1, true>(a, ncta, "B  + 3-CTA cluster reduction, bounds 1", reps);
 	CK(cudaDeviceSynchronize());
 	printf("skeleton ok (compare: gdn_chunk_grads_mma8 4.02 ms at 32K, v5.30)\n");
 	return 0;
