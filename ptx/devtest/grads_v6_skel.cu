@@ -12,9 +12,11 @@
 // (by QK head), dO, V', dV', v, D^T, H^T by cp.async into 128-byte-swizzled tiles at the tally's offsets; bf16
 // tile stores of the intermediates (G1, A, dW, dA, M, dKK) from the accumulators; the causal decay
 // e^(g_r - g_c) in 1a and S4; DK live from 1b to S6; the DQ chain in S3; dv stored by every CTA. dq and dk:
-// stored by one CTA of three (CL false: B without its reduction, standing for a free one), or reduced over the
-// three value heads' CTAs as a 3-CTA cluster through distributed shared memory in rank order (CL true:
-// cluster_reduce, DQ's at the end of S3 over H^T's region, DK's at the end). 16 block barriers a head. What it
+// stored by one CTA of three (RED 0: B without its reduction, standing for a free one), reduced over the
+// three value heads' CTAs as a 3-CTA cluster through distributed shared memory in rank order (RED 1:
+// cluster_reduce, DQ's at the end of S3 over H^T's region, DK's at the end), or stored by every CTA as its
+// value head's partial in global memory (RED 2 bf16, RED 3 fp32) for reduce_partials, a second kernel, to sum
+// in head order with a stand-in for the l2norm backward. 16 block barriers a head. What it
 // does not have: the rest of the elementwise work (a multiply by a per-row scalar stands for it), 1c's
 // substitution (a 64-step dependent chain a column stands for it), the l2norm backward, the sums' serial
 // loops. So its time is a lower bound on the options', and its registers a lower bound too.
@@ -186,13 +188,81 @@ struct Args {
 	const float *beta, *gcum;
 	bf16 *dq, *dk, *dv;
 	float* dg;
+	void *dqp, *dkp;  // RED 2 / 3: a value head's dq, dk partials [NC][HV][64][128], bf16 or fp32
 };
+
+// store_part: acc (this warpgroup's n half) into a value head's [64][128] partial, bf16 (RED 2) or fp32.
+template <int RED>
+__device__ __forceinline__ void store_part(void* base, size_t off, const float (&acc)[32], int m0, int n0, int lane) {
+	if constexpr (RED == 2) {
+		store(reinterpret_cast<bf16*>(base) + off, D, acc, m0, n0, lane);
+	} else {
+		float* g = reinterpret_cast<float*>(base) + off;
+		const int gg = lane >> 2, t = lane & 3;
+#pragma unroll
+		for (int j = 0; j < 8; ++j)
+#pragma unroll
+			for (int h = 0; h < 2; ++h)
+				*reinterpret_cast<float2*>(g + (size_t)(m0 + gg + 8 * h) * D + n0 + 8 * j + 2 * t) =
+				    make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+	}
+}
+
+// reduce_partials: a CTA (256 threads) a (chunk, QK head): dq and dk = the G value heads' partials summed in
+// head order, then a stand-in for the l2norm backward (x - y (y . x) a row, y = q or k), bf16 out. Half a
+// warp a row, 8 columns a thread.
+template <int RED>
+__global__ void __launch_bounds__(256) reduce_partials(Args p) {
+	const int c = blockIdx.x / HQK, qh = blockIdx.x % HQK, tid = threadIdx.x;
+	const size_t qk = ((size_t)c * HQK + qh) * C * D;
+	for (int which = 0; which < 2; ++which) {
+		const void* part = which ? p.dkp : p.dqp;
+		const bf16* y = which ? p.k + qk : p.q + qk;
+		bf16* out = which ? p.dk + qk : p.dq + qk;
+		for (int r = tid >> 4; r < C; r += 16) {
+			const int col = (tid & 15) * 8;
+			float x[8] = {};
+			for (int j = 0; j < G; ++j) {
+				const size_t off = (((size_t)c * HV + qh * G + j) * C + r) * D + col;
+				if constexpr (RED == 2) {
+					const uint4 u = *reinterpret_cast<const uint4*>(reinterpret_cast<const bf16*>(part) + off);
+					const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+					for (int e = 0; e < 4; ++e) {
+						const float2 f = __bfloat1622float2(b[e]);
+						x[2 * e] += f.x, x[2 * e + 1] += f.y;
+					}
+				} else {
+					const float4* f = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(part) + off);
+					const float4 a = f[0], b = f[1];
+					x[0] += a.x, x[1] += a.y, x[2] += a.z, x[3] += a.w, x[4] += b.x, x[5] += b.y, x[6] += b.z, x[7] += b.w;
+				}
+			}
+			const uint4 yu = *reinterpret_cast<const uint4*>(y + (size_t)r * D + col);
+			const __nv_bfloat162* yb = reinterpret_cast<const __nv_bfloat162*>(&yu);
+			float yv[8], dot = 0.f;
+#pragma unroll
+			for (int e = 0; e < 4; ++e) {
+				const float2 f = __bfloat1622float2(yb[e]);
+				yv[2 * e] = f.x, yv[2 * e + 1] = f.y;
+				dot = fmaf(f.x, x[2 * e], fmaf(f.y, x[2 * e + 1], dot));
+			}
+#pragma unroll
+			for (int o = 8; o >= 1; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+			uint4 ou;
+			__nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&ou);
+#pragma unroll
+			for (int e = 0; e < 4; ++e) ob[e] = __floats2bfloat162_rn(x[2 * e] - yv[2 * e] * dot, x[2 * e + 1] - yv[2 * e + 1] * dot);
+			*reinterpret_cast<uint4*>(out + (size_t)r * D + col) = ou;
+		}
+	}
+}
 
 // HEADS 1: option B, a CTA a (chunk, value head), dq and dk stored by one CTA of G (standing for the
 // cluster's rank 0). HEADS 3 (= G): option B', a CTA a (chunk, QK head) running its G value heads in turn as
 // mma8 does, DQ and DK in registers across them (32 + 32 a thread), Q loaded again for each head (its slot
 // is reused within a head), no cluster.
-template <int MINB, int HEADS, bool CL>
+template <int MINB, int HEADS, int RED>
 __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 	extern __shared__ __align__(1024) unsigned char sm[];
 	const int tid = threadIdx.x, lane = tid & 31, w4 = (tid >> 5) & 3, wgi = tid >> 7;
@@ -295,7 +365,7 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		wg::fence_proxy_async();
 		__syncthreads();  // 9
 		{  // S3: DQ (+)= G1 K + dO H^T (n 64, k 64 + 128); dW = dV' H^T -> bf16 over dO
-			if constexpr (CL) {  // both chains, then DQ's partial over H^T and the cluster's reduction of it
+			if constexpr (RED == 1) {  // both chains, then DQ's partial over H^T and the cluster's reduction of it
 				float dw[32];
 				chain<64, 0, 0>(dw, VV, C, HT, D, 64 * wgi, 0, D, false);
 				chain<64, 0, 1>(dq, G1, C, K, C, 64 * wgi, 0, C, false);
@@ -306,7 +376,11 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 			} else {
 				chain<64, 0, 1>(dq, G1, C, K, C, 64 * wgi, 0, C, more);
 				chain<64, 0, 0>(dq, DO, C, HT, D, 64 * wgi, 0, D, true);
-				if (HEADS == 1 && h % G == 0) store(p.dq + qk, D, dq, m0, 64 * wgi, lane);
+				if constexpr (RED >= 2) {
+					store_part<RED>(p.dqp, vh, dq, m0, 64 * wgi, lane);
+				} else if (HEADS == 1 && h % G == 0) {
+					store(p.dq + qk, D, dq, m0, 64 * wgi, lane);
+				}
 				float dw[32];
 				chain<64, 0, 0>(dw, VV, C, HT, D, 64 * wgi, 0, D, false);
 				__syncthreads();  // 10: both warpgroups done with dO
@@ -368,7 +442,9 @@ __global__ void __launch_bounds__(256, MINB) grads_v6_skel(Args p) {
 		}
 		__syncthreads();  // 16: the end of the head
 	}
-	if constexpr (CL) {
+	if constexpr (RED >= 2) {
+		store_part<RED>(p.dkp, ((size_t)c * HV + blockIdx.x % HV) * C * D, dk, m0, 64 * wgi, lane);
+	} else if constexpr (RED == 1) {
 		cluster_reduce(reinterpret_cast<float*>(sm + oQ), dk, p.dk + qk, m0, 64 * wgi, lane, tid);
 	} else if (HEADS > 1 || (blockIdx.x % HV) % G == 0) {
 		if (HEADS > 1) store(p.dq + qk, D, dq, m0, 64 * wgi, lane);
@@ -388,9 +464,10 @@ __global__ void fill(bf16* x, size_t n, unsigned seed) {
 
 }  // namespace skel
 
-template <int MINB, int HEADS, bool CL>
+template <int MINB, int HEADS, int RED>
 static void run(const skel::Args& a, int ncta, const char* name, int reps) {
-	auto k = skel::grads_v6_skel<MINB, HEADS, CL>;
+	auto k = skel::grads_v6_skel<MINB, HEADS, RED>;
+	constexpr bool CL = RED == 1;
 	CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, skel::kSmem));
 	cudaFuncAttributes fa;
 	CK(cudaFuncGetAttributes(&fa, k));
@@ -412,9 +489,22 @@ static void run(const skel::Args& a, int ncta, const char* name, int reps) {
 	devtest::time_ms([&] { CK(cudaLaunchKernelEx(&cfg, k, a)); }, reps, med, lo, hi);
 	printf("%-40s %5d CTAs %3d registers, %4zu bytes local (spills), %d CTA(s) an SM, %4d clusters of %d at once: %.3f ms (min %.3f, max %.3f)\n",
 	       name, ncta, fa.numRegs, fa.localSizeBytes, per_sm, clusters, CL ? skel::G : 1, med, lo, hi);
+	if constexpr (RED >= 2) {  // the second kernel, and both in sequence
+		const int nr = ncta / skel::G;
+		float m2, l2, h2;
+		devtest::time_ms([&] { skel::reduce_partials<RED><<<nr, 256>>>(a); }, reps, m2, l2, h2);
+		float m3, l3, h3;
+		devtest::time_ms(
+		    [&] {
+			    CK(cudaLaunchKernelEx(&cfg, k, a));
+			    skel::reduce_partials<RED><<<nr, 256>>>(a);
+		    },
+		    reps, m3, l3, h3);
+		printf("%-40s %5d CTAs: %.3f ms; the two kernels in sequence: %.3f ms\n", "  + reduce_partials", nr, m2, m3);
+	}
 }
 
-// main: every variant (no argument), or only variant N (0-4) with a few repetitions (for ncu).
+// main: every variant (no argument), or only variant N (0-7) with a few repetitions (for ncu).
 int main(int argc, char** argv) {
 	using namespace skel;
 	const int NC = 512, ncta = NC * HV;  // 32,768 tokens
@@ -432,16 +522,22 @@ int main(int argc, char** argv) {
 	a.beta = devtest::up(sc), a.gcum = devtest::up(gc);
 	a.dq = alloc(nqk, 9), a.dk = alloc(nqk, 10), a.dv = alloc(nv, 11);
 	CK(cudaMalloc(&a.dg, (size_t)NC * HV * C * sizeof(float)));
+	CK(cudaMalloc(&a.dqp, nv * sizeof(float)));
+	CK(cudaMalloc(&a.dkp, nv * sizeof(float)));
+	CK(cudaMemset(a.dqp, 0, nv * sizeof(float)));
+	CK(cudaMemset(a.dkp, 0, nv * sizeof(float)));
 	CK(cudaDeviceSynchronize());
 	printf("grads_v6_skel: 32,768 tokens, %d value heads, %d threads and %d KB of shared memory a CTA\n", HV, 256,
 	       kSmem / 1024);
 	const int only = argc > 1 ? atoi(argv[1]) : -1, reps = only >= 0 ? 3 : 20;
-	if (only < 0 || only == 0) run<2, 1, false>(a, ncta, "B  (a value head a CTA), bounds 2", reps);
-	if (only < 0 || only == 1) run<1, 1, false>(a, ncta, "B  (a value head a CTA), bounds 1", reps);
-	if (only < 0 || only == 2) run<2, G, false>(a, NC * HQK, "B' (a QK head a CTA), bounds 2", reps);
-	if (only < 0 || only == 3) run<1, G, false>(a, NC * HQK, "B' (a QK head a CTA), bounds 1", reps);
-	if (only < 0 || only == 4) run<2, 1, true>(a, ncta, "B  + 3-CTA cluster reduction, bounds 2", reps);
-	if (only < 0 || only == 5) run<1, 1, true>(a, ncta, "B  + 3-CTA cluster reduction, bounds 1", reps);
+	if (only < 0 || only == 0) run<2, 1, 0>(a, ncta, "B  (a value head a CTA), bounds 2", reps);
+	if (only < 0 || only == 1) run<1, 1, 0>(a, ncta, "B  (a value head a CTA), bounds 1", reps);
+	if (only < 0 || only == 2) run<2, G, 0>(a, NC * HQK, "B' (a QK head a CTA), bounds 2", reps);
+	if (only < 0 || only == 3) run<1, G, 0>(a, NC * HQK, "B' (a QK head a CTA), bounds 1", reps);
+	if (only < 0 || only == 4) run<2, 1, 1>(a, ncta, "B  + 3-CTA cluster reduction, bounds 2", reps);
+	if (only < 0 || only == 5) run<1, 1, 1>(a, ncta, "B  + 3-CTA cluster reduction, bounds 1", reps);
+	if (only < 0 || only == 6) run<2, 1, 2>(a, ncta, "B  + bf16 partials in global, bounds 2", reps);
+	if (only < 0 || only == 7) run<2, 1, 3>(a, ncta, "B  + fp32 partials in global, bounds 2", reps);
 	CK(cudaDeviceSynchronize());
 	printf("skeleton ok (compare: gdn_chunk_grads_mma8 4.02 ms at 32K, v5.30)\n");
 	return 0;
