@@ -233,7 +233,11 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 		head += ", " + prof.Variant
 		cc := cost.ForRun(kind, prof.LeanForward)
 		if cc != cost.For(kind) {
-			head += " (lean forward: no fp32 states stored)"
+			if kind.Forward() {
+				head += " (lean forward: no fp32 states stored)"
+			} else {
+				head += " (lean run: bf16 per-chunk outputs only)"
+			}
 		}
 		a, b := d.CostMakespan2*cc.Narrow, d.CostMakespan1*cc.Wide
 		narrow = a <= b

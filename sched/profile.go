@@ -65,12 +65,13 @@ var variants = map[string]VariantRules{
 	VariantSM90a: {
 		DefaultSMs: 132,
 		Cost: &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 8, Wide: 15},
-			Backward: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true},
+			Backward: ChunkCost{Narrow: 3, Wide: 5}, BackwardLean: ChunkCost{Narrow: 7, Wide: 10}, Dispatch: true},
 		Measured: true,
 		Note: "Hopper (H100/H200, 132 SMs): measured on an H200 with the v5 kernels (docs/perf-notes.md, " +
 			"\"Width rule on sm_90a\"): one walk CTA an SM; a vh = 128 CTA's chunk costs 9/4 of a vh = 64 CTA's in " +
 			"the forward's plane walks (summary, state) that store fp32 states, 15/8 in those that store only bf16 " +
-			"ones (Profile.LeanForward: the v5 core stage), and 5/3 in the backward walks (offset, tape); " +
+			"ones (Profile.LeanForward: the v5 core stage), and in the backward walks (offset, tape) 5/3 where the " +
+			"tape walk stores fp32 dV' planes (the module stage) and 10/7 where it stores only bf16 ones (a lean run); " +
 			"vh = 64 iff Narrow*M64 <= Wide*M128, M the makespan of the CTAs over SM slots in the walks' dispatch " +
 			"order (DispatchOrder)",
 	},
@@ -105,6 +106,10 @@ type CostRule struct {
 	// no fp32 per-chunk states (Profile.LeanForward); zero: Forward.
 	ForwardLean ChunkCost
 	Backward    ChunkCost // the offset and tape walks
+	// BackwardLean: the offset and tape walks of a lean run (Profile.LeanForward:
+	// kcp's v5 core stage, whose tape walk stores only bf16 dV' and D, where the
+	// module stage's also stores fp32 dV' planes); zero: Backward.
+	BackwardLean ChunkCost
 	// Dispatch: the variant's walks run their CTAs in DispatchOrder's order
 	// (kcp passes it to the v5 walks), so the makespans compared are
 	// DispatchOrder's; otherwise launch order's (ListMakespan).
@@ -126,12 +131,16 @@ func (c CostRule) For(kind WalkKind) ChunkCost {
 	return c.Backward
 }
 
-// ForRun returns the chunk costs of kind's walks in a run whose forward
-// stores no fp32 per-chunk states (lean) or does: ForwardLean where lean, set
-// and kind is a forward walk, else For.
+// ForRun returns the chunk costs of kind's walks in a run whose walks store no
+// fp32 per-chunk states (lean) or do: where lean, ForwardLean for a forward
+// walk and BackwardLean for a backward one, each if set; else For.
 func (c CostRule) ForRun(kind WalkKind, lean bool) ChunkCost {
-	if lean && kind.Forward() && c.ForwardLean != (ChunkCost{}) {
-		return c.ForwardLean
+	l := c.BackwardLean
+	if kind.Forward() {
+		l = c.ForwardLean
+	}
+	if lean && l != (ChunkCost{}) {
+		return l
 	}
 	return c.For(kind)
 }
@@ -163,11 +172,12 @@ func RulesFor(variant string) (VariantRules, error) {
 type Profile struct {
 	Variant string // one of Variants()
 	SMs     int    // streaming multiprocessors, >= 1
-	// LeanForward: the run's forward walks store no fp32 per-chunk states
-	// (kcp's v5 core stage keeps only bf16 H and V'), which makes a wide
-	// forward walk relatively cheaper on a variant whose CostRule measured
-	// it (CostRule.ForwardLean). It describes the run, not the GPU: the
-	// backend sets it; NewProfile leaves it false.
+	// LeanForward: the run's walks store no fp32 per-chunk states (kcp's v5
+	// core stage keeps only bf16 H and V' in the forward, bf16 dV' and D in
+	// the tape walk), which makes a wide walk relatively cheaper on a variant
+	// whose CostRule measured it (CostRule.ForwardLean, BackwardLean). It
+	// describes the run, not the GPU: the backend sets it; NewProfile leaves
+	// it false.
 	LeanForward bool
 }
 

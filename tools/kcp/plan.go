@@ -39,8 +39,9 @@ A (previous) and rule B (current), and why.
 
 Without --arch it plans for the GPU present, or says there is none. --sms defaults to
 the architecture's SM count (sm_100a, sm_103a, sm_107a: 148; sm_90a: 132; generic: give it).
---lean-forward plans a run whose forward stores no fp32 per-chunk states, as the GPU
-backend's v5 core stage does (sm_90a's measured rule then costs a wide forward walk less).
+--lean-forward plans a run whose walks store no fp32 per-chunk states, as the GPU
+backend's v5 core stage does (sm_90a's measured rule then costs a wide walk less: 15/8 of a
+narrow one in the forward, where it is 9/4, and 10/7 in the backward, where it is 5/3).
 
 --all plans every pack P1-P5 x CP 2/4/8 x layout C/Z/D on the four reference profiles
 (sm_100a, sm_103a, sm_107a with 148 SMs, sm_90a with 132) and summarizes which decisions
@@ -64,7 +65,7 @@ A/B summary then goes to stderr).`,
 	f.StringVar(&o.rule, "rule", "b", "rule whose reason the output shows: a or b (both widths are always shown)")
 	f.BoolVar(&o.json, "json", false, "write JSON to stdout, nothing else")
 	f.BoolVar(&o.all, "all", false, "every pack x CP 2/4/8 x layout x reference profile, and an A/B summary")
-	f.BoolVar(&o.lean, "lean-forward", false, "the forward stores no fp32 states (the GPU backend's v5 core stage)")
+	f.BoolVar(&o.lean, "lean-forward", false, "the walks store no fp32 per-chunk states (the GPU backend's v5 core stage)")
 	return cmd
 }
 
