@@ -9,7 +9,9 @@
 # Env: SWEEP (packs separated by ';', each a --docs list), REPS (default 5), KERNELS (default v5), MODES
 # (default core,core+bwd; add module-b1 for the module stage, whose kept forward stores fp32 H and V' slots:
 # the sm_90a rule's 9/4 forward cost, against the core stage's lean 15/8; its columns are printed too).
-# The JSON of every bench lands in $OUT/sweep/ (or /tmp/width-sweep).
+# The JSON of every bench lands in $OUT/sweep/ (or /tmp/width-sweep). Each cell marks the faster width and, where
+# the width rule (`kcp plan --cp 1`, for the GPU present or PLAN_ARCH; the core stage's cells planned
+# --lean-forward, as the GPU backend plans that stage) picks the other one, "rule N!"; the last line counts them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -f .gpu/pack.tgz ] && [ ! -x .gpu/kcp ] && tar -C .gpu -xzf .gpu/pack.tgz
@@ -26,9 +28,18 @@ for p in "${packs[@]}"; do
 	done
 	i=$((i + 1))
 done
-python3 - "$out" "${packs[@]}" <<'PY'
-import json, sys, os
-d, packs = sys.argv[1], sys.argv[2:]
+python3 - "$out" "${PLAN_ARCH:-}" "${packs[@]}" <<'PY'
+import json, sys, os, subprocess
+d, arch, packs = sys.argv[1], sys.argv[2], sys.argv[3:]
+def rule(p, lean):
+    """The width rule's vh for each walk of pack p on one rank (kcp plan), or {} if it cannot say."""
+    cmd = [".gpu/kcp", "plan", "--docs", p, "--cp", "1", "--layout", "C", "--json"] + (["--arch", arch] if arch else [])
+    try:
+        pj = json.loads(subprocess.run(cmd + (["--lean-forward"] if lean else []), capture_output=True, text=True, check=True).stdout)
+        return {w["walk"]: w["vh_b"] for w in pj["ranks"][0]["walks"]}
+    except Exception:
+        return {}
+wrong, cells = [], 0
 def load(f):
     try:
         data = json.load(open(f))
@@ -46,12 +57,19 @@ for i, p in enumerate(packs):
     docs = [int(x) for x in p.split(",")]
     chunks = sorted({(x + 63) // 64 for x in docs})
     name = f"{len(docs)} x {'/'.join(map(str, chunks))}"
+    picks = {False: rule(p, False), True: rule(p, True)}
     def cell(mode, stage):
+        global cells
         try:
             x, y = a[mode]["stage_median_ms"][stage], b[mode]["stage_median_ms"][stage]
         except KeyError:
             return f"{'-':>22}"
         m = "64" if x < y else "128"
+        pick = picks[mode.startswith("core")].get("tape" if "tape" in stage else "state")
+        cells += 1
+        if pick is not None and str(pick) != m:
+            wrong.append(f"{name} {mode} {stage}: rule {pick}, faster {m} ({x:.3f} / {y:.3f} ms)")
+            return f"{x:7.3f} {y:7.3f} ({m:>3}, rule {pick}!)".rjust(30)
         return f"{x:7.3f} {y:7.3f} ({m:>3})".rjust(22)
     def tot(mode):
         try:
@@ -63,4 +81,5 @@ for i, p in enumerate(packs):
     if module:
         line += f" {cell('module-b1', 'fwd state walk')} {cell('module-b1', 'bwd tape walk')} {tot('module-b1')}"
     print(line)
+print(f"width rule: picks the faster width in {cells - len(wrong)} of {cells} cells" + "".join("\n  " + w for w in wrong))
 PY
