@@ -3,8 +3,10 @@
 // anything is built: can two walk CTAs share an SM (each under ~113 KB of shared memory) and walk a chunk
 // nearly as fast as one does today, so that multi-document packs (288 vh 64 CTAs at 120,908 tokens) stop
 // queueing for the 132 SMs? Run by scripts/walk-skel.sh on the GPU machine (nvcc there, no Go). Not part of
-// the blobs. Measured in the twenty-third session (docs/perf-notes.md, that item): two CTAs an SM gain nothing
-// at 120,908 tokens (7.107 ms against 7.130 at one), the walk there being bound by HBM, not by latency.
+// the blobs. Measured in the twenty-third session (docs/perf-notes.md, that item): with its naive output
+// stores a second CTA an SM gains nothing (the stores bind it); without them (OUT false) the skeleton runs at
+// the real walk's pace at one CTA an SM (4.64 ms at 120,908 tokens against the walk's 4.50) and at 3.38 ms at
+// two: staged output stores within ~113 KB are what a two-CTA walk needs.
 //
 // What it has, a CTA a (segment, value head, vh half) walking its segment's chunks in order: the state
 // (64 values x 128 keys, fp32) in one warpgroup's m64n128 accumulators; per chunk its bf16 H^T stored to
@@ -16,10 +18,10 @@
 //   STAGES 2: two stages (130 KB: one CTA an SM, as today's walk without its output buffers);
 //   STAGES 1: one stage (65 KB), the next chunk's copies issued after the chunk's products;
 //   STAGES 3: -W and k double-buffered, U^T and the factors single (112 KB: two CTAs an SM).
-// What it does not have: the output buffers (H^T and V'^T go straight from the registers), the dispatch
-// order (the CTAs run longest segment first), the real values (garbage, nothing checked). Compare its
-// STAGES 2 line with the real walk (`kcp bench`: 1.37 ms at 32K, 4.50 at 120,908 tokens, v5.31) to see what
-// the skeleton leaves out, and the other lines with it.
+// What it does not have: the output buffers (H^T and V'^T go straight from the registers as 4-byte stores, or
+// not at all with OUT false), the dispatch order (the CTAs run longest segment first), the real values
+// (garbage, nothing checked). Compare its STAGES 2 lines with the real walk (`kcp bench`: 1.37 ms at 32K, 4.50
+// at 120,908 tokens, v5.31) to see what the skeleton leaves out, and the other lines with them.
 #include "devtest.cuh"
 
 #include <cuda_bf16.h>
@@ -92,7 +94,8 @@ __device__ __forceinline__ unsigned long long bmn(const unsigned char* t, int R,
 
 // FR: (1)'s state fragments made FR k steps at a time (8: all 64 registers first, one commit; 4: two
 // batches of 32, each committed and waited before the next is made: fewer registers, one more wait).
-template <int STAGES, int MINB, int FR>
+// OUT false: no H^T / V'^T stores (what the chain and the copies cost without the outputs' traffic).
+template <int STAGES, int MINB, int FR, bool OUT = true>
 __global__ void __launch_bounds__(NT, MINB) walk_skel(Args p) {
 	extern __shared__ __align__(1024) unsigned char sm[];
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -129,7 +132,7 @@ __global__ void __launch_bounds__(NT, MINB) walk_skel(Args p) {
 			for (int j = 0; j < 16; ++j)
 #pragma unroll
 				for (int hh = 0; hh < 2; ++hh)
-					*reinterpret_cast<unsigned*>(ho + (m0 + g + 8 * hh) * D + 8 * j + 2 * t) =
+					if (OUT) *reinterpret_cast<unsigned*>(ho + (m0 + g + 8 * hh) * D + 8 * j + 2 * t) =
 					    tc::pack_bf16x2(st[4 * j + 2 * hh], st[4 * j + 2 * hh + 1]);
 			const unsigned char* W = wreg<STAGES>(sm, x);
 			const unsigned char* K = W + kW;
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(NT, MINB) walk_skel(Args p) {
 					const int r = m0 + g + 8 * hh, col = 8 * j + 2 * t;
 					a1[4 * j + 2 * hh] += U[r * C + col];
 					a1[4 * j + 2 * hh + 1] += U[r * C + col + 1];
-					*reinterpret_cast<unsigned*>(vo + r * C + col) = tc::pack_bf16x2(a1[4 * j + 2 * hh], a1[4 * j + 2 * hh + 1]);
+					if (OUT) *reinterpret_cast<unsigned*>(vo + r * C + col) = tc::pack_bf16x2(a1[4 * j + 2 * hh], a1[4 * j + 2 * hh + 1]);
 					a1[4 * j + 2 * hh] *= E[col];
 					a1[4 * j + 2 * hh + 1] *= E[col + 1];
 				}
@@ -196,6 +199,15 @@ __global__ void __launch_bounds__(NT, MINB) walk_skel(Args p) {
 			}
 		}
 	}
+	if (!OUT && warp < 4) {  // the final state only, so that nothing the chain computes is dead
+		bf16* ho = p.hout + (((size_t)c0 * HV + h) * 2 + half) * VH * D;
+#pragma unroll
+		for (int j = 0; j < 16; ++j)
+#pragma unroll
+			for (int hh = 0; hh < 2; ++hh)
+				*reinterpret_cast<unsigned*>(ho + (m0 + g + 8 * hh) * D + 8 * j + 2 * t) =
+				    tc::pack_bf16x2(st[4 * j + 2 * hh], st[4 * j + 2 * hh + 1]);
+	}
 }
 
 __global__ void fill(unsigned* x, size_t n, unsigned seed) {
@@ -209,9 +221,9 @@ __global__ void fill(unsigned* x, size_t n, unsigned seed) {
 
 }  // namespace wskel
 
-template <int STAGES, int MINB, int FR = 8>
+template <int STAGES, int MINB, int FR = 8, bool OUT = true>
 static void run(const wskel::Args& a, int ncta, int nlong, const char* pack, const char* name) {
-	auto k = wskel::walk_skel<STAGES, MINB, FR>;
+	auto k = wskel::walk_skel<STAGES, MINB, FR, OUT>;
 	constexpr int smem = wskel::smem_bytes<STAGES>();
 	CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 	cudaFuncAttributes fa;
@@ -264,6 +276,8 @@ int main() {
 		run<2, 1, 4>(a, ncta, nlong, pk.name, "two stages, bounds 1, fragments by halves");
 		run<1, 2, 4>(a, ncta, nlong, pk.name, "one stage, bounds 2, fragments by halves");
 		run<3, 2, 4>(a, ncta, nlong, pk.name, "-W, k double, U^T single, bounds 2, halves");
+		run<2, 1, 4, false>(a, ncta, nlong, pk.name, "two stages, bounds 1, halves, no outputs");
+		run<3, 2, 4, false>(a, ncta, nlong, pk.name, "-W, k double, bounds 2, halves, no outputs");
 		CK(cudaDeviceSynchronize());
 		CK(cudaFree((void*)a.w));
 		CK(cudaFree((void*)a.k));
