@@ -4,7 +4,7 @@
 // nearly as fast as one does today, so that multi-document packs (288 vh 64 CTAs at 120,908 tokens) stop
 // queueing for the 132 SMs? Run by scripts/walk-skel.sh on the GPU machine (nvcc there, no Go). Not part of
 // the blobs. Measured in the twenty-third session (docs/perf-notes.md, that item): with its naive output
-// stores a second CTA an SM gains nothing (the stores bind it); without them (OUT false) the skeleton runs at
+// stores a second CTA an SM gains nothing (the stores bind it); without them (OUT 0) the skeleton runs at
 // the real walk's pace at one CTA an SM (4.64 ms at 120,908 tokens against the walk's 4.50) and at 3.38 ms at
 // two: staged output stores within ~113 KB are what a two-CTA walk needs.
 //
@@ -19,8 +19,8 @@
 //   STAGES 1: one stage (65 KB), the next chunk's copies issued after the chunk's products;
 //   STAGES 3: -W and k double-buffered, U^T and the factors single (112 KB: two CTAs an SM).
 // What it does not have: the output buffers (H^T and V'^T go straight from the registers as 4-byte stores, or
-// not at all with OUT false), the dispatch order (the CTAs run longest segment first), the real values
-// (garbage, nothing checked). Compare its STAGES 2 lines with the real walk (`kcp bench`: 1.37 ms at 32K, 4.50
+// not at all with OUT 0, or staged as the real walk stages them with OUT 2), the dispatch order (the CTAs
+// run longest segment first), the real values (garbage, nothing checked). Compare its STAGES 2 lines with the real walk (`kcp bench`: 1.37 ms at 32K, 4.50
 // at 120,908 tokens, v5.31) to see what the skeleton leaves out, and the other lines with them.
 #include "devtest.cuh"
 
@@ -94,9 +94,15 @@ __device__ __forceinline__ unsigned long long bmn(const unsigned char* t, int R,
 
 // FR: (1)'s state fragments made FR k steps at a time (8: all 64 registers first, one commit; 4: two
 // batches of 32, each committed and waited before the next is made: fewer registers, one more wait).
-// OUT false: no H^T / V'^T stores (what the chain and the copies cost without the outputs' traffic).
-template <int STAGES, int MINB, int FR, bool OUT = true>
+// OUT: 1, H^T and V'^T stored straight from the state warps' registers (4-byte stores); 0, not stored (what
+// the chain and the copies cost without the outputs' traffic); 2 (STAGES 2 or 3), staged as the real walk
+// stages them (stage_out) but over the chunk's -W planes, dead once (1) has read them and until the copies
+// of the chunk after next: the state warps write H^T (16 KB) and V'^T (8 KB) there after (1), 16-byte units
+// XOR-swizzled by the row (conflict-free 4-byte stores), arrive at named barrier 1, and the copier warp
+// (bar.sync 1) stores them as whole rows of 16-byte units (512-byte runs a warp) while (2) runs.
+template <int STAGES, int MINB, int FR, int OUT = 1>
 __global__ void __launch_bounds__(NT, MINB) walk_skel(Args p) {
+	static_assert(OUT != 2 || STAGES != 1, "staged outputs need the -W planes of a double-buffered stage");
 	extern __shared__ __align__(1024) unsigned char sm[];
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int half = blockIdx.x & 1, h = (blockIdx.x >> 1) % HV, seg = (blockIdx.x >> 1) / HV;
@@ -125,6 +131,23 @@ __global__ void __launch_bounds__(NT, MINB) walk_skel(Args p) {
 				issue<STAGES>(p, sm, c + 1, x ^ 1, h, half, STAGES == 2 ? 3 : 1, lane);
 				tc::cp_async_commit();
 			}
+			if constexpr (OUT == 2) {  // this chunk's staged H^T and V'^T to global memory, 16-byte units, whole rows
+				tc::bar_sync(1, NT);
+				const unsigned char* stg = wreg<STAGES>(sm, x);
+				const size_t o = ((size_t)c * HV + h) * 2 + half;
+				uint4* ho = reinterpret_cast<uint4*>(p.hout + o * VH * D);
+				uint4* vo = reinterpret_cast<uint4*>(p.vout + o * VH * C);
+#pragma unroll 4
+				for (int e = lane; e < VH * D / 8; e += 32) {  // H^T: 64 rows of 16 units
+					const int r = e >> 4, u = e & 15;
+					ho[e] = *reinterpret_cast<const uint4*>(stg + r * 256 + ((u ^ (r & 7)) << 4));
+				}
+#pragma unroll 4
+				for (int e = lane; e < VH * C / 8; e += 32) {  // V'^T: 64 rows of 8 units
+					const int r = e >> 3, u = e & 7;
+					vo[e] = *reinterpret_cast<const uint4*>(stg + 16 * KB + r * 128 + ((u ^ (r & 7)) << 4));
+				}
+			}
 		} else {
 			const size_t o = ((size_t)c * HV + h) * 2 + half;
 			bf16* ho = p.hout + o * VH * D;
@@ -132,9 +155,9 @@ __global__ void __launch_bounds__(NT, MINB) walk_skel(Args p) {
 			for (int j = 0; j < 16; ++j)
 #pragma unroll
 				for (int hh = 0; hh < 2; ++hh)
-					if (OUT) *reinterpret_cast<unsigned*>(ho + (m0 + g + 8 * hh) * D + 8 * j + 2 * t) =
+					if (OUT == 1) *reinterpret_cast<unsigned*>(ho + (m0 + g + 8 * hh) * D + 8 * j + 2 * t) =
 					    tc::pack_bf16x2(st[4 * j + 2 * hh], st[4 * j + 2 * hh + 1]);
-			const unsigned char* W = wreg<STAGES>(sm, x);
+			unsigned char* W = wreg<STAGES>(sm, x);
 			const unsigned char* K = W + kW;
 			const float* U = reinterpret_cast<const float*>(ureg<STAGES>(sm, x));
 			const float* E = U + kU / 4;
@@ -160,6 +183,18 @@ __global__ void __launch_bounds__(NT, MINB) walk_skel(Args p) {
 				wg::wait<0>();
 				wg::fence_operand(a1);
 			}
+			if constexpr (OUT == 2) {  // H^T (the state before (2)) over the -W planes, which every state warp is done with
+				tc::bar_sync(2, 128);
+				unsigned char* hs = W;
+#pragma unroll
+				for (int j = 0; j < 16; ++j)
+#pragma unroll
+					for (int hh = 0; hh < 2; ++hh) {
+						const int r = m0 + g + 8 * hh;
+						*reinterpret_cast<unsigned*>(hs + r * 256 + (((j ^ (r & 7))) << 4) + 4 * t) =
+						    tc::pack_bf16x2(st[4 * j + 2 * hh], st[4 * j + 2 * hh + 1]);
+					}
+			}
 			bf16* vo = p.vout + o * VH * C;
 #pragma unroll
 			for (int j = 0; j < 8; ++j)
@@ -168,10 +203,13 @@ __global__ void __launch_bounds__(NT, MINB) walk_skel(Args p) {
 					const int r = m0 + g + 8 * hh, col = 8 * j + 2 * t;
 					a1[4 * j + 2 * hh] += U[r * C + col];
 					a1[4 * j + 2 * hh + 1] += U[r * C + col + 1];
-					if (OUT) *reinterpret_cast<unsigned*>(vo + r * C + col) = tc::pack_bf16x2(a1[4 * j + 2 * hh], a1[4 * j + 2 * hh + 1]);
+					if (OUT == 1) *reinterpret_cast<unsigned*>(vo + r * C + col) = tc::pack_bf16x2(a1[4 * j + 2 * hh], a1[4 * j + 2 * hh + 1]);
+					if (OUT == 2) *reinterpret_cast<unsigned*>(W + 16 * KB + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2) =
+					                  tc::pack_bf16x2(a1[4 * j + 2 * hh], a1[4 * j + 2 * hh + 1]);
 					a1[4 * j + 2 * hh] *= E[col];
 					a1[4 * j + 2 * hh + 1] *= E[col + 1];
 				}
+			if constexpr (OUT == 2) tc::bar_arrive(1, NT);  // the copier may store this chunk's H^T and V'^T
 			// (2) the state = e^gl state + (V'^T diag(s)) K: k = tokens (4 steps), n = keys, two products a step.
 			unsigned vh[4][4], vl[4][4];
 #pragma unroll
@@ -199,7 +237,7 @@ __global__ void __launch_bounds__(NT, MINB) walk_skel(Args p) {
 			}
 		}
 	}
-	if (!OUT && warp < 4) {  // the final state only, so that nothing the chain computes is dead
+	if (OUT == 0 && warp < 4) {  // the final state only, so that nothing the chain computes is dead
 		bf16* ho = p.hout + (((size_t)c0 * HV + h) * 2 + half) * VH * D;
 #pragma unroll
 		for (int j = 0; j < 16; ++j)
@@ -221,7 +259,7 @@ __global__ void fill(unsigned* x, size_t n, unsigned seed) {
 
 }  // namespace wskel
 
-template <int STAGES, int MINB, int FR = 8, bool OUT = true>
+template <int STAGES, int MINB, int FR = 8, int OUT = 1>
 static void run(const wskel::Args& a, int ncta, int nlong, const char* pack, const char* name) {
 	auto k = wskel::walk_skel<STAGES, MINB, FR, OUT>;
 	constexpr int smem = wskel::smem_bytes<STAGES>();
@@ -276,8 +314,10 @@ int main() {
 		run<2, 1, 4>(a, ncta, nlong, pk.name, "two stages, bounds 1, fragments by halves");
 		run<1, 2, 4>(a, ncta, nlong, pk.name, "one stage, bounds 2, fragments by halves");
 		run<3, 2, 4>(a, ncta, nlong, pk.name, "-W, k double, U^T single, bounds 2, halves");
-		run<2, 1, 4, false>(a, ncta, nlong, pk.name, "two stages, bounds 1, halves, no outputs");
-		run<3, 2, 4, false>(a, ncta, nlong, pk.name, "-W, k double, bounds 2, halves, no outputs");
+		run<2, 1, 4, 0>(a, ncta, nlong, pk.name, "two stages, bounds 1, halves, no outputs");
+		run<3, 2, 4, 0>(a, ncta, nlong, pk.name, "-W, k double, bounds 2, halves, no outputs");
+		run<2, 1, 4, 2>(a, ncta, nlong, pk.name, "two stages, bounds 1, halves, staged outputs");
+		run<3, 2, 4, 2>(a, ncta, nlong, pk.name, "-W, k double, bounds 2, halves, staged outputs");
 		CK(cudaDeviceSynchronize());
 		CK(cudaFree((void*)a.w));
 		CK(cudaFree((void*)a.k));
