@@ -7,23 +7,17 @@
 # There: run(command="bash scripts/v6-skel.sh"). Prints the build's errors (if any), ptxas' lines and the table.
 set -u
 cd "$(dirname "$0")/.."
-NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
-W=/tmp/v6-skel
-mkdir -p "$W"
-"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -o "$W/grads_v6_skel" ptx/devtest/grads_v6_skel.cu \
-	>"$W/build.log" 2>&1
-rc=$?
-echo "== build: rc $rc"
-grep -E 'error|warning|C7[0-9]+|registers|spill' "$W/build.log" | head -30
-[ "$rc" = 0 ] || exit "$rc"
-"$W/grads_v6_skel" || exit $?
+. scripts/devtest-build.sh
+devtest_build grads_v6_skel || exit $?
+W=$(dirname "$BIN")
+"$BIN" || exit $?
 # ncu on the variants named by NCU_VARIANTS (main's numbers; default 0 = B at bounds 2, 4 = B with the cluster
 # reduction): one launch each after two warm-ups; the throughputs and the stall reasons (warps stalled per
 # issued instruction, the largest first). NCU_VARIANTS= skips it.
 for v in ${NCU_VARIANTS-0 4}; do
 	timeout 120 /usr/local/cuda/bin/ncu --clock-control none -k regex:grads_v6_skel --launch-skip 2 --launch-count 1 \
 		--metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
-		"$W/grads_v6_skel" "$v" >"$W/ncu-$v.log" 2>&1
+		"$BIN" "$v" >"$W/ncu-$v.log" 2>&1
 	echo "== ncu, variant $v: rc $?"
 	grep -E '^ +(gpu__time|dram__|sm__|smsp__issue)' "$W/ncu-$v.log" | awk '{print "  " $1, $NF}'
 	grep -E 'smsp__average_warps_issue_stalled' "$W/ncu-$v.log" | awk '{print $NF, $1}' | sort -gr | head -8 |

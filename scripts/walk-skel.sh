@@ -7,13 +7,6 @@
 # There: run(command="bash scripts/walk-skel.sh"). Prints the build's errors (if any), ptxas' lines and the table.
 set -u
 cd "$(dirname "$0")/.."
-NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
-W=/tmp/walk-skel
-mkdir -p "$W"
-"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -o "$W/walk_2cta_skel" ptx/devtest/walk_2cta_skel.cu \
-	>"$W/build.log" 2>&1
-rc=$?
-echo "== build: rc $rc"
-grep -E 'error|warning|C7[0-9]+|registers|spill' "$W/build.log" | head -30
-[ "$rc" = 0 ] || exit "$rc"
-"$W/walk_2cta_skel"
+. scripts/devtest-build.sh
+devtest_build walk_2cta_skel || exit $?
+"$BIN"
