@@ -84,6 +84,12 @@ namespace gdnkcp {
 #ifndef GDNKCP_TAPE_META_CALC
 #define GDNKCP_TAPE_META_CALC 1
 #endif
+// GDNKCP_TAPE_DVL_ZFILL: issue_dvl zero-fills dvl^T's rows from n on in the buffer (plain 16-byte stores) and
+// read_dvl reads without a guard on n (1), or issue_dvl copies only the rows < n and read_dvl tests each
+// token against n (0): gdn_walk_planes.cu's GDNKCP_WP_U_ZFILL for the tape walk's dvl^T.
+#ifndef GDNKCP_TAPE_DVL_ZFILL
+#define GDNKCP_TAPE_DVL_ZFILL 1
+#endif
 
 namespace tapep {
 
@@ -181,7 +187,8 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 	}
 
 	// issue_dvl (state warps): the copies of dvl^T of chunk (t0, n), this warp's 16 columns of the rows < n,
-	// into the dvl buffer (WGWalker::issue's U copies); one commit group. Rows from n on are not read.
+	// into the dvl buffer (WGWalker::issue's U copies); one commit group. Rows from n on: zeros by plain
+	// stores with GDNKCP_TAPE_DVL_ZFILL (read_dvl reads every row), else left as they are (not read).
 	__device__ __forceinline__ void issue_dvl(const float* dvl, int t0, int n, int h, int HV, int c0) {
 		if (!DO) return;
 		const int i0 = lane / 4, cc = 64 * grp + 16 * wq + 4 * (lane % 4);
@@ -190,7 +197,10 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		float* dst = dvl_buf() + ur(i0, cc);
 #pragma unroll
 		for (int y = 0; y < 8; ++y) {
-			if (i0 + 8 * y < n) tc::cp_async16(dst + 8 * y * VH, vp);
+			if (i0 + 8 * y < n)
+				tc::cp_async16(dst + 8 * y * VH, vp);
+			else if (GDNKCP_TAPE_DVL_ZFILL)  // read by read_dvl, unguarded
+				*reinterpret_cast<walkwg::U32x4*>(dst + 8 * y * VH) = walkwg::U32x4{0u, 0u, 0u, 0u};
 			vp += vs;
 		}
 		tc::cp_async_commit();
@@ -209,7 +219,7 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 	}
 
 	// read_dvl (state warps): dvl^T of the chunk (n rows) from the buffer into uv, zero from n on (nothing
-	// without DO).
+	// without DO): with GDNKCP_TAPE_DVL_ZFILL the buffer's own zeros, read without a test on n.
 	__device__ __forceinline__ void read_dvl(int n) {
 		if (!DO) return;
 		__syncwarp();  // the warp's dvl copies, each visible to its own lane after the wait, to the warp
@@ -219,7 +229,7 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 #pragma unroll
 			for (int r = 0; r < 4; ++r) {
 				const int i = 8 * nt + 2 * t + (r & 1);
-				uv[4 * nt + r] = i < n ? b[ur(i, col(r))] : 0.f;
+				uv[4 * nt + r] = GDNKCP_TAPE_DVL_ZFILL || i < n ? b[ur(i, col(r))] : 0.f;
 			}
 		}
 	}

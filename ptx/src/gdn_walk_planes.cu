@@ -99,6 +99,16 @@ constexpr bool kMetaAhead = GDNKCP_WP_META_AHEAD != 0;
 #define GDNKCP_WP_META_CALC 1
 #endif
 constexpr bool kMetaCalc = GDNKCP_WP_META_CALC != 0;
+// GDNKCP_WP_U_ZFILL: issue zero-fills U^T's rows from n on in the stage (plain 16-byte stores, as
+// copy_rows_mn zeroes k's rows) and the state warps read U^T without a guard on n (1, load_u_full), or
+// issue copies only the rows < n and the reads test each token against n (0, WGWalker::load_u). ncu on v5.31's
+// state walk (32K, vh 64; docs/perf-notes.md, twenty-fourth session): load_u's 32 guarded loads, which
+// ptxas compiles as branches, took ~15% of the kernel's stall samples, between (1)'s issue and its wait,
+// where the state warps never waited on (1): they were the chain.
+#ifndef GDNKCP_WP_U_ZFILL
+#define GDNKCP_WP_U_ZFILL 1
+#endif
+constexpr bool kUZfill = GDNKCP_WP_U_ZFILL != 0;
 
 // A stage: the planes (64 KB), U^T (64 x vh fp32), e (256 bytes), rounded up to 1024 bytes.
 __host__ __device__ constexpr int stage_bytes(int vh) { return (off_e(vh) + 4 * kC + 1023) / 1024 * 1024; }
@@ -211,7 +221,8 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 	// head h; 16-byte units ct, ct + kCopiers, ...: a warp's 32 units contiguous) and of k's 64 bf16 rows
 	// (QK head qh, as they lie, into the MN-major 128-byte-swizzled tile that (2) reads: keys 0-63 of every
 	// token in the first 8 KB, keys 64-127 in the next; zero from row n on, by plain stores), a state warp's
-	// 16 U columns of the rows < n; one commit group. A state warp also loads gamma_last of the chunk into
+	// 16 U columns of the rows < n (and zeros in the rows from n on, kUZfill); one commit group. A state
+	// warp also loads gamma_last of the chunk into
 	// gln, a copier ct < 64 the gates and k's rstd of s_ct (finish_e).
 	__device__ __forceinline__ void issue(const unsigned char* wp, const KRows& kr, const float* u, const float* gcum, int c,
 	                                      int t0, int n, int h, int HV, int qh, int HQK, int c0, int x) {
@@ -238,7 +249,10 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 				float* dst = reinterpret_cast<float*>(st + kOffU) + ur(i0, cc);
 #pragma unroll
 				for (int y = 0; y < 8; ++y) {
-					if (i0 + 8 * y < n) tc::cp_async16(dst + 8 * y * VH, up);
+					if (i0 + 8 * y < n)
+						tc::cp_async16(dst + 8 * y * VH, up);
+					else if (kUZfill)  // read by load_u_full after the next barrier
+						*reinterpret_cast<walkwg::U32x4*>(dst + 8 * y * VH) = walkwg::U32x4{0u, 0u, 0u, 0u};
 					up += us;
 				}
 			}
@@ -249,6 +263,27 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 
 	__device__ __forceinline__ int copier() const {
 		return Base::kGroups == 2 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) - 128;
+	}
+
+	// load_u_full (kUZfill; state warps): WGWalker::load_u's values without its test on n: U^T's rows from n
+	// on are the zeros issue stored there. Zero without U (the summary walk's P columns).
+	__device__ __forceinline__ void load_u_full(bool hasU) {
+		__syncwarp();  // the warp's U copies and zero stores, each visible to its own lane, to the warp
+		if (hasU) {
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+				for (int r = 0; r < 4; ++r) this->uv[4 * nt + r] = this->UR[ur(8 * nt + 2 * this->t + (r & 1), col(r))];
+		} else {
+#pragma unroll
+			for (int i = 0; i < 32; ++i) this->uv[i] = 0.f;
+		}
+	}
+	__device__ __forceinline__ void read_u(int n, bool hasU) {
+		if (kUZfill)
+			load_u_full(hasU);
+		else
+			Base::load_u(n, hasU, false);
 	}
 
 	// finish_e writes s_i = e_i rstd_i (e_i = e^(gamma_last - gamma_i), WGWalker::convert's expression; rstd_i
@@ -336,7 +371,7 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 				          kStagedV ? vnew16 : nullptr);
 			if (!GDNKCP_WP_U_LATE && holds()) {
 				UR = reinterpret_cast<float*>(stage(x) + kOffU);
-				Base::load_u(n, u != nullptr, false);
+				read_u(n, u != nullptr);
 			}
 			GDNKCP_WALK_MARK(7, ci);  // every warp: U read, the next copies issued
 			if (holds()) {
@@ -356,7 +391,7 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 				// output buffers); the loads land under (1)'s wait.
 				if (GDNKCP_WP_U_LATE) {
 					UR = reinterpret_cast<float*>(stage(x) + kOffU);
-					Base::load_u(n, u != nullptr, false);
+					read_u(n, u != nullptr);
 				}
 				this->vprime_wait();
 				GDNKCP_WALK_MARK(3, ci);  // state: (1) done, U^T added
