@@ -41,7 +41,7 @@ Without --arch it plans for the GPU present, or says there is none. --sms defaul
 the architecture's SM count (sm_100a, sm_103a, sm_107a: 148; sm_90a: 132; generic: give it).
 --lean-forward plans a run whose walks store no fp32 per-chunk states, as the GPU
 backend's v5 core stage does (sm_90a's measured rule then costs a wide walk less: 15/8 of a
-narrow one in the forward, where it is 9/4, and 10/7 in the backward, where it is 5/3).
+narrow one in the forward, where it is 9/4; in the backward 5/3 in both, since the v5.32 walks).
 
 --all plans every pack P1-P5 x CP 2/4/8 x layout C/Z/D on the four reference profiles
 (sm_100a, sm_103a, sm_107a with 148 SMs, sm_90a with 132) and summarizes which decisions
