@@ -87,6 +87,7 @@ void wgmma_fence();
 void wgmma_commit();
 void wgmma_wait(int n);
 unsigned long long cvta_shared(const void* p);
+void stmatrix_x4(void* smem_row_ptr, const unsigned r[4]);  // stmatrix.sync.aligned.m8n8.x4 (sm_90)
 
 template <typename T>
 inline unsigned to_bits(T v) {

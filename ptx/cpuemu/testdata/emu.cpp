@@ -96,7 +96,7 @@ struct Fiber {
 
 // The warp-collective tensor-core instructions' exchange: each lane's
 // fragment registers or row address, and which instruction it is at.
-enum Op { kNoOp = 0, kMma, kLdmatrix, kLdmatrixTrans, kWgmma };
+enum Op { kNoOp = 0, kMma, kLdmatrix, kLdmatrixTrans, kWgmma, kStmatrix };
 struct Exchange {
   unsigned a[32][4];
   unsigned b[32][2];
@@ -443,6 +443,8 @@ const char* op_name(int op) {
       return "ldmatrix.x4.trans";
     case kWgmma:
       return "wgmma.mma_async";
+    case kStmatrix:
+      return "stmatrix.x4";
     default:
       return "no tensor-core instruction (a shuffle, __syncwarp or another barrier)";
   }
@@ -556,6 +558,21 @@ void ldmatrix_x4(unsigned r[4], const void* p, bool trans) {
   if (lane == 0 && cur_stats) ++cur_stats->ldmatrix;
   leave(x);
   for (int i = 0; i < 4; ++i) r[i] = out[i];
+}
+
+void stmatrix_x4(void* p, const unsigned r[4]) {
+  Exchange& x = enter(kStmatrix);
+  if (reinterpret_cast<uintptr_t>(p) & 15) fail("stmatrix.x4: a row address is not 16-byte aligned");
+  const unsigned lane = lane_id();
+  x.addr[lane] = p;
+  for (int i = 0; i < 4; ++i) x.a[lane][i] = r[i];
+  meet(x, kStmatrix);
+  // Each lane writes its own elements, row g of matrix m, columns 2t and 2t + 1, at the row address lane
+  // 8 m + g gave, between the meetings: the warp's stores are all done when any lane leaves, as the one
+  // instruction's are on the GPU. The 32 lanes' elements of a matrix are disjoint.
+  const unsigned g = lane / 4, t = lane % 4;
+  for (unsigned m = 0; m < 4; ++m) memcpy(static_cast<unsigned char*>(const_cast<void*>(x.addr[8 * m + g])) + 4 * t, &r[m], 4);
+  leave(x);
 }
 
 void cp_async16(void* smem, const void* gmem) {

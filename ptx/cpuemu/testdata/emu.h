@@ -88,6 +88,13 @@
 //                   registered dynamic shared memory (kernels of a launch must
 //                   use one array); the array is 1024-aligned, so offsets have
 //                   the alignment that the swizzle needs on the GPU.
+//   stmatrix_x4     stmatrix.sync.aligned.m8n8.x4.shared.b16 (sm_90): every
+//                   lane deposits its row address (16-byte aligned, or an
+//                   error) and its four registers; after the meeting each lane
+//                   stores its own elements of the four 8x8 matrices (row
+//                   lane / 4, columns 2 (lane % 4), + 1) at the addresses lanes
+//                   8 m + lane / 4 gave, all before any lane leaves. Checked
+//                   like ldmatrix_x4 (a full warp, the same instruction).
 #pragma once
 #include <functional>
 #include <string>
