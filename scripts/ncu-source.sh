@@ -4,7 +4,8 @@
 #   run(command="KERNEL=state_walk_mma16 bash scripts/ncu-source.sh --docs 32768 --kernels v5 --modes core")
 # The arguments after the script name go to `kcp bench` (one launch of KERNEL is profiled, the first).
 # Writes $OUT/<KERNEL>-sass.csv (ncu --page source --print-source sass: every SASS instruction with its
-# stall samples) and prints the summary of scripts/ncu-sass.py.
+# stall samples) and prints the summary of scripts/ncu-sass.py. Here, on that csv: scripts/ncu-phases.py (split at
+# the barriers) or scripts/ncu-range.py (split where you say, per-warp-and-chunk counts, --list).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
