@@ -8,7 +8,7 @@ holds the time. Usage: ncu-phases.py FILE.csv"""
 import signal
 import sys
 
-from ncusource import num, read
+from ncusource import num, opcode, read
 
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
 
@@ -23,10 +23,9 @@ def main(path):
     seg = dict(start=0, ins=0.0, smp=0.0, hmma=0.0, ops={})
     k = 0
     for i, r in enumerate(body):
-        t = r[src].strip().split()
-        if not t:
+        if not r[src].strip():
             continue
-        op = (t[1] if t[0].startswith("@") and len(t) > 1 else t[0]).split(".")[0]
+        op = opcode(r[src])
         seg["ins"] += num(r[ex])
         seg["smp"] += num(r[samp])
         seg["ops"][op] = seg["ops"].get(op, 0.0) + num(r[ex])

@@ -10,16 +10,9 @@ Usage: ncu-range.py FILE.csv [--per PER] [--list] I0 I1 [I2 ...]"""
 import argparse
 import signal
 
-from ncusource import num, read
+from ncusource import num, opcode, read
 
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
-
-
-def opcode(src):
-    t = src.strip().split()
-    if not t:
-        return "?"
-    return (t[1] if t[0].startswith("@") and len(t) > 1 else t[0]).split(".")[0]
 
 
 def main():

@@ -22,3 +22,11 @@ def read(path, who):
     head = [c.strip() for c in rows[hi]]
     body = [r for r in rows[hi + 1:] if len(r) == len(head)]
     return head, body, {h: i for i, h in enumerate(head)}
+
+
+def opcode(source):
+    """A SASS line's opcode without its modifiers and predicate ("@P0 BRA ..." -> "BRA"); "?" for an empty line."""
+    t = source.strip().split()
+    if not t:
+        return "?"
+    return (t[1] if t[0].startswith("@") and len(t) > 1 else t[0]).split(".")[0]
