@@ -61,6 +61,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "gdn_walk_planes.cu"  // walkp::stage_tile, store_staged, out_bytes
 #include "gdn_walk_wgmma.cu"
 #include "walk_planes.cuh"
 
@@ -90,6 +91,15 @@ namespace gdnkcp {
 #ifndef GDNKCP_TAPE_DVL_ZFILL
 #define GDNKCP_TAPE_DVL_ZFILL 1
 #endif
+// GDNKCP_TAPE_STAGE: at vh 64 the tape walk's bf16 D^T and dV'^T go through two output buffers (the state walk's
+// layout: walkp::stage_tile, by stmatrix on the wgmma path) and the copying warpgroup stores the previous
+// chunk's buffer as whole 512-byte runs while the state warps compute (1), or straight from the state warps'
+// registers to global memory (0: store_frags16's 8-byte and store_vprime16's 4-byte stores, on the chain; the
+// state walk's staging of the same stores took ~2,900 of its chunk's cycles off it, docs/mma-kernels.md).
+// The buffers are in tape_planes_smem(64) either way, so kcp's tapePlanesSmem does not depend on the knob.
+#ifndef GDNKCP_TAPE_STAGE
+#define GDNKCP_TAPE_STAGE 1
+#endif
 
 namespace tapep {
 
@@ -106,8 +116,13 @@ constexpr int kOffO = kOffQ + kQBytes;         // then dO [64][vh] bf16
 __host__ __device__ constexpr int off_ef(int vh) { return kOffO + kC * vh * 2; }  // then e[64], f[64]
 __host__ __device__ constexpr int tape_stage_bytes(int vh) { return (off_ef(vh) + 8 * kC + 1023) / 1024 * 1024; }
 __host__ __device__ constexpr int dvl_bytes(int vh) { return kC * vh * 4; }
-__host__ __device__ constexpr int tape_planes_smem(int vh) { return 2 * tape_stage_bytes(vh) + dvl_bytes(vh) + 1008; }
-static_assert(tape_planes_smem(64) == 166896 && tape_planes_smem(128) == 199664, "kcp's tapePlanesSmem");
+// tape_planes_smem: two stages, the dvl buffer, at vh 64 two output buffers (walkp::out_bytes: D^T 16 KB and
+// dV'^T 8 KB each) and up to 1008 bytes of alignment.
+__host__ __device__ constexpr int tape_planes_smem(int vh) {
+	return 2 * tape_stage_bytes(vh) + dvl_bytes(vh) + 2 * walkp::out_bytes(vh) + 1008;
+}
+static_assert(tape_planes_smem(64) == 216048 && tape_planes_smem(128) == 199664, "kcp's tapePlanesSmem");
+static_assert(tape_planes_smem(64) <= 232448, "two stages, dvl and two output buffers fit an SM's 227 KB");
 static_assert(tape_planes_smem(128) <= 232448, "two stages and dvl fit an SM's 227 KB");
 
 // DO: the walk of the adjoint columns (the tape walk; the offset walk's R columns: dvl, dO and Qg terms);
@@ -139,6 +154,23 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 
 	__device__ __forceinline__ unsigned char* stage(int x) const { return X + x * tape_stage_bytes(VH); }
 	__device__ __forceinline__ float* dvl_buf() const { return reinterpret_cast<float*>(X + 2 * tape_stage_bytes(VH)); }
+	// Output buffer x (kStaged): D^T's 64 rows of 256 bytes, then dV'^T's of 128 (walkp::stage_tile's layout).
+	static constexpr bool kStaged = VH == 64 && GDNKCP_TAPE_STAGE != 0;
+	__device__ __forceinline__ unsigned char* outbuf(int x) const {
+		return X + 2 * tape_stage_bytes(VH) + dvl_bytes(VH) + x * walkp::out_bytes(VH);
+	}
+	// stage_d: this state warp's D^T rows into output buffer x from (1)'s hi fragments, store_frags16's words
+	// (ah[k][q]: key tile 2k + q / 2, row half q % 2).
+	__device__ __forceinline__ void stage_d(int x, const unsigned (&ah)[8][4]) const {
+		walkp::stage_tile<16, 256>(outbuf(x), 16 * wq, lane, [&](int nt, int hf) { return ah[nt >> 1][2 * (nt & 1) + hf]; });
+	}
+	// stage_dv: this state warp's dV'^T rows (d, tokens from n on zero: store_vprime16's words) into buffer x.
+	__device__ __forceinline__ void stage_dv(int x, int n) const {
+		walkp::stage_tile<8, 128>(outbuf(x) + VH * kD * 2, 16 * wq, lane, [&](int nt, int hf) {
+			const int tok = 8 * nt + 2 * t;
+			return tc::pack_bf16x2(tok < n ? d[4 * nt + 2 * hf] : 0.f, tok + 1 < n ? d[4 * nt + 2 * hf + 1] : 0.f);
+		});
+	}
 	__device__ __forceinline__ int copier() const {
 		return Base::kGroups == 2 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) - 128;
 	}
@@ -353,6 +385,9 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 			else if (!kAhead)
 				t0n = chunk_tok0[cn], nn = chunk_len[cn];
 			issue(wp, kr, q, q_stride, q_rstd, gcum, dout, cn, t0n, nn, h, HV, qh, HQK, c0, 1 - x);
+			if (kStaged && !holds() && ci > 0)  // the previous chunk's (c + 1) D^T and dV'^T, staged by the state warps
+				walkp::store_staged<VH>(outbuf(1 - x), (long long)(c + 1) * HV + h, c0, static_cast<int>(threadIdx.x) - 128, d16,
+				                        dvnew16);
 			if (holds()) {
 				const long long blk = (long long)c * HV + h;
 				const unsigned char* st = stage(x);
@@ -362,7 +397,11 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 					dvprime_issue(st + kOffK, ah, al);
 					GDNKCP_TAPE_MARK(1, ci);  // state: D split, (1) issued
 					if (d_chunk != nullptr) this->store_state(d_chunk + blk * kD * kD, c0);
-					if (d16 != nullptr) this->store_frags16(d16 + blk * kD * kD, c0, ah);
+					if (kStaged) {
+						if (d16 != nullptr) stage_d(x, ah);
+					} else if (d16 != nullptr) {
+						this->store_frags16(d16 + blk * kD * kD, c0, ah);
+					}
 					read_dvl(n);
 					GDNKCP_TAPE_MARK(2, ci);  // state: D stores issued, dvl read
 					dvprime_finish(ef);
@@ -379,7 +418,11 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 				GDNKCP_TAPE_MARK(4, ci);  // state: dV' split, D decayed, (2) issued
 				if (dvnew != nullptr) this->store_vprime(dvnew, kCalc ? t00 + kC * (c - ch0) : chunk_tok0[c], n, h, HV, c0);
 				if (dvnewp != nullptr) this->store_vprime_slots(dvnewp + blk * kD * kC, n, c0);
-				if (dvnew16 != nullptr) this->store_vprime16(dvnew16 + blk * kD * kC, n, c0);
+				if (kStaged) {
+					if (dvnew16 != nullptr) stage_dv(x, n);
+				} else if (dvnew16 != nullptr) {
+					this->store_vprime16(dvnew16 + blk * kD * kC, n, c0);
+				}
 				GDNKCP_TAPE_MARK(5, ci);  // state: dV' stores issued
 				if (kAhead) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];  // land under (2)
 				wg::wait<0>();
@@ -390,6 +433,12 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 			if (kAhead && !holds()) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];
 		}
 		tc::cp_async_wait<0>();  // the copies issued past the end land before the CTA exits
+		if (kStaged) {
+			__syncthreads();  // the last chunk's (ch0's) D^T and dV'^T staged
+			if (!holds())
+				walkp::store_staged<VH>(outbuf((nch - 1) & 1), (long long)ch0 * HV + h, c0, static_cast<int>(threadIdx.x) - 128, d16,
+				                        dvnew16);
+		}
 	}
 };
 

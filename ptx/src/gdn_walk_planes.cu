@@ -109,6 +109,14 @@ constexpr bool kMetaCalc = GDNKCP_WP_META_CALC != 0;
 #define GDNKCP_WP_U_ZFILL 1
 #endif
 constexpr bool kUZfill = GDNKCP_WP_U_ZFILL != 0;
+// GDNKCP_WP_STMATRIX: where the walks run on wgmma (sm_90a, and the emulator's wgmma runner), stage_out writes
+// a state warp's H^T and V'^T into the output buffer with stmatrix (1: 8 + 4 stmatrix.x4, one row address a
+// lane) or with 4-byte stores (0; the portable path always). ncu on v5.31's state walk: the 32 stores of H^T
+// and their swizzled addresses (~270 LOP3 / IMAD a chunk, short-scoreboard stalls on registers reused under
+// a pending store) between (1)'s issue and its wait, on the state warps' chain. The same bytes either way.
+#ifndef GDNKCP_WP_STMATRIX
+#define GDNKCP_WP_STMATRIX 1
+#endif
 
 // A stage: the planes (64 KB), U^T (64 x vh fp32), e (256 bytes), rounded up to 1024 bytes.
 __host__ __device__ constexpr int stage_bytes(int vh) { return (off_e(vh) + 4 * kC + 1023) / 1024 * 1024; }
@@ -120,6 +128,67 @@ __host__ __device__ constexpr int out_bytes(int vh) { return vh == 64 ? vh * kD 
 // are 1024-aligned).
 __host__ __device__ constexpr int walk_planes_smem(int vh) { return 2 * stage_bytes(vh) + 2 * out_bytes(vh) + 1008; }
 static_assert(walk_planes_smem(128) <= 232448, "two stages fit an SM's 227 KB");
+
+// ---- The staged bf16 output tiles (vh 64: H^T and V'^T here, D^T and dV'^T in gdn_tape_planes.cu) -----------
+// An output buffer holds a tile of 64 rows (the CTA's columns) of RB bytes (256: 128 keys; 128: 64 tokens),
+// 16-byte unit u of row r at u ^ (r % 8), so that a state warp's 4-byte stores (rows g, units nt) fall on 32
+// different banks and its stmatrix rows on whole 16-byte units.
+
+// stage_tile writes a state warp's words into the buffer tile at buf: the warp holds rows row0 .. row0 + 15
+// (row0 a multiple of 16), word(nt, hf) the packed bf16 pair of its row g + 8 hf over columns 8 nt + 2t, + 1
+// (lane = 4 g + t), for NT 8-column tiles. With stmatrix (GDNKCP_WP_STMATRIX on the wgmma path) four matrices
+// an instruction, (0, 2j), (1, 2j), (0, 2j + 1), (1, 2j + 1): lane L gives the address of row L % 8 of matrix
+// L / 8, i.e. of row r = row0 + 8 ((L / 8) % 2) + L % 8, unit 2j + L / 16 at that XOR r % 8; else one 4-byte
+// store a word. The same bytes either way.
+template <int NT, int RB, class Word>
+__device__ __forceinline__ void stage_tile(unsigned char* buf, int row0, int lane, Word word) {
+#if defined(GDNKCP_HAS_WGMMA)
+	if constexpr (GDNKCP_WP_STMATRIX != 0) {
+		const int mi = lane >> 3, i = lane & 7;
+		unsigned char* row = buf + (row0 + 8 * (mi & 1) + i) * RB;
+#pragma unroll
+		for (int j = 0; j < NT / 2; ++j) {
+			const unsigned q[4] = {word(2 * j, 0), word(2 * j, 1), word(2 * j + 1, 0), word(2 * j + 1, 1)};
+			wg::stmatrix_x4(row + (((2 * j + (mi >> 1)) ^ i) << 4), q);
+		}
+	} else
+#endif
+	{
+		const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+		for (int hf = 0; hf < 2; ++hf) {
+			const int r = row0 + g + 8 * hf;
+#pragma unroll
+			for (int nt = 0; nt < NT; ++nt) *reinterpret_cast<unsigned*>(buf + r * RB + ((nt ^ (r & 7)) << 4) + 4 * t) = word(nt, hf);
+		}
+	}
+}
+
+// store_staged (the copying warps, ct = 0..127): output buffer hb (its first tile, 64 rows of 256 bytes, then
+// the second, 64 rows of 128, at vb) to chunk blk's tiles in global memory (rows c0 ..; h16: [128][128],
+// vnew16: [128][64] bf16 a chunk and head), 16 bytes a thread and unit, a warp's 32 units contiguous.
+template <int VH>
+__device__ __forceinline__ void store_staged(const unsigned char* hb, long long blk, int c0, int ct, bf16* h16, bf16* vnew16) {
+	const unsigned char* vb = hb + VH * kD * 2;
+	if (h16 != nullptr) {
+		unsigned char* g = reinterpret_cast<unsigned char*>(h16 + blk * kD * kD + (long long)c0 * kD);
+		// Unit ct % 16 of rows ct / 16 + 8 j: the swizzle (row % 8) is the same for every j.
+		const int r0 = ct / 16, u0 = ct % 16;
+		const unsigned char* src = hb + r0 * 256 + ((u0 ^ (r0 & 7)) << 4);
+#pragma unroll(kOutUnroll)
+		for (int j = 0; j < VH * 16 / 128; ++j)
+			*reinterpret_cast<float4*>(g + 16 * ct + 2048 * j) = *reinterpret_cast<const float4*>(src + 2048 * j);
+	}
+	if (vnew16 != nullptr) {
+		unsigned char* g = reinterpret_cast<unsigned char*>(vnew16 + blk * kD * kC + (long long)c0 * kC);
+		// Unit ct % 8 of rows ct / 8 + 16 j: the swizzle (row % 8) is the same for every j.
+		const int r0 = ct / 8, u0 = ct % 8;
+		const unsigned char* src = vb + r0 * 128 + ((u0 ^ (r0 & 7)) << 4);
+#pragma unroll(kOutUnroll)
+		for (int j = 0; j < VH * 8 / 128; ++j)
+			*reinterpret_cast<float4*>(g + 16 * ct + 2048 * j) = *reinterpret_cast<const float4*>(src + 2048 * j);
+	}
+}
 
 template <int VH>
 struct PlaneWalker : walkwg::WGWalker<VH> {
@@ -159,59 +228,53 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 	__device__ __forceinline__ void stage_out(int x, int n, bool hasH, bool hasV) const {
 		unsigned char* hb = outbuf(x);
 		unsigned char* vb = hb + VH * kD * 2;
+#if defined(GDNKCP_HAS_WGMMA)
+		if constexpr (GDNKCP_WP_STMATRIX != 0) {  // stage_tile's stmatrix; the 4-byte stores below otherwise
+			const int row0 = 64 * grp + 16 * wq;
+			if (hasH)
+				stage_tile<16, 256>(hb, row0, lane, [&](int nt, int hf) { return tc::pack_bf16x2(s[4 * nt + 2 * hf], s[4 * nt + 2 * hf + 1]); });
+			if (hasV)
+				stage_tile<8, 128>(vb, row0, lane, [&](int nt, int hf) {
+					const int tok = 8 * nt + 2 * this->t;  // tokens from n on zero
+					return tc::pack_bf16x2(tok < n ? d[4 * nt + 2 * hf] : 0.f, tok + 1 < n ? d[4 * nt + 2 * hf + 1] : 0.f);
+				});
+		} else
+#endif
+		{  // 4-byte stores
 #pragma unroll
-		for (int hf = 0; hf < 2; ++hf) {
-			const int r = col(0) + 8 * hf;
-			// With GDNKCP_WP_XOR_ADDR the unit's swizzle is an XOR of the row's offset from X (the buffers
-			// lie at multiples of 1024 from X, so bits 4-7 of the offset are the unit's), and the offset
-			// depends on x: the 16 swizzled offsets are no loop invariants for ptxas to keep in registers
-			// across the chunk loop (nvcc 11.8, sm_80: 249 -> 232 registers).
-			const int hrow = static_cast<int>(hb - X) + r * 256 + 4 * this->t + ((r & 7) << 4);
-			const int vrow = static_cast<int>(vb - X) + r * 128 + 4 * this->t + ((r & 7) << 4);
-			if (hasH) {
+			for (int hf = 0; hf < 2; ++hf) {
+				const int r = col(0) + 8 * hf;
+				// With GDNKCP_WP_XOR_ADDR the unit's swizzle is an XOR of the row's offset from X (the buffers
+				// lie at multiples of 1024 from X, so bits 4-7 of the offset are the unit's), and the offset
+				// depends on x: the 16 swizzled offsets are no loop invariants for ptxas to keep in registers
+				// across the chunk loop (nvcc 11.8, sm_80: 249 -> 232 registers).
+				const int hrow = static_cast<int>(hb - X) + r * 256 + 4 * this->t + ((r & 7) << 4);
+				const int vrow = static_cast<int>(vb - X) + r * 128 + 4 * this->t + ((r & 7) << 4);
+				if (hasH) {
 #pragma unroll
-				for (int nt = 0; nt < 16; ++nt) {
-					unsigned* p = kXorAddr ? reinterpret_cast<unsigned*>(X + (hrow ^ (nt << 4)))
-					                       : reinterpret_cast<unsigned*>(hb + r * 256 + ((nt ^ (r & 7)) << 4) + 4 * this->t);
-					*p = tc::pack_bf16x2(s[4 * nt + 2 * hf], s[4 * nt + 2 * hf + 1]);
+					for (int nt = 0; nt < 16; ++nt) {
+						unsigned* p = kXorAddr ? reinterpret_cast<unsigned*>(X + (hrow ^ (nt << 4)))
+						                       : reinterpret_cast<unsigned*>(hb + r * 256 + ((nt ^ (r & 7)) << 4) + 4 * this->t);
+						*p = tc::pack_bf16x2(s[4 * nt + 2 * hf], s[4 * nt + 2 * hf + 1]);
+					}
 				}
-			}
-			if (hasV) {
+				if (hasV) {
 #pragma unroll
-				for (int nt = 0; nt < 8; ++nt) {
-					const int i = 8 * nt + 2 * this->t;
-					const float a = i < n ? d[4 * nt + 2 * hf] : 0.f, b = i + 1 < n ? d[4 * nt + 2 * hf + 1] : 0.f;
-					unsigned* p = kXorAddr ? reinterpret_cast<unsigned*>(X + (vrow ^ (nt << 4)))
-					                       : reinterpret_cast<unsigned*>(vb + r * 128 + ((nt ^ (r & 7)) << 4) + 4 * this->t);
-					*p = tc::pack_bf16x2(a, b);
+					for (int nt = 0; nt < 8; ++nt) {
+						const int i = 8 * nt + 2 * this->t;
+						const float a = i < n ? d[4 * nt + 2 * hf] : 0.f, b = i + 1 < n ? d[4 * nt + 2 * hf + 1] : 0.f;
+						unsigned* p = kXorAddr ? reinterpret_cast<unsigned*>(X + (vrow ^ (nt << 4)))
+						                       : reinterpret_cast<unsigned*>(vb + r * 128 + ((nt ^ (r & 7)) << 4) + 4 * this->t);
+						*p = tc::pack_bf16x2(a, b);
+					}
 				}
 			}
 		}
 	}
 
-	// store_out (the copying warps, ct = 0..127): output buffer x to chunk blk's H^T and V'^T in global
-	// memory (columns c0 ..), 16 bytes a thread and unit, a warp's 32 units contiguous.
+	// store_out (the copying warps, ct = 0..127): output buffer x to chunk blk's H^T and V'^T (store_staged).
 	__device__ __forceinline__ void store_out(int x, long long blk, int c0, int ct, bf16* h16, bf16* vnew16) const {
-		const unsigned char* hb = outbuf(x);
-		const unsigned char* vb = hb + VH * kD * 2;
-		if (h16 != nullptr) {
-			unsigned char* g = reinterpret_cast<unsigned char*>(h16 + blk * kD * kD + (long long)c0 * kD);
-			// Unit ct % 16 of rows ct / 16 + 8 j: the swizzle (row % 8) is the same for every j.
-			const int r0 = ct / 16, u0 = ct % 16;
-			const unsigned char* src = hb + r0 * 256 + ((u0 ^ (r0 & 7)) << 4);
-#pragma unroll(kOutUnroll)
-			for (int j = 0; j < VH * 16 / 128; ++j)
-				*reinterpret_cast<float4*>(g + 16 * ct + 2048 * j) = *reinterpret_cast<const float4*>(src + 2048 * j);
-		}
-		if (vnew16 != nullptr) {
-			unsigned char* g = reinterpret_cast<unsigned char*>(vnew16 + blk * kD * kC + (long long)c0 * kC);
-			// Unit ct % 8 of rows ct / 8 + 16 j: the swizzle (row % 8) is the same for every j.
-			const int r0 = ct / 8, u0 = ct % 8;
-			const unsigned char* src = vb + r0 * 128 + ((u0 ^ (r0 & 7)) << 4);
-#pragma unroll(kOutUnroll)
-			for (int j = 0; j < VH * 8 / 128; ++j)
-				*reinterpret_cast<float4*>(g + 16 * ct + 2048 * j) = *reinterpret_cast<const float4*>(src + 2048 * j);
-		}
+		store_staged<VH>(outbuf(x), blk, c0, ct, h16, vnew16);
 	}
 
 	float ge_i, ge_l, ge_r;  // a copier ct < 64: gcum of token ct (or n - 1) and of token n - 1, ct's k rstd
@@ -222,8 +285,8 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 	// (QK head qh, as they lie, into the MN-major 128-byte-swizzled tile that (2) reads: keys 0-63 of every
 	// token in the first 8 KB, keys 64-127 in the next; zero from row n on, by plain stores), a state warp's
 	// 16 U columns of the rows < n (and zeros in the rows from n on, kUZfill); one commit group. A state
-	// warp also loads gamma_last of the chunk into
-	// gln, a copier ct < 64 the gates and k's rstd of s_ct (finish_e).
+	// warp also loads gamma_last of the chunk into gln, a copier ct < 64 the gates and k's rstd of s_ct
+	// (finish_e).
 	__device__ __forceinline__ void issue(const unsigned char* wp, const KRows& kr, const float* u, const float* gcum, int c,
 	                                      int t0, int n, int h, int HV, int qh, int HQK, int c0, int x) {
 		unsigned char* st = stage(x);

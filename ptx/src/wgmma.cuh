@@ -149,6 +149,22 @@ __device__ __forceinline__ void mma_m64n128k16_rs_t(float (&d)[64], const unsign
 }
 #endif  // GDNKCP_CPU_EMULATOR
 
+// stmatrix_x4: stmatrix.sync.aligned.m8n8.x4.shared.b16 (sm_90), four 8x8 matrices of 16-bit elements to
+// shared memory, ldmatrix_x4's inverse (mma.cuh): every lane passes the address of one 16-byte row (16-byte
+// aligned; lanes 0-7 the rows 0-7 of matrix 0, 8-15 those of matrix 1, 16-23 matrix 2, 24-31 matrix 3) and
+// holds in r[m] the elements (lane / 4, 2 (lane % 4)) and (lane / 4, 2 (lane % 4) + 1) of matrix m, the lower
+// one in the low 16 bits. So a warp's accumulators of rows g and g + 8 over an 8-column tile, packed as bf16
+// pairs, are two of its matrices (PlaneWalker::stage_out). Warp-collective; ordinary shared-memory stores.
+#if defined(GDNKCP_CPU_EMULATOR)
+__device__ __forceinline__ void stmatrix_x4(void* p, const unsigned (&r)[4]) { emu::stmatrix_x4(p, r); }
+#else
+__device__ __forceinline__ void stmatrix_x4(void* p, const unsigned (&r)[4]) {
+	asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(p))),
+	             "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+	             : "memory");
+}
+#endif
+
 }  // namespace wg
 }  // namespace gdnkcp
 #else  // !GDNKCP_HAS_WGMMA
