@@ -38,7 +38,7 @@ echo "== 2. width sweep (REPS=${REPS:-3})"
 if [ "${SWEEP:-1}" = 0 ]; then
 	echo "width sweep: not run (SWEEP=0)"
 elif [ "$(left)" -gt 120 ]; then
-	REPS=${REPS:-3} timeout "$(( $(left) - 30 ))" bash scripts/width-sweep.sh 2>&1 | tail -10
+	REPS=${REPS:-3} SWEEP_DEADLINE="$(( $(left) - 90 ))" timeout "$(( $(left) - 15 ))" bash scripts/width-sweep.sh 2>&1 | tail -12
 else
 	echo "width sweep: not run ($(left) s left)"
 fi

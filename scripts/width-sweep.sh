@@ -6,10 +6,12 @@
 # the faster width of each marked. Run on the GPU machine with the blobs to measure in GDNKCP_BLOB_DIR
 # (default: the embedded ones):
 #   run(command="bash scripts/width-sweep.sh", carry=[".gpu/pack.tgz"])
-# Env: SWEEP (packs separated by ';', each a --docs list), REPS (default 5), KERNELS (default v5), MODES
+# Env: SWEEP (packs separated by ';', each a --docs list), SWEEP_DEADLINE (seconds: no pack is started after
+# it, and the table still prints for those measured), REPS (default 5), KERNELS (default v5), MODES
 # (default core,core+bwd; add module-b1 for the module stage, whose kept forward stores fp32 H and V' slots:
 # the sm_90a rule's 9/4 forward cost, against the core stage's lean 15/8; its columns are printed too).
-# The JSON of every bench lands in $OUT/sweep/ (or /tmp/width-sweep). Each cell marks the faster width and, where
+# The JSON of every bench lands in $OUT/sweep/ (or /tmp/width-sweep); with OUT set they are packed into
+# $OUT/sweep.tgz at the end (a device call brings back 8 files at most). Each cell marks the faster width and, where
 # the width rule (`kcp plan --cp 1`, for the GPU present or PLAN_ARCH; the core stage's cells planned
 # --lean-forward, as the GPU backend plans that stage) picks the other one, "rule N!"; the last line counts them.
 set -uo pipefail
@@ -20,7 +22,12 @@ mkdir -p "$out"
 sweep=${SWEEP:-'65536;32768,32768;21845,21845,21846;16384,16384,16384,16384;40000,45000,35908;8192,8192,8192,8192,8192,8192,8192,8192;4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096,4096'}
 IFS=';' read -ra packs <<<"$sweep"
 i=0
+t0=$(date +%s)
 for p in "${packs[@]}"; do
+	if [ "${SWEEP_DEADLINE:-0}" -gt 0 ] && [ $(( $(date +%s) - t0 )) -gt "$SWEEP_DEADLINE" ]; then
+		echo "width-sweep: SWEEP_DEADLINE (${SWEEP_DEADLINE} s) passed: pack $p and those after it not run"
+		break
+	fi
 	for vh in 64 128; do
 		f="$out/$i-$vh.json"
 		timeout 240 .gpu/kcp bench --docs "$p" --kernels "${KERNELS:-v5}" --modes "${MODES:-core,core+bwd}" --reps "${REPS:-5}" \
@@ -83,3 +90,6 @@ for i, p in enumerate(packs):
     print(line)
 print(f"width rule: picks the faster width in {cells - len(wrong)} of {cells} cells" + "".join("\n  " + w for w in wrong))
 PY
+if [ -n "${OUT:-}" ]; then
+	tar -C "$OUT" -czf "$OUT/sweep.tgz" sweep && rm -rf "$out" && echo "width-sweep: the JSON files are in sweep.tgz"
+fi
