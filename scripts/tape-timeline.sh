@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# tape-timeline.sh: on the GPU machine, the tape walk's per-chunk timeline (ptx/devtest/tape_timeline.cu): which
+# phase of a chunk takes how long for a state warp and a copying warp, and which of the two ends a chunk last
+# (the other waits at the next barrier). Builds the devtest twice from a copy of ptx/src with the marks of
+# ptx/staging/tape_marks.patch applied (unless ptx/src has them): plain (its CUDA-event time, to compare with
+# kcp bench's "bwd tape walk") and with -DGDNKCP_WALK_TIMELINE (the marks on: clock64 stores by warps 0 and 4
+# of one CTA). NC=chunks (default 512). ~1 minute; no Go needed.
+#   run(command="bash scripts/tape-timeline.sh")
+set -u
+cd "$(dirname "$0")/.."
+root=$(pwd)
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+NC=${NC:-512}
+W=/tmp/tape-timeline
+rm -rf "$W" && mkdir -p "$W" && cp -r ptx/src ptx/devtest "$W"/
+if ! grep -q 'GDNKCP_TAPE_MARK(9' "$W/src/gdn_tape_planes.cu"; then
+	(cd "$W" && { git apply -p2 "$root/ptx/staging/tape_marks.patch" 2>/dev/null || patch -p2 <"$root/ptx/staging/tape_marks.patch"; }) ||
+		{ echo "tape-timeline: ptx/staging/tape_marks.patch does not apply to ptx/src"; exit 1; }
+fi
+grep -c 'GDNKCP_TAPE_MARK(' "$W/src/gdn_tape_planes.cu" | sed 's/^/tape-timeline: mark hooks in the walk: /'
+flags=(-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo)
+("$NVCC" "${flags[@]}" -o "$W/plain" "$W/devtest/tape_timeline.cu" >"$W/build_plain.log" 2>&1; echo $? >"$W/rc_plain") &
+("$NVCC" "${flags[@]}" -DGDNKCP_WALK_TIMELINE -o "$W/tl" "$W/devtest/tape_timeline.cu" >"$W/build_tl.log" 2>&1; echo $? >"$W/rc_tl") &
+wait
+for v in plain tl; do
+	echo "== build $v: rc $(cat "$W/rc_$v")"
+	grep -E 'error' "$W/build_$v.log" | head -20
+	# ptxas -v: the line after "Compiling entry function 'gdn_tape_walk_planes'" with its registers and spills
+	grep -A3 "function 'gdn_tape_walk_planes'" "$W/build_$v.log" | grep -E 'registers|spill' | head -3
+done
+for v in plain tl; do
+	[ "$(cat "$W/rc_$v")" = 0 ] && timeout 120 "$W/$v" "$NC" "$v" 2>&1 | tail -24
+done
+[ -n "${OUT:-}" ] && cp "$W"/build_*.log "$OUT"/ 2>/dev/null
+exit 0
