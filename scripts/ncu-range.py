@@ -27,7 +27,7 @@ def main():
     ap.add_argument("--per", type=float, default=196608.0, help="executions that make one (default 196608)")
     ap.add_argument("--list", action="store_true", help="also list every executed line of the ranges")
     ap.add_argument("--branches", action="store_true", help="list every executed branch and its target line")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()
     head, body, col = read(a.csv, "ncu-range")
     src, ex = col["Source"], col["Instructions Executed"]
     if a.branches:
