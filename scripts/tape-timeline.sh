@@ -4,8 +4,9 @@
 # (the other waits at the next barrier). Builds the devtest twice from a copy of ptx/src with the marks of
 # ptx/staging/tape_marks.patch applied (unless ptx/src has them): plain (its CUDA-event time, to compare with
 # kcp bench's "bwd tape walk") and with -DGDNKCP_WALK_TIMELINE (the marks on: clock64 stores by warps 0 and 4
-# of one CTA). NC=chunks (default 512). ~1 minute; no Go needed.
-#   run(command="bash scripts/tape-timeline.sh")
+# of one CTA). NC=chunks (default 512). ~1 minute; no Go needed. The patches touch only the copy (kcp's own
+# files are not patched: the devtest launches the walk itself).
+#   run(command="bash scripts/tape-timeline.sh; PATCHES=tape_dvl_ahead bash scripts/tape-timeline.sh")
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -13,10 +14,15 @@ NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 NC=${NC:-512}
 W=/tmp/tape-timeline
 rm -rf "$W" && mkdir -p "$W" && cp -r ptx/src ptx/devtest "$W"/
-if ! grep -q 'GDNKCP_TAPE_MARK(9' "$W/src/gdn_tape_planes.cu"; then
-	(cd "$W" && { git apply -p2 "$root/ptx/staging/tape_marks.patch" 2>/dev/null || patch -p2 <"$root/ptx/staging/tape_marks.patch"; }) ||
-		{ echo "tape-timeline: ptx/staging/tape_marks.patch does not apply to ptx/src"; exit 1; }
-fi
+# PATCHES: staged patches (ptx/staging/NAME.patch) applied to the copy, e.g. PATCHES='tape_dvl_ahead' to time a
+# staged change; tape_marks is applied too unless ptx/src has its hooks (after scripts/land-prep.sh it does).
+patches=${PATCHES:-}
+grep -q 'GDNKCP_TAPE_MARK(9' "$W/src/gdn_tape_planes.cu" || patches="tape_marks $patches"
+for p in $patches; do
+	(cd "$W" && { git apply -p2 --include="src/*" "$root/ptx/staging/$p.patch" 2>/dev/null || patch -p2 <"$root/ptx/staging/$p.patch"; }) ||
+		{ echo "tape-timeline: ptx/staging/$p.patch does not apply to ptx/src"; exit 1; }
+	echo "tape-timeline: applied ptx/staging/$p.patch"
+done
 grep -c 'GDNKCP_TAPE_MARK(' "$W/src/gdn_tape_planes.cu" | sed 's/^/tape-timeline: mark hooks in the walk: /'
 flags=(-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo)
 ("$NVCC" "${flags[@]}" -o "$W/plain" "$W/devtest/tape_timeline.cu" >"$W/build_plain.log" 2>&1; echo $? >"$W/rc_plain") &
