@@ -15,10 +15,15 @@ NC=${NC:-512}
 W=/tmp/tape-timeline
 rm -rf "$W" && mkdir -p "$W" && cp -r ptx/src ptx/devtest "$W"/
 # PATCHES: staged patches (ptx/staging/NAME.patch) applied to the copy, e.g. PATCHES='tape_dvl_ahead' to time a
-# staged change; tape_marks is applied too unless ptx/src has its hooks (after scripts/land-prep.sh it does).
+# staged change; tape_marks is applied too unless ptx/src has its hooks (after scripts/land-prep.sh it does, and
+# every staged patch: run the v5.33 timeline before land-prep, or from a clean checkout).
 patches=${PATCHES:-}
 grep -q 'GDNKCP_TAPE_MARK(9' "$W/src/gdn_tape_planes.cu" || patches="tape_marks $patches"
 for p in $patches; do
+	if (cd "$W" && git apply -p2 --include="src/*" --reverse --check "$root/ptx/staging/$p.patch" 2>/dev/null); then
+		echo "tape-timeline: ptx/src already has ptx/staging/$p.patch (after scripts/land-prep.sh)"
+		continue
+	fi
 	(cd "$W" && { git apply -p2 --include="src/*" "$root/ptx/staging/$p.patch" 2>/dev/null || patch -p2 <"$root/ptx/staging/$p.patch"; }) ||
 		{ echo "tape-timeline: ptx/staging/$p.patch does not apply to ptx/src"; exit 1; }
 	echo "tape-timeline: applied ptx/staging/$p.patch"
