@@ -80,6 +80,29 @@ static void ends(const char* tag, const std::vector<long long>& tl, int NC, int 
 }
 #endif
 
+// timed: a walk's CUDA-event time (median of 10 after 2 warm-ups), how many of the first 4096 bf16 values of
+// its output out are finite, and, in the timeline build, its phases' cycles and which role ends a chunk last
+// (mark end).
+static void timed(const char* tag, const char* name, const char* what, int NC, const dim3& grid, int smem,
+                  const __nv_bfloat16* out, const std::function<void()>& launch, const std::vector<Phase>& phases,
+                  int end) {
+	float med, lo, hi;
+	time_ms(launch, 10, med, lo, hi);
+	printf("[%s] %s vh 64, %d chunks (%d CTAs, %d bytes of shared memory): %.3f ms (median of 10; %.3f - %.3f)\n", tag,
+	       name, NC, (int)(grid.x * grid.y * grid.z), smem, med, lo, hi);
+	const std::vector<uint16_t> o = down(reinterpret_cast<const uint16_t*>(out), 4096);
+	int finite = 0;
+	for (uint16_t x : o) finite += std::isfinite(bf(x)) ? 1 : 0;
+	printf("[%s] %s: %d of its output's first 4096 bf16 values finite\n", tag, what, finite);
+#ifdef GDNKCP_WALK_TIMELINE
+	const std::vector<long long> tl = timeline_run(NC, launch);
+	timeline_print(tag, what, tl, kTimelineMarks, NC, phases);
+	ends(tag, tl, NC, end);
+#else
+	(void)phases, (void)end;
+#endif
+}
+
 int main(int argc, char** argv) {
 	const int NC = argc > 1 ? atoi(argv[1]) : 512;
 	const char* tag = argc > 2 ? argv[2] : "walk";
@@ -125,75 +148,55 @@ int main(int argc, char** argv) {
 		const int smem = gdnkcp::tapep::tape_planes_smem(VH);
 		CK(cudaFuncSetAttribute(gdnkcp::tapep::gdn_tape_walk_planes, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 		const dim3 grid(D / VH, NS, HV);
-		auto launch = [&] {
-			gdnkcp::tapep::gdn_tape_walk_planes<<<grid, 256, smem>>>(
-			    wp, k, stride, k_rstd, q, stride, q_rstd, gcum, dvl, dout, d_tok0, d_len, d_seg0, d_segn, dend, nullptr,
-			    nullptr, dstart, HQK, HV, VH, scale, nullptr, dvnew16, d16, nullptr);
-		};
-		float med, lo, hi;
-		time_ms(launch, 10, med, lo, hi);
-		printf("[%s] gdn_tape_walk_planes vh 64, %d chunks x %d value heads (%d CTAs, %d bytes of shared memory): %.3f ms "
-		       "(median of 10; %.3f - %.3f)\n",
-		       tag, NC, HV, (int)(grid.x * grid.y * grid.z), smem, med, lo, hi);
-		const std::vector<uint16_t> o = down(reinterpret_cast<const uint16_t*>(d16), 4096);
-		int finite = 0;
-		for (uint16_t x : o) finite += std::isfinite(bf(x)) ? 1 : 0;
-		printf("[%s] D^T's first 4096 bf16 values: %d finite\n", tag, finite);
-#ifdef GDNKCP_WALK_TIMELINE
-		const std::vector<long long> tl = timeline_run(NC, launch);
 		// Marks: 0 past the chunk's barrier (both); 7 the next copies issued (both); 8 the previous chunk's outputs
 		// stored (copiers); 9 the chunk's work done (both); state warps 1-6 as in gdn_tape_planes.cu.
-		timeline_print(tag, "tape walk", tl, kTimelineMarks, NC,
-		               {{0, 0, 7, false, "barrier -> dO copies issued"},
-		                {0, 7, 1, false, "-> D split, (1) issued"},
-		                {0, 1, 2, false, "-> D^T staged, dvl read"},
-		                {0, 2, 3, false, "-> (1) waited, dV' formed"},
-		                {0, 3, 4, false, "-> dvl copies, splits, (2) issued"},
-		                {0, 4, 5, false, "-> dV'^T staged"},
-		                {0, 5, 6, false, "-> (2) waited"},
-		                {0, 6, 9, false, "-> chunk done"},
-		                {0, 9, 0, true, "-> next barrier passed (waiting)"},
-		                {1, 0, 7, false, "barrier -> copies issued"},
-		                {1, 7, 8, false, "-> outputs stored"},
-		                {1, 8, 9, false, "-> factors, chunk done"},
-		                {1, 9, 0, true, "-> next barrier passed (waiting)"}});
-		ends(tag, tl, NC, 9);
-#endif
+		timed(tag, "gdn_tape_walk_planes", "tape walk", NC, grid, smem, d16,
+		      [&] {
+			      gdnkcp::tapep::gdn_tape_walk_planes<<<grid, 256, smem>>>(
+			          wp, k, stride, k_rstd, q, stride, q_rstd, gcum, dvl, dout, d_tok0, d_len, d_seg0, d_segn, dend, nullptr,
+			          nullptr, dstart, HQK, HV, VH, scale, nullptr, dvnew16, d16, nullptr);
+		      },
+		      {{0, 0, 7, false, "barrier -> dO copies issued"},
+		       {0, 7, 1, false, "-> D split, (1) issued"},
+		       {0, 1, 2, false, "-> D^T staged, dvl read"},
+		       {0, 2, 3, false, "-> (1) waited, dV' formed"},
+		       {0, 3, 4, false, "-> dvl copies, splits, (2) issued"},
+		       {0, 4, 5, false, "-> dV'^T staged"},
+		       {0, 5, 6, false, "-> (2) waited"},
+		       {0, 6, 9, false, "-> chunk done"},
+		       {0, 9, 0, true, "-> next barrier passed (waiting)"},
+		       {1, 0, 7, false, "barrier -> copies issued"},
+		       {1, 7, 8, false, "-> outputs stored"},
+		       {1, 8, 9, false, "-> factors, chunk done"},
+		       {1, 9, 0, true, "-> next barrier passed (waiting)"}},
+		      9);
 	}
 	if (doState) {
 		// The state walk on the same buffers: U^T in dvl's, the start state in dend's, H^T / V'^T in d16 / dvnew16.
 		const int smem = gdnkcp::walkp::walk_planes_smem(VH);
 		CK(cudaFuncSetAttribute(gdnkcp::walkp::gdn_state_walk_planes, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 		const dim3 grid(D / VH, NS, HV);
-		auto launch = [&] {
-			gdnkcp::walkp::gdn_state_walk_planes<<<grid, 256, smem>>>(wp, k, stride, k_rstd, dvl, gcum, d_tok0, d_len, d_seg0,
-			                                                          d_segn, dend, nullptr, nullptr, dstart, d16, dvnew16,
-			                                                          HQK, HV, VH, nullptr, nullptr);
-		};
-		float med, lo, hi;
-		time_ms(launch, 10, med, lo, hi);
-		printf("[%s] gdn_state_walk_planes vh 64, %d chunks x %d value heads (%d CTAs, %d bytes of shared memory): %.3f ms "
-		       "(median of 10; %.3f - %.3f)\n",
-		       tag, NC, HV, (int)(grid.x * grid.y * grid.z), smem, med, lo, hi);
-#ifdef GDNKCP_WALK_TIMELINE
-		const std::vector<long long> tl = timeline_run(NC, launch);
 		// Marks: 0 past the chunk's barrier (both); 7 the next copies issued and (copiers) the previous chunk's
 		// outputs stored (both); 8 the chunk's work done (both); state warps 1-6 as in gdn_walk_planes.cu.
-		timeline_print(tag, "state walk", tl, kTimelineMarks, NC,
-		               {{0, 0, 7, false, "barrier -> U copies issued"},
-		                {0, 7, 1, false, "-> S split, (1) issued"},
-		                {0, 1, 2, false, "-> H^T staged"},
-		                {0, 2, 3, false, "-> U read, (1) waited, U added"},
-		                {0, 3, 4, false, "-> V' split, S decayed, (2) issued"},
-		                {0, 4, 5, false, "-> V'^T staged"},
-		                {0, 5, 6, false, "-> (2) waited"},
-		                {0, 6, 8, false, "-> chunk done"},
-		                {0, 8, 0, true, "-> next barrier passed (waiting)"},
-		                {1, 0, 7, false, "barrier -> copies issued, outputs stored"},
-		                {1, 7, 8, false, "-> factors, chunk done"},
-		                {1, 8, 0, true, "-> next barrier passed (waiting)"}});
-		ends(tag, tl, NC, 8);
-#endif
+		timed(tag, "gdn_state_walk_planes", "state walk", NC, grid, smem, d16,
+		      [&] {
+			      gdnkcp::walkp::gdn_state_walk_planes<<<grid, 256, smem>>>(wp, k, stride, k_rstd, dvl, gcum, d_tok0, d_len,
+			                                                                d_seg0, d_segn, dend, nullptr, nullptr, dstart, d16,
+			                                                                dvnew16, HQK, HV, VH, nullptr, nullptr);
+		      },
+		      {{0, 0, 7, false, "barrier -> U copies issued"},
+		       {0, 7, 1, false, "-> S split, (1) issued"},
+		       {0, 1, 2, false, "-> H^T staged"},
+		       {0, 2, 3, false, "-> U read, (1) waited, U added"},
+		       {0, 3, 4, false, "-> V' split, S decayed, (2) issued"},
+		       {0, 4, 5, false, "-> V'^T staged"},
+		       {0, 5, 6, false, "-> (2) waited"},
+		       {0, 6, 8, false, "-> chunk done"},
+		       {0, 8, 0, true, "-> next barrier passed (waiting)"},
+		       {1, 0, 7, false, "barrier -> copies issued, outputs stored"},
+		       {1, 7, 8, false, "-> factors, chunk done"},
+		       {1, 8, 0, true, "-> next barrier passed (waiting)"}},
+		      8);
 	}
 	printf("[%s] ok\n", tag);
 	return 0;
