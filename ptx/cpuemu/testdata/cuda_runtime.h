@@ -16,8 +16,8 @@
 //                                          (EMU_DYNAMIC_SMEM) and that the emulator
 //                                          fills with a NaN pattern before each block
 //   emu::mma_bf16_16816, emu::ldmatrix_x4,  the warp-collective tensor-core instructions and
-//   emu::cp_async16 / _commit / _wait       cp.async that ptx/src/mma.cuh calls when
-//                                          GDNKCP_CPU_EMULATOR is defined (this header defines it)
+//   emu::cp_async16 / _zfill / _commit /    cp.async that ptx/src/mma.cuh calls when
+//   _wait                                  GDNKCP_CPU_EMULATOR is defined (this header defines it)
 // Math comes from <math.h> (expf, fmaf, sqrtf: the host's libm, which may
 // differ from the GPU's in the last ulp); the test builds with
 // -ffp-contract=off so that the compiler fuses nothing on its own.
@@ -77,6 +77,7 @@ void mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2], const 
 void ldmatrix_x4(unsigned r[4], const void* smem_row_ptr, bool trans);
 // cp.async of 16 bytes and its groups (per thread).
 void cp_async16(void* smem, const void* gmem);
+void cp_async16_zfill(void* smem, const void* gmem, bool full);  // src-size 16 (full) or 0 (zeros)
 void cp_async_commit();
 void cp_async_wait(int n);
 

@@ -575,20 +575,31 @@ void stmatrix_x4(void* p, const unsigned r[4]) {
   leave(x);
 }
 
-void cp_async16(void* smem, const void* gmem) {
+// copy16: a cp.async of 16 bytes, the source's (full) or zeros (not full: the source is not read, as
+// cp.async with src-size 0 reads nothing), at once or deferred to its group's wait.
+static void copy16(void* smem, const void* gmem, bool full) {
   if (current < 0) fail("cp.async outside a launch");
   if ((reinterpret_cast<uintptr_t>(smem) | reinterpret_cast<uintptr_t>(gmem)) & 15)
     fail("cp.async: the shared and global addresses must be 16-byte aligned");
   if (cur_stats) ++cur_stats->cp_async;
+  unsigned char data[16] = {0};
+  if (full) memcpy(data, gmem, 16);
   if (!cp_async_deferred) {
-    memcpy(smem, gmem, 16);
+    memcpy(smem, data, 16);
     return;
   }
   Copy c;
   c.dst = static_cast<unsigned char*>(smem);
-  memcpy(c.data, gmem, 16);
+  memcpy(c.data, data, 16);
   for (int i = 0; i < 4; ++i) memcpy(c.dst + 4 * i, &kSmemFill, 4);  // in flight: undefined
   fibers[current].uncommitted.push_back(c);
+}
+
+void cp_async16(void* smem, const void* gmem) { copy16(smem, gmem, true); }
+
+void cp_async16_zfill(void* smem, const void* gmem, bool full) {
+  if (gmem == nullptr) fail("cp.async with src-size: the global address must be a valid one even when nothing is read");
+  copy16(smem, gmem, full);
 }
 
 void cp_async_commit() {

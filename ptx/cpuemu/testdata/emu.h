@@ -47,6 +47,9 @@
 //                   all at the same instruction (a lane at another warp
 //                   collective, a shuffle or __syncwarp, is an error).
 //   cp_async16      16 bytes, both addresses 16-byte aligned (or an error).
+//   cp_async16_zfill  the same with cp.async's src-size operand: 16 (full: the
+//                   source's bytes) or 0 (16 zero bytes; the source, which must
+//                   still be a valid address, is not read).
 //                   By default the copy happens at once and commit/wait do
 //                   nothing, which cannot show a missing wait. With the
 //                   environment variable EMU_CP_ASYNC=deferred a copy reads its
