@@ -139,6 +139,46 @@ func TestTensorCoreOnCPU(t *testing.T) {
 		})
 	}
 
+	t.Run("cp_async_zfill", func(t *testing.T) {
+		t.Parallel()
+		const units, n = 64, 37
+		rng := rand.New(rand.NewPCG(9, 10))
+		src := make([]float32, 4*units)
+		for i := range src {
+			src[i] = float32(rng.NormFloat64())
+		}
+		for _, c := range []struct {
+			name string
+			env  []string
+			bug  int
+		}{{"immediate", nil, 0}, {"deferred", []string{cpAsyncDeferred}, 0}, {"deferred_read_before_wait", []string{cpAsyncDeferred}, 1}} {
+			j := newJob(t)
+			j.env = c.env
+			j.f32("src", src)
+			j.out("out", 4*4*units)
+			j.launch("zfill", "emu_cp_zfill", grid1(1), units, "1024", buf("src"), buf("out"), i32a(n), i32a(c.bug))
+			r := j.run(bin)
+			out := make([]float32, 4*units)
+			if c.bug == 1 { // NaN expected: read the raw bytes (f32s rejects NaN)
+				for i := range out {
+					out[i] = f32Of(r.raw["out"], i)
+				}
+			} else {
+				out = r.f32s("out")
+			}
+			for i, v := range out {
+				switch {
+				case c.bug == 1:
+					require.Truef(t, math.IsNaN(float64(v)), "%s: element %d read before its wait is %v, not the in-flight NaN", c.name, i, v)
+				case i < 4*n:
+					require.Equalf(t, src[i], v, "%s: element %d of a full unit", c.name, i)
+				default:
+					require.Equalf(t, float32(0), v, "%s: element %d of a unit from n on should be zero", c.name, i)
+				}
+			}
+		}
+	})
+
 	t.Run("cp_async_misaligned", func(t *testing.T) {
 		t.Parallel()
 		j := newJob(t)

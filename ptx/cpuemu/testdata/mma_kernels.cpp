@@ -14,6 +14,9 @@
 //                   of mma results and of pack/split, for the test to check lane by lane.
 //   emu_wgmma_gemm  D = C + A B (64 x N x 128) by the emulator's wgmma (emu.h) on one warpgroup, B
 //                   staged in the 128-byte-swizzled K-major layout, with seeded bugs.
+//   emu_cp_zfill    emu::cp_async16_zfill: 64 threads, thread i copies src's 16-byte unit i into shared
+//                   memory where i < n, else zeros (row 0 of src as the source it does not read), and
+//                   writes the unit back to out after its wait (bug = 1: before it).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -297,6 +300,17 @@ extern "C" __global__ void emu_wgmma_gemm(const bf16* A, const bf16* B, const fl
 	}
 }
 
+extern "C" __global__ void emu_cp_zfill(const float* src, float* out, int n, int bug) {
+	extern __shared__ float smem[];
+	const int i = threadIdx.x;
+	const bool full = i < n;
+	emu::cp_async16_zfill(smem + 4 * i, full ? src + 4 * i : src, full);  // tc::cp_async16_zfill once staged code lands
+	cp_async_commit();
+	if (bug != 1) cp_async_wait<0>();
+	for (int k = 0; k < 4; ++k) out[4 * i + k] = smem[4 * i + k];  // the thread's own unit: no barrier needed
+	if (bug == 1) cp_async_wait<0>();
+}
+
 }  // namespace emu_mma
 
 namespace {
@@ -307,6 +321,7 @@ emu::Registrar mma_kernels(
         EMU_KERNEL(emu_mma, emu_mma_layout),
         EMU_KERNEL(emu_mma, emu_mma_divergent),
         EMU_KERNEL(emu_mma, emu_wgmma_gemm),
+        EMU_KERNEL(emu_mma, emu_cp_zfill),
     },
     {
         {"kGemmSmem", emu_mma::kGemmSmem},
