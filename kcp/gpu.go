@@ -224,16 +224,16 @@ func bwdWalkMMASmem(vh int) int {
 
 // tapePlanesSmem is tape_planes_smem(vh) of gdn_tape_planes.cu: two stages
 // (a chunk's -W planes, k's and q's bf16 rows, dO and 128 factors, rounded
-// up to 1024 bytes), one fp32 dV'_local buffer, at vh 64 two buffers of the
-// bf16 D^T and dV'^T tiles, and 1008 bytes of alignment: 216048 bytes at
-// vh 64, 199664 at vh 128.
+// up to 1024 bytes), two fp32 dV'_local buffers, at vh 64 two buffers of the
+// bf16 D^T and dV'^T tiles, and 1008 bytes of alignment: 232432 bytes at
+// both widths.
 func tapePlanesSmem(vh int) int {
 	stage := (walkWPlaneBytes + 2*2*ChunkSize*gpuD + 2*ChunkSize*vh + 8*ChunkSize + 1023) / 1024 * 1024
 	out := 0
 	if vh == 64 {
 		out = 2 * (2*vh*gpuD + 2*vh*ChunkSize)
 	}
-	return 2*stage + 4*ChunkSize*vh + out + 1008
+	return 2*stage + 2*4*ChunkSize*vh + out + 1008
 }
 
 // KernelSets are the names SetKernels takes.

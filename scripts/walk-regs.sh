@@ -2,7 +2,8 @@
 # walk-regs.sh (device run): ptxas's registers and spills of the plane walks' entries for -D variants,
 # compiling only the walk sources (seconds, not a blob build). SRC: the source directory (default ptx/src,
 # relative to the repository); ARCH (default sm_90a); WALK_VARIANTS: -D flags for gdn_walk_planes.cu;
-# TAPE_VARIANTS: -D flags for gdn_tape_planes.cu (one compile each, all at once). "-" means no flag.
+# TAPE_VARIANTS: -D flags for gdn_tape_planes.cu (one compile each, all at once). "-" means no flag; flags
+# joined by commas go on one compile.
 #   run(command="SRC=.gpu/src-t WALK_VARIANTS='-DGDNKCP_WP_META_AHEAD=0 -DGDNKCP_WP_META_AHEAD=1' bash scripts/walk-regs.sh",
 #       carry=[".gpu/src-t"])
 set -uo pipefail
@@ -16,7 +17,7 @@ jobs=()
 for f in gdn_walk_planes gdn_tape_planes; do
 	[ $f = gdn_walk_planes ] && vs=${WALK_VARIANTS:--} || vs=${TAPE_VARIANTS:--}
 	for v in $vs; do
-		d=$v
+		d=${v//,/ }  # comma-joined flags: one compile with all of them
 		[ "$v" = - ] && d=
 		nvcc -cubin -gencode=arch=compute_${arch#sm_},code=$arch -O3 -std=c++17 -Xptxas -v $d -o "$w/$i.cubin" $f.cu >"$w/$i.log" 2>&1 &
 		jobs+=("$i $f $v")

@@ -40,19 +40,21 @@
 //     49152   q's rows, the same layout
 //     65536   dO [64][vh] bf16, 16-byte units XOR row % 8 (WGBWalker::os), rows from n on zero
 //     +       e[64], f[64] (fp32)
-//   then dvl^T's fp32 rows [64][vh] (WGWalker::ur's swizzle), one buffer: each state warp copies and reads
-//   only its own columns, and copies the next chunk's once it has read this one's (after (1)).
-// tape_planes_smem(64) = 2 * 73 KB + 16 KB + 1008 = 166896, tape_planes_smem(128) = 2 * 81 KB + 32 KB + 1008 =
-// 199664 (of the 232448 an SM gives a block).
+//   then two buffers of dvl^T's fp32 rows [64][vh] (WGWalker::ur's swizzle): each state warp copies and reads
+//   only its own columns; with GDNKCP_TAPE_DVL_AHEAD chunk ci's in buffer ci % 2, the chunk after next's
+//   copied into it under (2) once the warp has read it, else buffer 0 only, the next chunk's copied after (1)
+//   then, at vh 64, two output buffers (walkp::out_bytes: D^T 16 KB and dV'^T 8 KB each; GDNKCP_TAPE_STAGE)
+// tape_planes_smem(64) = 2 * 73 KB + 2 * 16 KB + 48 KB + 1008 = 232432, tape_planes_smem(128) = 2 * 81 KB +
+// 2 * 32 KB + 1008 = 232432 (of the 232448 an SM gives a block).
 //
 // ---- A chunk c (walked in reverse; stage x = chunks from the last % 2) --------------------------------
 //   every thread waits for its copies, fences them for the async proxy; __syncthreads (the stage complete;
 //   every wgmma of the previous chunk waited, so the other stage is free)
 //   copies of the next chunk into the other stage: -W's planes, k's and q's rows by the copiers (vh 64:
 //   warpgroup 1, 32 16-byte copies a thread; vh 128: all, 16), dO by each state warp for its own columns; the gates
-//   state warps: split D, (1) issued, D stored under it, dvl^T read; wait; dV'^T = dvl^T + P diag(e); the
-//                next chunk's dvl^T copied; dO^T diag(f) split; dV'^T split, D decayed, (2) issued; dV'
-//                stored under it; wait
+//   state warps: split D, (1) issued, D stored under it, dvl^T read; wait; dV'^T = dvl^T + P diag(e); (without
+//                GDNKCP_TAPE_DVL_AHEAD the next chunk's dvl^T copied;) dO^T diag(f) split; dV'^T split, D
+//                decayed, (2) issued; (with it the chunk after next's dvl^T copied;) dV' stored under it; wait
 //   copiers: e, f of the next chunk into its stage (read after the next barrier)
 // The last chunk walked (the segment's first) copies itself again into the other stage (read by no one), so
 // that no branch on the chunk count sits between a wgmma and its wait.
@@ -97,6 +99,32 @@ namespace gdnkcp {
 // registers to global memory (0: store_frags16's 8-byte and store_vprime16's 4-byte stores, on the chain; the
 // state walk's staging of the same stores took ~2,900 of its chunk's cycles off it, docs/mma-kernels.md).
 // The buffers are in tape_planes_smem(64) either way, so kcp's tapePlanesSmem does not depend on the knob.
+// GDNKCP_TAPE_DVL_AHEAD: two dvl^T buffers, and each state warp issues the copies of the chunk after next into the
+// one it has just read under (2), where it waits on (2) (1), or one buffer, refilled with the next chunk's between
+// (1)'s wait and (2)'s issue, on the state warps' chain (0; ncu on v5.33's tape walk: the state warps never wait
+// on (1), so every instruction between (1)'s issue and (2)'s is on their chain). With 1 the state warps wait at
+// a chunk's top for all but their last commit group (the chunk after next's dvl^T). The second buffer is in
+// tape_planes_smem whatever the knob (232,432 bytes at both widths), so kcp's tapePlanesSmem does not depend on it.
+#ifndef GDNKCP_TAPE_DVL_AHEAD
+#define GDNKCP_TAPE_DVL_AHEAD 1
+#endif
+// GDNKCP_TAPE_DVL_AHEAD_W128 / GDNKCP_TAPE_ZFILL_W128: GDNKCP_TAPE_DVL_AHEAD / GDNKCP_WALK_CP_ZFILL at vh 128
+// too (1) or at vh 64 only (0): the vh 128 walk runs at 255 registers, where either change may cost a spill.
+// ptxas 13.0, sm_90a (scripts/walk-regs.sh, twenty-sixth session): the vh 128 tape walk spills 16 bytes with both
+// at 1, 20 with the zero fills alone, 4 with neither, none with dvl^T ahead alone; so ZFILL_W128 is 0.
+// The same at sm_100a / sm_103a / sm_107a (no wgmma: the warp-level walk): 12 bytes spilled with DVL_AHEAD_W128 1
+// (ZFILL_W128 0), so there it is 0 (v5.33's vh 128 walk), like every target but sm_90a that the walks were not
+// timed on.
+#ifndef GDNKCP_TAPE_DVL_AHEAD_W128
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
+#define GDNKCP_TAPE_DVL_AHEAD_W128 0
+#else
+#define GDNKCP_TAPE_DVL_AHEAD_W128 1
+#endif
+#endif
+#ifndef GDNKCP_TAPE_ZFILL_W128
+#define GDNKCP_TAPE_ZFILL_W128 0
+#endif
 #ifndef GDNKCP_TAPE_STAGE
 #define GDNKCP_TAPE_STAGE 1
 #endif
@@ -116,12 +144,12 @@ constexpr int kOffO = kOffQ + kQBytes;         // then dO [64][vh] bf16
 __host__ __device__ constexpr int off_ef(int vh) { return kOffO + kC * vh * 2; }  // then e[64], f[64]
 __host__ __device__ constexpr int tape_stage_bytes(int vh) { return (off_ef(vh) + 8 * kC + 1023) / 1024 * 1024; }
 __host__ __device__ constexpr int dvl_bytes(int vh) { return kC * vh * 4; }
-// tape_planes_smem: two stages, the dvl buffer, at vh 64 two output buffers (walkp::out_bytes: D^T 16 KB and
+// tape_planes_smem: two stages, two dvl buffers, at vh 64 two output buffers (walkp::out_bytes: D^T 16 KB and
 // dV'^T 8 KB each) and up to 1008 bytes of alignment.
 __host__ __device__ constexpr int tape_planes_smem(int vh) {
-	return 2 * tape_stage_bytes(vh) + dvl_bytes(vh) + 2 * walkp::out_bytes(vh) + 1008;
+	return 2 * tape_stage_bytes(vh) + 2 * dvl_bytes(vh) + 2 * walkp::out_bytes(vh) + 1008;
 }
-static_assert(tape_planes_smem(64) == 216048 && tape_planes_smem(128) == 199664, "kcp's tapePlanesSmem");
+static_assert(tape_planes_smem(64) == 232432 && tape_planes_smem(128) == 232432, "kcp's tapePlanesSmem");
 static_assert(tape_planes_smem(64) <= 232448, "two stages, dvl and two output buffers fit an SM's 227 KB");
 static_assert(tape_planes_smem(128) <= 232448, "two stages and dvl fit an SM's 227 KB");
 
@@ -153,11 +181,17 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 	__device__ __forceinline__ explicit TapePlaneWalker(float* smem) : Base(smem) {}
 
 	__device__ __forceinline__ unsigned char* stage(int x) const { return X + x * tape_stage_bytes(VH); }
-	__device__ __forceinline__ float* dvl_buf() const { return reinterpret_cast<float*>(X + 2 * tape_stage_bytes(VH)); }
+	// dvl^T buffer b (GDNKCP_TAPE_DVL_AHEAD: chunk ci's in buffer ci % 2; else buffer 0 only).
+	static constexpr bool kDvlAhead = GDNKCP_TAPE_DVL_AHEAD != 0 && DO && (VH == 64 || GDNKCP_TAPE_DVL_AHEAD_W128 != 0);
+	// The zero-filling copies (walk_planes.cuh's GDNKCP_WALK_CP_ZFILL), at vh 128 only with GDNKCP_TAPE_ZFILL_W128.
+	static constexpr bool kZfill = GDNKCP_WALK_CP_ZFILL != 0 && (VH == 64 || GDNKCP_TAPE_ZFILL_W128 != 0);
+	__device__ __forceinline__ float* dvl_buf(int b) const {
+		return reinterpret_cast<float*>(X + 2 * tape_stage_bytes(VH) + (kDvlAhead ? b : 0) * dvl_bytes(VH));
+	}
 	// Output buffer x (kStaged): D^T's 64 rows of 256 bytes, then dV'^T's of 128 (walkp::stage_tile's layout).
 	static constexpr bool kStaged = VH == 64 && GDNKCP_TAPE_STAGE != 0;
 	__device__ __forceinline__ unsigned char* outbuf(int x) const {
-		return X + 2 * tape_stage_bytes(VH) + dvl_bytes(VH) + x * walkp::out_bytes(VH);
+		return X + 2 * tape_stage_bytes(VH) + 2 * dvl_bytes(VH) + x * walkp::out_bytes(VH);
 	}
 	// stage_d: this state warp's D^T rows into output buffer x from (1)'s hi fragments, store_frags16's words
 	// (ah[k][q]: key tile 2k + q / 2, row half q % 2).
@@ -188,9 +222,9 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		if (converts()) {
 			const int ct = copier();
 			walkplanes::copy_wplanes<kCopiers>(st, wp, c, h, HV, ct);
-			walkplanes::copy_rows_mn<kCopiers>(st + kOffK, kr.k + (long long)t0 * kr.stride + (long long)qh * kD, kr.stride,
+			walkplanes::copy_rows_mn<kCopiers, kZfill>(st + kOffK, kr.k + (long long)t0 * kr.stride + (long long)qh * kD, kr.stride,
 			                                   n, ct);
-			if (DO) walkplanes::copy_rows_mn<kCopiers>(st + kOffQ, q + (long long)t0 * q_stride + (long long)qh * kD, q_stride, n, ct);
+			if (DO) walkplanes::copy_rows_mn<kCopiers, kZfill>(st + kOffQ, q + (long long)t0 * q_stride + (long long)qh * kD, q_stride, n, ct);
 			if (ct < kC) {
 				const int i = ct < n ? ct : n - 1;
 				ge_n = n;
@@ -204,14 +238,21 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 			// Lane: 8 columns (unit cc / 8) of tokens lane / 2 + 16 y (WGBWalker::issue's dO copies).
 			const int cc = 64 * grp + 16 * wq + 8 * (lane % 2);
 			bf16* ob = reinterpret_cast<bf16*>(st + kOffO);
+			// Row t0 (the chunk's first token: it exists) is the source the zero-filling copies do not read.
+			const bf16* o0 = dout + ((long long)t0 * HV + h) * kD + c0 + cc;
+			const long long os16 = 16LL * HV * kD;  // 16 tokens
 #pragma unroll
 			for (int y = 0; y < 4; ++y) {
 				const int i = lane / 2 + 16 * y;
 				bf16* dst = ob + os(i, cc);
-				if (i < n)
+				if (kZfill) {
+					const bool full = i < n;
+					tc::cp_async16_zfill(dst, full ? o0 + (long long)(lane / 2) * HV * kD + y * os16 : o0, full);
+				} else if (i < n) {
 					tc::cp_async16(dst, dout + ((long long)(t0 + i) * HV + h) * kD + c0 + cc);
-				else
+				} else {
 					*reinterpret_cast<walkwg::U32x4*>(dst) = walkwg::U32x4{0u, 0u, 0u, 0u};
+				}
 			}
 		}
 		if (holds()) gln = gcum[(long long)(t0 + n - 1) * HV + h];
@@ -221,15 +262,19 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 	// issue_dvl (state warps): the copies of dvl^T of chunk (t0, n), this warp's 16 columns of the rows < n,
 	// into the dvl buffer (WGWalker::issue's U copies); one commit group. Rows from n on: zeros by plain
 	// stores with GDNKCP_TAPE_DVL_ZFILL (read_dvl reads every row), else left as they are (not read).
-	__device__ __forceinline__ void issue_dvl(const float* dvl, int t0, int n, int h, int HV, int c0) {
+	__device__ __forceinline__ void issue_dvl(const float* dvl, int t0, int n, int h, int HV, int c0, int b) {
 		if (!DO) return;
 		const int i0 = lane / 4, cc = 64 * grp + 16 * wq + 4 * (lane % 4);
 		const long long vs = 8LL * HV * kD;
-		const float* vp = dvl + ((long long)(t0 + i0) * HV + h) * kD + c0 + cc;
-		float* dst = dvl_buf() + ur(i0, cc);
+		const float* v0 = dvl + ((long long)t0 * HV + h) * kD + c0 + cc;  // row t0: the zero fills' valid source
+		const float* vp = v0 + i0 * (vs / 8);
+		float* dst = dvl_buf(b) + ur(i0, cc);
 #pragma unroll
 		for (int y = 0; y < 8; ++y) {
-			if (i0 + 8 * y < n)
+			const bool full = i0 + 8 * y < n;
+			if (kZfill)  // the rows from n on zeroed by the copies (src-size 0)
+				tc::cp_async16_zfill(dst + 8 * y * VH, full ? vp : v0, full);
+			else if (full)
 				tc::cp_async16(dst + 8 * y * VH, vp);
 			else if (GDNKCP_TAPE_DVL_ZFILL)  // read by read_dvl, unguarded
 				*reinterpret_cast<walkwg::U32x4*>(dst + 8 * y * VH) = walkwg::U32x4{0u, 0u, 0u, 0u};
@@ -250,12 +295,12 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		}
 	}
 
-	// read_dvl (state warps): dvl^T of the chunk (n rows) from the buffer into uv, zero from n on (nothing
+	// read_dvl (state warps): dvl^T of the chunk (n rows) from buffer bi into uv, zero from n on (nothing
 	// without DO): with GDNKCP_TAPE_DVL_ZFILL the buffer's own zeros, read without a test on n.
-	__device__ __forceinline__ void read_dvl(int n) {
+	__device__ __forceinline__ void read_dvl(int n, int bi) {
 		if (!DO) return;
 		__syncwarp();  // the warp's dvl copies, each visible to its own lane after the wait, to the warp
-		const float* b = dvl_buf();
+		const float* b = dvl_buf(bi);
 #pragma unroll
 		for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -363,7 +408,16 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 		const int slen = (nch - 1) * kC + nl;
 		if (kCalc && tl != t00 + (nch - 1) * kC) __trap();  // not the tables kcp builds
 		issue(wp, kr, q, q_stride, q_rstd, gcum, dout, last, tl, nl, h, HV, qh, HQK, c0, 0);
-		if (holds()) issue_dvl(dvl, tl, nl, h, HV, c0);
+		if (holds()) {
+			issue_dvl(dvl, tl, nl, h, HV, c0, 0);
+			if (kDvlAhead) {  // the second chunk walked (or the segment's first again) into buffer 1
+				const int c1 = last - 1 > ch0 ? last - 1 : ch0;
+				if (kCalc)
+					issue_dvl(dvl, t00 + kC * (c1 - ch0), min(kC, slen - kC * (c1 - ch0)), h, HV, c0, 1);
+				else
+					issue_dvl(dvl, chunk_tok0[c1], chunk_len[c1], h, HV, c0, 1);
+			}
+		}
 		finish_ef(0, scale);
 		constexpr bool kAhead = GDNKCP_TAPE_META_AHEAD != 0 && !kCalc;
 		int t0n = 0, nn = 0;  // the next chunk's (t0, n) for issue, loaded a chunk ahead (kAhead)
@@ -375,7 +429,10 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 			const int c = last - ci, x = ci & 1, n = kCalc ? min(kC, slen - kC * (c - ch0)) : chunk_len[c];
 			// The next chunk (or the segment's first again, into the stage no one reads), and the one after.
 			const int cn = c - 1 > ch0 ? c - 1 : ch0, cnn = cn - 1 > ch0 ? cn - 1 : ch0;
-			tc::cp_async_wait<0>();
+			if (kDvlAhead && holds())
+				tc::cp_async_wait<1>();  // all but the chunk after next's dvl^T, committed last (under (2))
+			else
+				tc::cp_async_wait<0>();
 			wg::fence_proxy_async();
 			__syncthreads();
 			GDNKCP_TAPE_MARK(0, ci);  // every warp: past the chunk's barrier
@@ -385,9 +442,12 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 			else if (!kAhead)
 				t0n = chunk_tok0[cn], nn = chunk_len[cn];
 			issue(wp, kr, q, q_stride, q_rstd, gcum, dout, cn, t0n, nn, h, HV, qh, HQK, c0, 1 - x);
-			if (kStaged && !holds() && ci > 0)  // the previous chunk's (c + 1) D^T and dV'^T, staged by the state warps
+			GDNKCP_TAPE_MARK(7, ci);  // every warp: the next chunk's copies issued (state warps: dO's)
+			if (kStaged && !holds() && ci > 0) {  // the previous chunk's (c + 1) D^T and dV'^T, staged by the state warps
 				walkp::store_staged<VH>(outbuf(1 - x), (long long)(c + 1) * HV + h, c0, static_cast<int>(threadIdx.x) - 128, d16,
 				                        dvnew16);
+				GDNKCP_TAPE_MARK(8, ci);  // copiers: the previous chunk's outputs stored
+			}
 			if (holds()) {
 				const long long blk = (long long)c * HV + h;
 				const unsigned char* st = stage(x);
@@ -402,20 +462,28 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 					} else if (d16 != nullptr) {
 						this->store_frags16(d16 + blk * kD * kD, c0, ah);
 					}
-					read_dvl(n);
+					read_dvl(n, x);
 					GDNKCP_TAPE_MARK(2, ci);  // state: D stores issued, dvl read
 					dvprime_finish(ef);
 				}
 				GDNKCP_TAPE_MARK(3, ci);  // state: (1) done, dV' formed
 				__syncwarp();  // every lane's dvl reads are done before the next chunk's copies overwrite them
-				if (kCalc)  // recomputed rather than kept live across (1)
-					issue_dvl(dvl, t00 + kC * (cn - ch0), min(kC, slen - kC * (cn - ch0)), h, HV, c0);
-				else
-					issue_dvl(dvl, chunk_tok0[cn], chunk_len[cn], h, HV, c0);
+				if (!kDvlAhead) {
+					if (kCalc)  // recomputed rather than kept live across (1)
+						issue_dvl(dvl, t00 + kC * (cn - ch0), min(kC, slen - kC * (cn - ch0)), h, HV, c0, 0);
+					else
+						issue_dvl(dvl, chunk_tok0[cn], chunk_len[cn], h, HV, c0, 0);
+				}
 				unsigned oh[4][4], ol[4][4], bh[4][4], bl[4][4];
 				if (DO) dof_frags(st, ef + kC, oh, ol);
 				dupdate_issue(st, bh, bl, oh, ol);
 				GDNKCP_TAPE_MARK(4, ci);  // state: dV' split, D decayed, (2) issued
+				if (kDvlAhead) {  // the chunk after next's dvl^T into the buffer read above, under (2)
+					if (kCalc)
+						issue_dvl(dvl, t00 + kC * (cnn - ch0), min(kC, slen - kC * (cnn - ch0)), h, HV, c0, x);
+					else
+						issue_dvl(dvl, chunk_tok0[cnn], chunk_len[cnn], h, HV, c0, x);
+				}
 				if (dvnew != nullptr) this->store_vprime(dvnew, kCalc ? t00 + kC * (c - ch0) : chunk_tok0[c], n, h, HV, c0);
 				if (dvnewp != nullptr) this->store_vprime_slots(dvnewp + blk * kD * kC, n, c0);
 				if (kStaged) {
@@ -431,6 +499,7 @@ struct TapePlaneWalker : walkwg::WGWalker<VH> {
 			}
 			finish_ef(1 - x, scale);  // the next chunk's factors (their gates loaded by issue)
 			if (kAhead && !holds()) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];
+			GDNKCP_TAPE_MARK(9, ci);  // every warp: the chunk's work done (then its wait for the next barrier)
 		}
 		tc::cp_async_wait<0>();  // the copies issued past the end land before the CTA exits
 		if (kStaged) {

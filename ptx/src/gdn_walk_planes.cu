@@ -109,6 +109,15 @@ constexpr bool kMetaCalc = GDNKCP_WP_META_CALC != 0;
 #define GDNKCP_WP_U_ZFILL 1
 #endif
 constexpr bool kUZfill = GDNKCP_WP_U_ZFILL != 0;
+// GDNKCP_WP_U_AHEAD: each state warp issues the copies of U^T of the chunk after next into the stage it has just
+// read U^T from, under (2), where it waits on (2), and waits at a chunk's top for all but that last commit group
+// (1); or issues the next chunk's with the copiers' at the chunk's top, before (1)'s issue, on its chain (0).
+// The stage's U^T slot is free once read_u has read it (before (1)'s wait), and the copiers refill only the
+// stage's planes and factors. No shared memory added.
+#ifndef GDNKCP_WP_U_AHEAD
+#define GDNKCP_WP_U_AHEAD 1
+#endif
+constexpr bool kUAhead = GDNKCP_WP_U_AHEAD != 0;
 // GDNKCP_WP_STMATRIX: where the walks run on wgmma (sm_90a, and the emulator's wgmma runner), stage_out writes
 // a state warp's H^T and V'^T into the output buffer with stmatrix (1: 8 + 4 stmatrix.x4, one row address a
 // lane) or with 4-byte stores (0; the portable path always). ncu on v5.31's state walk: the 32 stores of H^T
@@ -304,23 +313,40 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 			}
 		}
 		if (holds()) {
-			if (u != nullptr) {
-				// Lane copies column unit cc of tokens lane / 4 + 8 y (WGWalker::issue's U copies).
-				const int i0 = lane / 4, cc = 64 * grp + 16 * wq + 4 * (lane % 4);
-				const long long us = 8LL * HV * kD;
-				const float* up = u + ((long long)(t0 + i0) * HV + h) * kD + c0 + cc;
-				float* dst = reinterpret_cast<float*>(st + kOffU) + ur(i0, cc);
-#pragma unroll
-				for (int y = 0; y < 8; ++y) {
-					if (i0 + 8 * y < n)
-						tc::cp_async16(dst + 8 * y * VH, up);
-					else if (kUZfill)  // read by load_u_full after the next barrier
-						*reinterpret_cast<walkwg::U32x4*>(dst + 8 * y * VH) = walkwg::U32x4{0u, 0u, 0u, 0u};
-					up += us;
-				}
-			}
+			if (!kUAhead) copy_u(u, t0, n, h, HV, c0, x);
 			gln = gcum[(long long)(t0 + n - 1) * HV + h];
 		}
+		tc::cp_async_commit();
+	}
+
+	// copy_u (state warps): this warp's 16 U^T columns of chunk (t0, n), rows < n, into stage x's U^T slot
+	// (zeros in the rows from n on, kUZfill: by the copies themselves with GDNKCP_WALK_CP_ZFILL, row t0 the
+	// valid source they do not read); no commit (issue's, or issue_u's). Nothing without u.
+	__device__ __forceinline__ void copy_u(const float* u, int t0, int n, int h, int HV, int c0, int x) {
+		if (u == nullptr) return;
+		// Lane copies column unit cc of tokens lane / 4 + 8 y (WGWalker::issue's U copies).
+		const int i0 = lane / 4, cc = 64 * grp + 16 * wq + 4 * (lane % 4);
+		const long long us = 8LL * HV * kD;
+		const float* u0 = u + ((long long)t0 * HV + h) * kD + c0 + cc;
+		const float* up = u0 + i0 * (us / 8);
+		float* dst = reinterpret_cast<float*>(stage(x) + kOffU) + ur(i0, cc);
+#pragma unroll
+		for (int y = 0; y < 8; ++y) {
+			const bool full = i0 + 8 * y < n;
+			if (GDNKCP_WALK_CP_ZFILL)
+				tc::cp_async16_zfill(dst + 8 * y * VH, full ? up : u0, full);
+			else if (full)
+				tc::cp_async16(dst + 8 * y * VH, up);
+			else if (kUZfill)  // read by load_u_full after the next barrier
+				*reinterpret_cast<walkwg::U32x4*>(dst + 8 * y * VH) = walkwg::U32x4{0u, 0u, 0u, 0u};
+			up += us;
+		}
+	}
+
+	// issue_u (kUAhead; state warps): copy_u of chunk (t0, n) into stage x as one commit group (committed even
+	// without u, so that every state warp's groups are the same in number).
+	__device__ __forceinline__ void issue_u(const float* u, int t0, int n, int h, int HV, int c0, int x) {
+		copy_u(u, t0, n, h, HV, c0, x);
 		tc::cp_async_commit();
 	}
 
@@ -399,6 +425,11 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 		const int slen = kMetaCalc ? (nch - 1) * kC + chunk_len[last] : 0;
 		if (kMetaCalc && chunk_tok0[last] != t00 + (nch - 1) * kC) __trap();  // not the tables kcp builds
 		issue(wp, kr, u, gcum, ch0, t00, chunk_len[ch0], h, HV, qh, HQK, c0, 0);
+		if (kUAhead && holds()) {  // U^T of the first two chunks (the second: the last again where nch is 1)
+			const int c1 = ch0 + 1 < last ? ch0 + 1 : last;
+			issue_u(u, t00, chunk_len[ch0], h, HV, c0, 0);
+			issue_u(u, chunk_tok0[c1], chunk_len[c1], h, HV, c0, 1);
+		}
 		finish_e(0);
 		// The chunks' (t0, n) are computed (kMetaCalc) or read a chunk ahead (kAhead): n is chunk c's length,
 		// t0n / nn the next chunk's, loaded under the previous chunk's (2) (the state warps) or at its end
@@ -418,7 +449,10 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 			// The next chunk (or the last again: copied into the stage no one reads, so that no branch
 			// on nch sits between a wgmma and its wait), and the one after it.
 			const int cn = c + 1 < last ? c + 1 : last, cnn = cn + 1 < last ? cn + 1 : last;
-			tc::cp_async_wait<0>();
+			if (kUAhead && holds())
+				tc::cp_async_wait<1>();  // all but the chunk after next's U^T, committed last (under (2))
+			else
+				tc::cp_async_wait<0>();
 			wg::fence_proxy_async();
 			__syncthreads();
 			GDNKCP_WALK_MARK(0, ci);  // every warp: past the chunk's barrier
@@ -461,6 +495,13 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 				unsigned bh[4][4], bl[4][4];
 				update_issue_scaled(stage(x) + kOffK, reinterpret_cast<const float*>(stage(x) + off_e(VH)), bh, bl);
 				GDNKCP_WALK_MARK(4, ci);  // state: V' split, S decayed, (2) issued
+				if (kUAhead) {  // the chunk after next's U^T into this stage's slot, read above, under (2)
+					__syncwarp();  // every lane's U^T reads are done before the copies overwrite them
+					if (kMetaCalc)
+						issue_u(u, t00 + kC * (cnn - ch0), min(kC, slen - kC * (cnn - ch0)), h, HV, c0, x);
+					else
+						issue_u(u, chunk_tok0[cnn], chunk_len[cnn], h, HV, c0, x);
+				}
 				if (vnew != nullptr) this->store_vprime(vnew, kMetaCalc ? t00 + kC * ci : chunk_tok0[c], n, h, HV, c0);
 				if (vnewp != nullptr) this->store_vprime_slots(vnewp + blk * kD * kC, n, c0);
 				if (kStagedV)
@@ -478,6 +519,7 @@ struct PlaneWalker : walkwg::WGWalker<VH> {
 				if (!holds()) t0n = chunk_tok0[cnn], nn = chunk_len[cnn];
 				n = n_next;
 			}
+			GDNKCP_WALK_MARK(8, ci);  // every warp: the chunk's work done (then its wait for the next barrier)
 		}
 		tc::cp_async_wait<0>();  // the copies issued past the end land before the CTA exits
 		if (kStaged) {

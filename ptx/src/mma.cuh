@@ -115,6 +115,20 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 #endif
 }
 
+// cp_async16_zfill: cp_async16 with cp.async's src-size operand: the 16 bytes at gmem where full, else 16 zero
+// bytes and nothing read (gmem must still be a valid global address: callers pass a row that exists). One
+// instruction where a branch between a copy and a zero store took ~20 (the zero store's hazard with a later
+// cp.async to the same bytes costs ptxas three dummy shared loads each: ncu on v5.33's tape walk).
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool full) {
+#if defined(GDNKCP_CPU_EMULATOR)
+	emu::cp_async16_zfill(smem, gmem, full);
+#else
+	const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+	const unsigned long long g = static_cast<unsigned long long>(__cvta_generic_to_global(gmem));
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(full ? 16u : 0u) : "memory");
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(GDNKCP_CPU_EMULATOR)
 	emu::cp_async_commit();

@@ -66,9 +66,13 @@ struct KRows {
 // 64 bf16 rows of 128 (row i at src + i stride elements, 16-byte aligned) into dst as the MN-major,
 // 128-byte-swizzled tile that wgmma.cuh's _t products read with lbo 8192: columns 0-63 of every row in the
 // first 8 KB, columns 64-127 in the next, row i's 16-byte unit u of a half at u ^ (i % 8); unit ct % 16 of
-// rows ct / 16 + (COPIERS / 16) j. Rows from n on are zeroed by plain stores (visible after the barrier that
-// publishes the copies).
-template <int COPIERS>
+// rows ct / 16 + (COPIERS / 16) j. Rows from n on are zeroed: by the copies themselves (src-size 0, row 0's
+// address as the valid source they do not read) with GDNKCP_WALK_CP_ZFILL, else by plain stores (visible
+// after the barrier that publishes the copies).
+#ifndef GDNKCP_WALK_CP_ZFILL
+#define GDNKCP_WALK_CP_ZFILL 1
+#endif
+template <int COPIERS, bool ZFILL = GDNKCP_WALK_CP_ZFILL != 0>
 __device__ __forceinline__ void copy_rows_mn(unsigned char* dst, const tc::bf16* src, long long stride, int n, int ct) {
 	constexpr int kJ = 64 * 16 / COPIERS, kRowStep = COPIERS / 16;
 	static_assert(kRowStep % 8 == 0, "a row step keeps the swizzle phase");
@@ -78,7 +82,10 @@ __device__ __forceinline__ void copy_rows_mn(unsigned char* dst, const tc::bf16*
 #pragma unroll
 	for (int j = 0; j < kJ; ++j) {
 		unsigned char* dj = d + j * kRowStep * 128;
-		if (i0 + kRowStep * j < n)
+		const bool full = i0 + kRowStep * j < n;
+		if (ZFILL)
+			tc::cp_async16_zfill(dj, full ? sp + (long long)kRowStep * j * stride : src + 8 * uu, full);
+		else if (full)
 			tc::cp_async16(dj, sp + (long long)kRowStep * j * stride);
 		else
 			*reinterpret_cast<U32x4*>(dj) = U32x4{0u, 0u, 0u, 0u};
