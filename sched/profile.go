@@ -64,13 +64,13 @@ var variants = map[string]VariantRules{
 	},
 	VariantSM90a: {
 		DefaultSMs: 132,
-		Cost: &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 8, Wide: 15},
+		Cost: &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 1, Wide: 2},
 			Backward: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true},
 		Measured: true,
 		Note: "Hopper (H100/H200, 132 SMs): measured on an H200 with the v5 kernels (docs/perf-notes.md, " +
 			"\"Width rule on sm_90a\"): one walk CTA an SM; a vh = 128 CTA's chunk costs 9/4 of a vh = 64 CTA's in " +
-			"the forward's plane walks (summary, state) that store fp32 states, 15/8 in those that store only bf16 " +
-			"ones (Profile.LeanForward: the v5 core stage), and in the backward walks (offset, tape) 5/3 where the " +
+			"the forward's plane walks (summary, state) that store fp32 states, 2 in those that store only bf16 " +
+			"ones (Profile.LeanForward: the v5 core stage; 15/8 before the v5.34 walks), and in the backward walks (offset, tape) 5/3 where the " +
 			"tape walk stores fp32 dV' planes (the module stage) and, since the v5.32 walks, where it stores only bf16 " +
 			"ones too (a lean run: 1.63-1.77 measured; v5.31's took 10/7, CostRule.BackwardLean, now unset); " +
 			"vh = 64 iff Narrow*M64 <= Wide*M128, M the makespan of the CTAs over SM slots in the walks' dispatch " +

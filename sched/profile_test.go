@@ -22,7 +22,7 @@ func TestProfiles(t *testing.T) {
 	assert.Nil(t, r.Cost)
 	r, _ = RulesFor(VariantSM90a)
 	assert.True(t, r.Measured)
-	assert.Equal(t, &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 8, Wide: 15},
+	assert.Equal(t, &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 1, Wide: 2},
 		Backward: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true}, r.Cost)
 	assert.Equal(t, ChunkCost{Narrow: 4, Wide: 9}, r.Cost.For(State))
 	assert.Equal(t, ChunkCost{Narrow: 4, Wide: 9}, r.Cost.For(Summary))
@@ -34,8 +34,8 @@ func TestProfiles(t *testing.T) {
 		kind       WalkKind
 		lean, full ChunkCost
 	}{
-		{State, ChunkCost{Narrow: 8, Wide: 15}, ChunkCost{Narrow: 4, Wide: 9}},
-		{Summary, ChunkCost{Narrow: 8, Wide: 15}, ChunkCost{Narrow: 4, Wide: 9}},
+		{State, ChunkCost{Narrow: 1, Wide: 2}, ChunkCost{Narrow: 4, Wide: 9}},
+		{Summary, ChunkCost{Narrow: 1, Wide: 2}, ChunkCost{Narrow: 4, Wide: 9}},
 		{Offset, ChunkCost{Narrow: 3, Wide: 5}, ChunkCost{Narrow: 3, Wide: 5}},
 		{Tape, ChunkCost{Narrow: 3, Wide: 5}, ChunkCost{Narrow: 3, Wide: 5}},
 	} {

@@ -9,7 +9,7 @@
 # Env: SWEEP (packs separated by ';', each a --docs list), SWEEP_DEADLINE (seconds: no pack is started after
 # it, and the table still prints for those measured), REPS (default 5), KERNELS (default v5), MODES
 # (default core,core+bwd; add module-b1 for the module stage, whose kept forward stores fp32 H and V' slots:
-# the sm_90a rule's 9/4 forward cost, against the core stage's lean 15/8; its columns are printed too).
+# the sm_90a rule's 9/4 forward cost, against the core stage's lean 2 (15/8 before v5.34); its columns are printed too).
 # The JSON of every bench lands in $OUT/sweep/ (or /tmp/width-sweep); with OUT set they are packed into
 # $OUT/sweep.tgz at the end (a device call brings back 8 files at most). Each cell marks the faster width and, where
 # the width rule (`kcp plan --cp 1`, for the GPU present or PLAN_ARCH; the core stage's cells planned

@@ -144,33 +144,44 @@ func TestPlanDocsAndRule(t *testing.T) {
 }
 
 // --lean-forward plans a run whose walks store no fp32 per-chunk states (the
-// GPU backend's v5 core stage): on sm_90a two 32,768-token documents then
-// walk the state walk at vh 128 (measured faster there in the v5.21 width
-// sweep). The 120,908-token pack's tape walk takes vh 64 in both stages: with
-// the v5.32 walks it measured 8% faster than vh 128 in the core stage (5.161
-// against 5.606 ms, the twenty-fourth session's sweep), where v5.31's took vh
-// 128 at 7% faster, the one lean-run decision the backward's own lean cost
-// (10/7 then, unset now) changed.
+// GPU backend's v5 core stage), where sm_90a's rule costs a vh 128 forward
+// chunk 2 vh 64 ones instead of 9/4. Two 32,768-token documents are that
+// rule's tie (M64 = 2 M128), which takes vh 64: measured faster there on the
+// v5.34 walks (2.161 against 2.179 ms, the twenty-sixth session's sweep; on
+// v5.21-v5.33, with 15/8, vh 128 was, and the rule took it). The
+// 120,908-token pack's tape walk takes vh 64 in both stages: with the v5.32
+// walks it measured 8% faster than vh 128 in the core stage (5.161 against
+// 5.606 ms, the twenty-fourth session's sweep), where v5.31's took vh 128 at
+// 7% faster, the one lean-run decision the backward's own lean cost (10/7
+// then, unset now) changed.
 func TestPlanLeanForward(t *testing.T) {
-	widths := func(docs string, extra ...string) map[string]int {
+	plan := func(docs string, extra ...string) (map[string]int, map[string]string) {
 		args := append([]string{"plan", "--docs", docs, "--cp", "1", "--layout", "C", "--arch", "sm_90a", "--json"}, extra...)
 		stdout, stderr, code := execute(args...)
 		require.Equal(t, 0, code, stderr)
 		var pj planJSON
 		require.NoError(t, json.Unmarshal([]byte(stdout), &pj))
 		require.Len(t, pj.Ranks, 1)
-		out := map[string]int{}
+		widths, reasons := map[string]int{}, map[string]string{}
 		for _, wj := range pj.Ranks[0].Walks {
 			if wj.VHB != nil {
-				out[wj.Walk] = *wj.VHB
+				widths[wj.Walk], reasons[wj.Walk] = *wj.VHB, wj.Reason
 			}
 		}
-		return out
+		return widths, reasons
 	}
-	assert.Equal(t, map[string]int{"state": 64, "tape": 128}, widths("32768,32768"))
-	assert.Equal(t, map[string]int{"state": 128, "tape": 128}, widths("32768,32768", "--lean-forward"))
-	assert.Equal(t, map[string]int{"state": 64, "tape": 64}, widths("40000,45000,35908"))
-	assert.Equal(t, map[string]int{"state": 64, "tape": 64}, widths("40000,45000,35908", "--lean-forward"))
+	w, r := plan("32768,32768")
+	assert.Equal(t, map[string]int{"state": 64, "tape": 128}, w)
+	assert.Contains(t, r["state"], "M64 = 1024 x 4 = 4096 <= M128 = 512 x 9 = 4608")
+	assert.NotContains(t, r["state"], "lean forward")
+	w, r = plan("32768,32768", "--lean-forward")
+	assert.Equal(t, map[string]int{"state": 64, "tape": 128}, w)
+	assert.Contains(t, r["state"], "lean forward")
+	assert.Contains(t, r["state"], "M64 = 1024 x 1 = 1024 <= M128 = 512 x 2 = 1024")
+	w, _ = plan("40000,45000,35908")
+	assert.Equal(t, map[string]int{"state": 64, "tape": 64}, w)
+	w, _ = plan("40000,45000,35908", "--lean-forward")
+	assert.Equal(t, map[string]int{"state": 64, "tape": 64}, w)
 }
 
 func TestPlanText(t *testing.T) {
