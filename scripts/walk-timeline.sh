@@ -7,7 +7,7 @@
 # -DGDNKCP_WALK_TIMELINE (the marks on: clock64 stores by warps 0 and 4 of one CTA). NC=chunks (default 512),
 # WALKS=tape|state|both (default both). ~1 minute; no Go needed. The patches touch only the copy (kcp's own files
 # are not patched: the devtest launches the walks itself).
-#   run(command="bash scripts/walk-timeline.sh; PATCHES='tape_dvl_ahead walk_u_ahead' bash scripts/walk-timeline.sh")
+#   run(command="bash scripts/walk-timeline.sh; PATCHES='tape_dof_first' bash scripts/walk-timeline.sh")
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -15,7 +15,7 @@ NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 NC=${NC:-512}
 W=/tmp/walk-timeline
 rm -rf "$W" && mkdir -p "$W" && cp -r ptx/src ptx/devtest "$W"/
-# PATCHES: staged patches (ptx/staging/NAME.patch) applied to the copy, e.g. PATCHES='tape_dvl_ahead' to time a
+# PATCHES: staged patches (ptx/staging/NAME.patch) applied to the copy, e.g. PATCHES='tape_dof_first' to time a
 # staged change; walk_marks is applied too unless ptx/src has its hooks (after scripts/land-prep.sh it does, and
 # every staged patch: run the v5.33 timeline before land-prep, or from a clean checkout).
 patches=${PATCHES:-}
@@ -37,10 +37,9 @@ wait
 for v in plain tl; do
 	echo "== build $v: rc $(cat "$W/rc_$v")"
 	grep -E 'error' "$W/build_$v.log" | head -20
-	# ptxas -v: the lines after "Compiling entry function '...'" with the walks' registers and spills
-	for f in gdn_tape_walk_planes gdn_state_walk_planes; do
-		grep -A3 "function '$f'" "$W/build_$v.log" | grep -E 'registers|spill' | head -2 | sed "s/^/$f: /"
-	done
+	# ptxas -v: every plane walk's registers and spills (scripts/ptxas-walks.awk; the devtest compiles the whole
+	# walk sources, so both widths of the tape walk and the offset walk are listed)
+	awk -f "$root/scripts/ptxas-walks.awk" "$W/build_$v.log" | grep planes
 done
 for v in plain tl; do
 	[ "$(cat "$W/rc_$v")" = 0 ] && timeout 120 "$W/$v" "$NC" "$v" "${WALKS:-both}" 2>&1 | tail -40
