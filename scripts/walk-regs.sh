@@ -30,4 +30,8 @@ for j in "${jobs[@]}"; do
 	echo "== $arch $2.cu $3"
 	grep -q error "$w/$1.log" && grep error "$w/$1.log" | head -5
 	awk -f "$awk" "$w/$1.log"
+	# ptxas serialises a function's wgmmas (a wait after each) where it cannot keep their registers apart
+	# ("Potential Performance Loss: wgmma.mma_async instructions are serialized ..."): a walk that says so has
+	# lost its overlap whatever its registers.
+	grep -i 'performance loss' "$w/$1.log" | sed 's/^/  ptxas: /' | sort -u | head -5
 done

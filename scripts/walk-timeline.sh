@@ -37,6 +37,7 @@ wait
 for v in plain tl; do
 	echo "== build $v: rc $(cat "$W/rc_$v")"
 	grep -E 'error' "$W/build_$v.log" | head -20
+	grep -i 'performance loss' "$W/build_$v.log" | sort -u | head -5  # wgmmas serialised by ptxas
 	# ptxas -v: every plane walk's registers and spills (scripts/ptxas-walks.awk; the devtest compiles the whole
 	# walk sources, so both widths of the tape walk and the offset walk are listed)
 	awk -f "$root/scripts/ptxas-walks.awk" "$W/build_$v.log" | grep planes
