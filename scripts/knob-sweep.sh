@@ -9,7 +9,8 @@
 #            with the staged patches applied).
 # Steps:
 #   1. per variant, a copy of SRC with its defaults, and ptxas on its plane walks alone (scripts/walk-regs.sh);
-#      a variant whose walks spill (or do not compile) is dropped (reported, not timed); SPILL_GATE=0 skips it;
+#      a variant whose walks spill, do not compile or have their wgmmas serialised by ptxas (its "Potential
+#      Performance Loss" warning) is dropped (reported, not timed); SPILL_GATE=0 skips it;
 #   2. ptxgen on every remaining variant, all at once;
 #   3. kcp bench on A (ptx/blobs, the committed blobs) and each variant in turn, ROUNDS rounds (default 2),
 #      MODES (default core) at DOCS (default 32768) and, unless DOCS2 is empty, at DOCS2 (default
@@ -73,6 +74,11 @@ for n in "${names[@]}"; do
 	if grep -qE 'walk[a-z0-9_]*: [0-9]+ regs, [1-9][0-9]* bytes spill stores' "$work/logs/walk-regs-$n.txt"; then
 		echo "knob-sweep: $n: a plane walk spills, dropped:"
 		grep -E 'bytes spill stores' "$work/logs/walk-regs-$n.txt" | grep -vE ' 0 bytes spill stores'
+		continue
+	fi
+	if grep -q 'ptxas: .*[Pp]erformance [Ll]oss' "$work/logs/walk-regs-$n.txt"; then
+		echo "knob-sweep: $n: ptxas serialises a walk's wgmmas, dropped:"
+		grep 'ptxas: ' "$work/logs/walk-regs-$n.txt" | sort -u | head -3
 		continue
 	fi
 	echo "knob-sweep: $n: $(grep -E 'gdn_(state|summary|tape|offset)_walk_planes' "$work/logs/walk-regs-$n.txt" |
