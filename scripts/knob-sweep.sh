@@ -82,6 +82,7 @@ for n in "${names[@]}"; do
 		grep -E 'ptxas: .*walk_planes' "$work/logs/walk-regs-$n.txt" | sort -u | head -3
 		continue
 	fi
+	grep 'ptxas: ' "$work/logs/walk-regs-$n.txt" | sort -u | head -3 | sed "s/^/knob-sweep: $n: /"  # other functions'
 	echo "knob-sweep: $n: $(grep -E 'gdn_(state|summary|tape|offset)_walk_planes' "$work/logs/walk-regs-$n.txt" |
 		awk '{printf "%s %s, ", $1, $2}')no spill"
 	kept+=("$n")
