@@ -4,7 +4,8 @@
 # which of the two ends a chunk last (the other waits at the next barrier). Builds the devtest twice from a copy
 # of ptx/src with the marks of ptx/staging/walk_marks.patch applied (unless ptx/src has them): plain (the walks'
 # CUDA-event times, to compare with kcp bench's "bwd tape walk" and "fwd state walk") and with
-# -DGDNKCP_WALK_TIMELINE (the marks on: clock64 stores by warps 0 and 4 of one CTA). NC=chunks (default 512),
+# -DGDNKCP_WALK_TIMELINE (the marks on: clock64 stores by warps 0 and 4 of one CTA), and a third time with
+# -DGDNKCP_WALK_W128 (both walks' times at vh 128 too, printed alone). NC=chunks (default 512),
 # WALKS=tape|state|both (default both). ~1 minute; no Go needed. The patches touch only the copy (kcp's own files
 # are not patched: the devtest launches the walks itself).
 #   run(command="bash scripts/walk-timeline.sh; PATCHES='tape_dof_first' bash scripts/walk-timeline.sh")
@@ -33,6 +34,8 @@ echo "walk-timeline: mark hooks: tape walk $(grep -c 'GDNKCP_TAPE_MARK(' "$W/src
 flags=(-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo)
 ("$NVCC" "${flags[@]}" -o "$W/plain" "$W/devtest/walk_timeline.cu" >"$W/build_plain.log" 2>&1; echo $? >"$W/rc_plain") &
 ("$NVCC" "${flags[@]}" -DGDNKCP_WALK_TIMELINE -o "$W/tl" "$W/devtest/walk_timeline.cu" >"$W/build_tl.log" 2>&1; echo $? >"$W/rc_tl") &
+# A third build times both walks at vh 128 too (-DGDNKCP_WALK_W128), apart so that its failure costs only those lines.
+("$NVCC" "${flags[@]}" -DGDNKCP_WALK_W128 -o "$W/w128" "$W/devtest/walk_timeline.cu" >"$W/build_w128.log" 2>&1; echo $? >"$W/rc_w128") &
 wait
 for v in plain tl; do
 	echo "== build $v: rc $(cat "$W/rc_$v")"
@@ -45,5 +48,11 @@ done
 for v in plain tl; do
 	[ "$(cat "$W/rc_$v")" = 0 ] && timeout 120 "$W/$v" "$NC" "$v" "${WALKS:-both}" 2>&1 | tail -40
 done
+if [ "$(cat "$W/rc_w128")" = 0 ]; then
+	timeout 120 "$W/w128" "$NC" w128 "${WALKS:-both}" 2>&1 | grep -E 'vh 128|error|ERROR'
+else
+	echo "== build w128: rc $(cat "$W/rc_w128")"
+	grep -E 'error' "$W/build_w128.log" | head -10
+fi
 [ -n "${OUT:-}" ] && cp "$W"/build_*.log "$OUT"/ 2>/dev/null
 exit 0

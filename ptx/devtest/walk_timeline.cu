@@ -15,7 +15,8 @@
 //   - built with -DGDNKCP_WALK_TIMELINE and the hooks of ptx/staging/walk_marks.patch (the tape walk's marks
 //     7-9, the state walk's 8; the others are in ptx/src): each phase's median cycles a chunk for both warps
 //     (devtest::timeline_print), and the median over chunks of (warp 4's end-of-chunk mark - warp 0's):
-//     positive where the copiers end the chunk last.
+//     positive where the copiers end the chunk last;
+//   - built with -DGDNKCP_WALK_W128: both walks' times at vh 128 as well.
 #include "devtest.cuh"
 
 #include <cuda_bf16.h>
@@ -198,6 +199,42 @@ int main(int argc, char** argv) {
 		       {1, 8, 0, true, "-> next barrier passed (waiting)"}},
 		      8);
 	}
+#if defined(GDNKCP_WALK_W128) && !defined(GDNKCP_WALK_TIMELINE)
+	// With -DGDNKCP_WALK_W128 (scripts/walk-timeline.sh's third build): both walks at vh 128 too, times only (every warp is a state warp and a copier there, so the timeline's two
+	// roles do not apply): a change to the walks' shared code moves both widths, which the width rule weighs.
+	const int VW = 128;
+	const dim3 gridW(D / VW, NS, HV);
+	float med, lo, hi;
+	if (doTape) {
+		const int smem = gdnkcp::tapep::tape_planes_smem(VW);
+		CK(cudaFuncSetAttribute(gdnkcp::tapep::gdn_tape_walk_planes_w128, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+		time_ms(
+		    [&] {
+			    gdnkcp::tapep::gdn_tape_walk_planes_w128<<<gridW, 256, smem>>>(
+			        wp, k, stride, k_rstd, q, stride, q_rstd, gcum, dvl, dout, d_tok0, d_len, d_seg0, d_segn, dend, nullptr, nullptr,
+			        dstart, HQK, HV, VW, scale, nullptr, dvnew16, d16, nullptr);
+		    },
+		    10, med, lo, hi);
+		printf("[%s] gdn_tape_walk_planes_w128 vh 128, %d chunks (%d CTAs, %d bytes of shared memory): %.3f ms (median of "
+		       "10; %.3f - %.3f)\n",
+		       tag, NC, (int)(gridW.x * gridW.y * gridW.z), smem, med, lo, hi);
+	}
+	if (doState) {
+		const int smem = gdnkcp::walkp::walk_planes_smem(VW);
+		CK(cudaFuncSetAttribute(gdnkcp::walkp::gdn_state_walk_planes, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+		time_ms(
+		    [&] {
+			    gdnkcp::walkp::gdn_state_walk_planes<<<gridW, 256, smem>>>(wp, k, stride, k_rstd, dvl, gcum, d_tok0, d_len, d_seg0,
+			                                                               d_segn, dend, nullptr, nullptr, dstart, d16, dvnew16, HQK,
+			                                                               HV, VW, nullptr, nullptr);
+		    },
+		    10, med, lo, hi);
+		printf("[%s] gdn_state_walk_planes vh 128, %d chunks (%d CTAs, %d bytes of shared memory): %.3f ms (median of 10; "
+		       "%.3f - %.3f)\n",
+		       tag, NC, (int)(gridW.x * gridW.y * gridW.z), smem, med, lo, hi);
+	}
+	CK(cudaGetLastError());
+#endif
 	printf("[%s] ok\n", tag);
 	return 0;
 }
