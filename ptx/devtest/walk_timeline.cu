@@ -89,8 +89,8 @@ static void timed(const char* tag, const char* name, const char* what, int NC, c
                   int end) {
 	float med, lo, hi;
 	time_ms(launch, 10, med, lo, hi);
-	printf("[%s] %s vh 64, %d chunks (%d CTAs, %d bytes of shared memory): %.3f ms (median of 10; %.3f - %.3f)\n", tag,
-	       name, NC, (int)(grid.x * grid.y * grid.z), smem, med, lo, hi);
+	printf("[%s] %s vh %d, %d chunks (%d CTAs, %d bytes of shared memory): %.3f ms (median of 10; %.3f - %.3f)\n", tag,
+	       name, (int)(D / grid.x), NC, (int)(grid.x * grid.y * grid.z), smem, med, lo, hi);  // grid.x = 128 / vh
 	const std::vector<uint16_t> o = down(reinterpret_cast<const uint16_t*>(out), 4096);
 	int finite = 0;
 	for (uint16_t x : o) finite += std::isfinite(bf(x)) ? 1 : 0;
@@ -200,38 +200,32 @@ int main(int argc, char** argv) {
 		      8);
 	}
 #if defined(GDNKCP_WALK_W128) && !defined(GDNKCP_WALK_TIMELINE)
-	// With -DGDNKCP_WALK_W128 (scripts/walk-timeline.sh's third build): both walks at vh 128 too, times only (every warp is a state warp and a copier there, so the timeline's two
-	// roles do not apply): a change to the walks' shared code moves both widths, which the width rule weighs.
+	// With -DGDNKCP_WALK_W128 (scripts/walk-timeline.sh's third build): both walks at vh 128 too, through timed
+	// without phases (every warp is a state warp and a copier there, so the timeline's two roles do not apply):
+	// a change to the walks' shared code moves both widths, which the width rule weighs.
 	const int VW = 128;
 	const dim3 gridW(D / VW, NS, HV);
-	float med, lo, hi;
 	if (doTape) {
 		const int smem = gdnkcp::tapep::tape_planes_smem(VW);
 		CK(cudaFuncSetAttribute(gdnkcp::tapep::gdn_tape_walk_planes_w128, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-		time_ms(
-		    [&] {
-			    gdnkcp::tapep::gdn_tape_walk_planes_w128<<<gridW, 256, smem>>>(
-			        wp, k, stride, k_rstd, q, stride, q_rstd, gcum, dvl, dout, d_tok0, d_len, d_seg0, d_segn, dend, nullptr, nullptr,
-			        dstart, HQK, HV, VW, scale, nullptr, dvnew16, d16, nullptr);
-		    },
-		    10, med, lo, hi);
-		printf("[%s] gdn_tape_walk_planes_w128 vh 128, %d chunks (%d CTAs, %d bytes of shared memory): %.3f ms (median of "
-		       "10; %.3f - %.3f)\n",
-		       tag, NC, (int)(gridW.x * gridW.y * gridW.z), smem, med, lo, hi);
+		timed(tag, "gdn_tape_walk_planes_w128", "tape walk (vh 128)", NC, gridW, smem, d16,
+		      [&] {
+			      gdnkcp::tapep::gdn_tape_walk_planes_w128<<<gridW, 256, smem>>>(
+			          wp, k, stride, k_rstd, q, stride, q_rstd, gcum, dvl, dout, d_tok0, d_len, d_seg0, d_segn, dend, nullptr,
+			          nullptr, dstart, HQK, HV, VW, scale, nullptr, dvnew16, d16, nullptr);
+		      },
+		      {}, 0);
 	}
 	if (doState) {
 		const int smem = gdnkcp::walkp::walk_planes_smem(VW);
 		CK(cudaFuncSetAttribute(gdnkcp::walkp::gdn_state_walk_planes, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-		time_ms(
-		    [&] {
-			    gdnkcp::walkp::gdn_state_walk_planes<<<gridW, 256, smem>>>(wp, k, stride, k_rstd, dvl, gcum, d_tok0, d_len, d_seg0,
-			                                                               d_segn, dend, nullptr, nullptr, dstart, d16, dvnew16, HQK,
-			                                                               HV, VW, nullptr, nullptr);
-		    },
-		    10, med, lo, hi);
-		printf("[%s] gdn_state_walk_planes vh 128, %d chunks (%d CTAs, %d bytes of shared memory): %.3f ms (median of 10; "
-		       "%.3f - %.3f)\n",
-		       tag, NC, (int)(gridW.x * gridW.y * gridW.z), smem, med, lo, hi);
+		timed(tag, "gdn_state_walk_planes", "state walk (vh 128)", NC, gridW, smem, d16,
+		      [&] {
+			      gdnkcp::walkp::gdn_state_walk_planes<<<gridW, 256, smem>>>(wp, k, stride, k_rstd, dvl, gcum, d_tok0, d_len,
+			                                                                 d_seg0, d_segn, dend, nullptr, nullptr, dstart, d16,
+			                                                                 dvnew16, HQK, HV, VW, nullptr, nullptr);
+		      },
+		      {}, 0);
 	}
 	CK(cudaGetLastError());
 #endif
