@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gdnkcp/gdnkcp/internal/bf16"
+	"github.com/gdnkcp/gdnkcp/sched"
 )
 
 // The tape walk on the walk planes (ptx/src/gdn_tape_planes.cu,
@@ -17,6 +18,20 @@ import (
 
 // tapePlaneOuts are the tape walks' outputs, fp32 and bf16.
 var tapePlaneOuts = []string{"d_chunk", "dvnew", "dstart", "dvnewp", "dvnew16", "d16", "out_pt", "out_r"}
+
+// mixedWide is an uneven split of a tape walk over ns chains and hv value
+// heads between the widths: ns*(hv/2) walks at vh 128, filling chain 0's heads
+// first, then chain 1's, ... (so that some chains run wholly at vh 128, one
+// partly and the rest not at all).
+func mixedWide(ns, hv int) []int {
+	wide := make([]int, ns)
+	left := ns * (hv / 2)
+	for s := range wide {
+		wide[s] = min(hv, left)
+		left -= wide[s]
+	}
+	return wide
+}
 
 // addTapePlanes adds the fp32 l2norm, prep and dV'_local (the walks'
 // inputs), test_walk_planes (the planes from the prep's W and kn), the
@@ -33,7 +48,7 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 		j.poison(o.name, poisonF32)
 	}
 	outPlanes(j, "", l.NC, HQK, HV)
-	for _, p := range []string{"ref_", "p64_", "p128_"} {
+	for _, p := range []string{"ref_", "p64_", "p128_", "pmix_"} {
 		for _, o := range []bufSpec{{"d_chunk", 4 * l.NC * HV * dHead * dHead}, {"dvnew", 4 * T * HV * dHead},
 			{"dstart", 4 * l.NS * HV * dHead * dHead}, {"dvnewp", l.NC * HV * tokenSlotBlock},
 			{"dvnew16", l.NC * HV * tokenSlotBlock / 2}, {"d16", 2 * l.NC * HV * dHead * dHead},
@@ -85,6 +100,27 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 				buf("dvl"), buf("dout")}, tabs, outs(p), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra(p),
 				[]string{order})...)
 	}
+	// The tape walk split between the widths as kcp launches it with
+	// GPUOptions.MixedTape (sched.SplitWalk's orders and grids): the vh 128
+	// entry on some (segment, head) walks, the vh 64 entry on the others.
+	chains := make([]int, l.NS)
+	for s := range chains {
+		chains[s] = int(l.segNChunk[s])
+	}
+	m, err := sched.SplitWalk(chains, mixedWide(l.NS, HV), HV, 3, sched.ChunkCost{Narrow: 3, Wide: 5})
+	require.NoError(j.t, err)
+	j.i32("mix_order128", m.Order128)
+	j.i32("mix_order64", m.Order64)
+	for _, vh := range []int{128, 64} {
+		tape, g, order := "gdn_tape_walk_planes_w128", m.Grid128(), buf("mix_order128")
+		if vh == 64 {
+			tape, g, order = "gdn_tape_walk_planes", m.Grid64(), buf("mix_order64")
+		}
+		j.launch("pmix_tape"+vhName(vh), tape, g, 256, smemOf("tape_planes_smem", vh),
+			slices.Concat([]string{buf("wp"), bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
+				buf("dvl"), buf("dout")}, tabs, outs("pmix_"), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra("pmix_"),
+				[]string{order})...)
+	}
 }
 
 // TestTapePlanesOnCPU runs gdn_tape_walk_planes (vh 64) and _w128 (vh 128) on planes
@@ -98,7 +134,10 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 // kernels' own W, Kt, qn, gamma, dV'_local; the start adjoints' worst
 // element within bwalkMMAElemTol of their rms; the token slots and bf16
 // tiles are the walk's own fp32 values; vh 64 and 128 and the two runners
-// give the same bits; the log shows wgmma in the wgmma runner only.
+// give the same bits, and so does the walk split between the two entries
+// (sched.SplitWalk, as kcp's GPUOptions.MixedTape launches it: partial grids
+// whose dispatch orders name CTAs of the full launch); the log shows wgmma in
+// the wgmma runner only.
 func TestTapePlanesOnCPU(t *testing.T) {
 	if !haveEmuWGMMA() {
 		t.Skipf("%s/wgmma.cuh does not route wgmma to the emulator (no GDNKCP_EMU_WGMMA)", srcDir())
@@ -145,6 +184,14 @@ func TestTapePlanesOnCPU(t *testing.T) {
 					"%sdvnew16: not the walk's own dV'^T rounded to bf16", p)
 				require.Equal(t, bf16.Bytes(stateT16(rw.f32s(p+"d_chunk"), l.NC, HV)), rw.raw[p+"d16"],
 					"%sd16: not the walk's own D^T rounded to bf16", p)
+			}
+			// The walk split between the widths (mixedWide) writes vh 64's bits
+			// into every element of every output (poison left over would differ).
+			for _, n := range tapePlaneOuts[:6] {
+				for _, r := range []*result{rw, rp} {
+					require.NotEmpty(t, r.raw["pmix_"+n], "pmix_"+n)
+					require.Equal(t, rw.raw["p64_"+n], r.raw["pmix_"+n], "pmix_%s: the split walk differs from vh 64", n)
+				}
 			}
 			// Against float64 on the kernels' own inputs, and beside the fp32-operand walk.
 			segs := kernelSegments(t, d, rw)
