@@ -594,6 +594,19 @@ type GPUOptions struct {
 	// the first free SM). Both give the same bits; it exists to measure the
 	// difference.
 	LaunchOrder bool
+	// MixedTape splits a v5 tape walk between the two widths where the
+	// width rule's cost model puts the split at least
+	// sched.MixedMarginPercent below the better single width
+	// (sched.MixedWalk): some (segment, value head) walks at vh = 128, the
+	// rest at vh = 64, as two launches on two streams that the GPU runs side
+	// by side, the vh = 128 one first. Both widths write the same bits, so
+	// the gradients do not change; GPUGrads.Mixed says where it split. It
+	// fills the SMs of multi-document packs whose tape walk one width packs
+	// badly (issue 6's 120,908 tokens: 11% by the model); it is off by
+	// default until measured on the GPU (docs/perf-notes.md, "Mixed tape
+	// widths"). ForceVH and LaunchOrder turn it off, and so do kernel sets
+	// without the tape walk's vh = 128 entry.
+	MixedTape bool
 
 	// Devices are the CUDA devices the ranks run on: rank r of an R-rank
 	// plan runs on Devices[r*len(Devices)/R], in contiguous blocks (R = 4 on
@@ -757,6 +770,7 @@ type GPU struct {
 	layout rankLayout
 	runMu  sync.Mutex // serializes runs over a given Communicator
 	orders sync.Map   // the walks' dispatch orders ([]int32, nil for launch order) by fmt.Sprint(hv, tiles, chains)
+	mixed  sync.Map   // the tape walks' splits (*sched.Mixed, nil for none) by fmt.Sprint(hv, cost, chains)
 
 	mu     sync.Mutex
 	closed bool
@@ -842,7 +856,7 @@ func openFleet(devs []int, blob string, ks kernelSet) (*gpuFleet, error) {
 // ForPlan returns a GPU backend for another plan and options on the same
 // devices, blobs and kernels (no reload, no JIT). opts.Device, opts.Devices,
 // opts.Blob and the kernel choice must be left zero or equal g's; Options,
-// KeepDevice, HostExchange and LaunchOrder are opts'; Comm, Communicator, Timeout and StageHook are
+// KeepDevice, HostExchange, LaunchOrder and MixedTape are opts'; Comm, Communicator, Timeout and StageHook are
 // opts' when set, else g's. The ranks of the new plan are placed on the
 // devices anew (a plan of another rank count spreads differently), and an
 // NCCL group is shared with every backend of the family whose ranks run on
@@ -865,7 +879,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	gopts := g.gopts
 	gopts.Options, gopts.KeepDevice, gopts.HostExchange = opts.Options, opts.KeepDevice, opts.HostExchange
-	gopts.LaunchOrder = opts.LaunchOrder
+	gopts.LaunchOrder, gopts.MixedTape = opts.LaunchOrder, opts.MixedTape
 	if opts.Comm != "" {
 		gopts.Comm = opts.Comm
 	}

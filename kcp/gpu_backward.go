@@ -102,6 +102,11 @@ type GPUGrads struct {
 	// [rank][walk kind] (the plan's memoized decision or Options.ForceVH);
 	// 0 where nothing launched (an empty walk list, or a forward walk).
 	VH [][sched.NumWalkKinds]int
+	// Mixed is, per rank, the number of (segment, value head) walks its tape
+	// walk ran at vh = 128 where GPUOptions.MixedTape split it between the
+	// widths (the rest ran at vh = 64; VH then holds the rule's width), and
+	// 0 where it ran at one width.
+	Mixed []int
 	// Timing is every rank's backward timeline (GPUBackwardStages), indexed
 	// by rank.
 	Timing []RankTiming
@@ -171,7 +176,7 @@ func (f *GPUForward) Backward(ctx context.Context, dout []float32) (*GPUGrads, e
 		return nil, fmt.Errorf("kcp: gpu backward: %w", err)
 	}
 	R := len(p.Ranks)
-	res := &GPUGrads{VH: make([][sched.NumWalkKinds]int, R), Timing: make([]RankTiming, R), PeakBytes: make([]int64, R),
+	res := &GPUGrads{VH: make([][sched.NumWalkKinds]int, R), Mixed: make([]int, R), Timing: make([]RankTiming, R), PeakBytes: make([]int64, R),
 		Ranks: slices.Clone(f.Ranks), rows: &gpuGradRows{plan: p, stage: f.stage, out: f.out, rows: make([]*gradRows, R)}}
 	err := f.be.runRanks(ctx, "backward", GPUBackwardStages, true, func(ctx context.Context, w *rankWork) error {
 		return f.backwardRank(ctx, w, dout, res)
@@ -214,6 +219,9 @@ type bwdRun struct {
 	dq, dk, dv, dq16, dk16, dv16                               *loader.Buffer // core stage
 	dy, dx, dhalo, dwPart, dw, dx16, haloIn                    *loader.Buffer // module stage
 
+	side   *loader.Stream   // the vh = 64 half of a mixed tape walk (tapeMixed), made on first use
+	sideEv [2]*loader.Event // the side stream's start (after the rank stream's work) and end
+
 	launches []recordedLaunch // every launch, in stream order, while bwdProbeHook is set
 }
 
@@ -254,6 +262,9 @@ func (f *GPUForward) backwardRank(ctx context.Context, w *rankWork, dout []float
 			// Let launched work finish before its memory goes; its error,
 			// if any, is the one already reported.
 			_ = rk.stream.Synchronize()
+			if b.side != nil {
+				_ = b.side.Synchronize()
+			}
 		}
 		fwdNow, fwdPeak := rk.mem.held()
 		_, bwdPeak := b.mem.held()
@@ -610,30 +621,47 @@ func (b *bwdRun) tapeAndGrads() error {
 		return err
 	}
 	ks := rk.dev.ks
-	tapeArgs := argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())
-	if ks.tape == entryTapeMMA || ks.bwalkPlanes {
-		dchunk, dvnew, dvnewp, dvnew16, d16 := b.dchunk.Ptr(), b.dvnew.Ptr(), uintptr(0), uintptr(0), uintptr(0)
-		switch {
-		case ks.bf16States(b.f.stage): // b.dvnew, b.dchunk hold bf16 dV'^T, D^T (gdn_chunk_grads_mma8's)
-			dchunk, dvnew, dvnew16, d16 = 0, 0, b.dvnew.Ptr(), b.dchunk.Ptr()
-		case ks.tokenSlots: // b.dvnew holds token slots (gdn_chunk_grads_mma6's dV')
-			dvnew, dvnewp = 0, b.dvnew.Ptr()
-		}
-		order, err := b.f.be.walkOrder(b.mem, rk.stream, rk.tb.SegNChunk, cfg.HV, gpuD/vh, "tape walk order")
-		if err != nil {
-			return fmt.Errorf("rank %d: %w", rk.rank, err)
-		}
-		tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
-		if ks.bwalkPlanes {
-			pa, err := b.planeArgs(vh)
-			if err != nil {
-				return err
-			}
-			tapeArgs = argsTapePlanes(pa, b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
-		}
+	dchunk, dvnew, dvnewp, dvnew16, d16 := b.dchunk.Ptr(), b.dvnew.Ptr(), uintptr(0), uintptr(0), uintptr(0)
+	switch {
+	case ks.bf16States(b.f.stage): // b.dvnew, b.dchunk hold bf16 dV'^T, D^T (gdn_chunk_grads_mma8's)
+		dchunk, dvnew, dvnew16, d16 = 0, 0, b.dvnew.Ptr(), b.dchunk.Ptr()
+	case ks.tokenSlots: // b.dvnew holds token slots (gdn_chunk_grads_mma6's dV')
+		dvnew, dvnewp = 0, b.dvnew.Ptr()
 	}
-	if err := b.launch(ks.tapeEntry(vh), [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.tapeSmem(vh), tapeArgs); err != nil {
+	// planeTapeArgs: gdn_tape_walk_planes(_w128)'s arguments at width w with
+	// dispatch order order (0: launch order).
+	planeTapeArgs := func(w int, order uintptr) (*loader.Args, error) {
+		pa, err := b.planeArgs(w)
+		if err != nil {
+			return nil, err
+		}
+		return argsTapePlanes(pa, b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order), nil
+	}
+	mixed, err := b.mixedTape()
+	if err != nil {
 		return err
+	}
+	if mixed != nil {
+		if err := b.tapeMixed(mixed, planeTapeArgs); err != nil {
+			return err
+		}
+	} else {
+		tapeArgs := argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())
+		if ks.tape == entryTapeMMA || ks.bwalkPlanes {
+			order, err := b.f.be.walkOrder(b.mem, rk.stream, rk.tb.SegNChunk, cfg.HV, gpuD/vh, "tape walk order")
+			if err != nil {
+				return fmt.Errorf("rank %d: %w", rk.rank, err)
+			}
+			tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
+			if ks.bwalkPlanes {
+				if tapeArgs, err = planeTapeArgs(vh, order.Ptr()); err != nil {
+					return err
+				}
+			}
+		}
+		if err := b.launch(ks.tapeEntry(vh), [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.tapeSmem(vh), tapeArgs); err != nil {
+			return err
+		}
 	}
 	if err := b.mark(); err != nil { // tape walk
 		return err

@@ -24,7 +24,7 @@ type benchOptions struct {
 	reps, warmup               int
 	copyTBs, mmaTFLOPs         float64
 	json, splitGrads           bool
-	launchOrder                bool
+	launchOrder, mixedTape     bool
 	forceVH                    int
 }
 
@@ -86,6 +86,7 @@ on the CUDA cores).`,
 	f.BoolVar(&o.json, "json", false, "write JSON to stdout")
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at this width (64 or 128) instead of the plan's decision; 0: the decision")
 	f.BoolVar(&o.launchOrder, "launch-order", false, "v5: run the walks' CTAs in launch order instead of kcp's dispatch order (same bits; to measure what the order saves where segments differ in length)")
+	f.BoolVar(&o.mixedTape, "mixed-tape", false, "v5: split the tape walk between the widths where sm_90a's cost model puts it 2% below the better single width (kcp.GPUOptions.MixedTape; same bits; off until measured)")
 	f.BoolVar(&o.splitGrads, "split-grads", false, "v5, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, 1.5 ms faster at 32K, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
 	return cmd
 }
@@ -104,6 +105,8 @@ type benchRow struct {
 	PeakBytes    int64              `json:"peak_bytes,omitempty"`
 	SplitGrads   bool               `json:"split_grads,omitempty"`
 	LaunchOrder  bool               `json:"launch_order,omitempty"`
+	MixedTape    bool               `json:"mixed_tape,omitempty"`
+	TapeMixed    int                `json:"tape_walks_vh128,omitempty"`
 	MemFloor     float64            `json:"memory_floor_ms"`
 	FlopFloor    float64            `json:"compute_floor_ms"`
 	StateVH      int                `json:"state_walk_vh,omitempty"`
@@ -171,6 +174,9 @@ type benchSample struct {
 	total   float64
 	peak    int64
 	stateVH int // the state walk's width (0: not known)
+	// tapeMixed is how many tape walks ran at vh 128 in a split tape walk
+	// (kcp.GPUGrads.Mixed; 0: one width).
+	tapeMixed int
 }
 
 // sampleOnce runs mode once on g and returns what bench times of it.
@@ -219,7 +225,7 @@ func sampleOnce(g *kcp.GPU, mode string, in *kcp.Inputs, dout []float32) (benchS
 			bwdKeep = all
 		}
 		add("bwd ", gr.Timing[0], bwdKeep)
-		s.peak = gr.PeakBytes[0]
+		s.peak, s.tapeMixed = gr.PeakBytes[0], gr.Mixed[0]
 		return s, fw.Blob, fw.Close()
 	case benchModuleB3:
 		ck, err := g.ForwardCheckpoint(ctx, in)
@@ -238,7 +244,7 @@ func sampleOnce(g *kcp.GPU, mode string, in *kcp.Inputs, dout []float32) (benchS
 			return s, "", err
 		}
 		add("bwd ", gr.Timing[0], all)
-		s.peak = max(ck.PeakBytes[0], gr.PeakBytes[0])
+		s.peak, s.tapeMixed = max(ck.PeakBytes[0], gr.PeakBytes[0]), gr.Mixed[0]
 		return s, ck.Blob, fw.Close()
 	}
 	return s, "", fmt.Errorf("bench: unknown mode %q", mode)
@@ -255,7 +261,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		return benchRow{}, fmt.Errorf("--kernels: %w", err)
 	}
 	gopts.SplitGrads = o.splitGrads
-	gopts.LaunchOrder = o.launchOrder
+	gopts.LaunchOrder, gopts.MixedTape = o.launchOrder, o.mixedTape
 	g, err := kcp.NewGPU(plan, gopts)
 	if err != nil {
 		if errors.Is(err, loader.ErrNoDriver) || loader.IsCode(err, loader.ErrorNoDevice) {
@@ -265,7 +271,8 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 	}
 	defer g.Close()
 	row := benchRow{Kernels: kernels, Mode: mode, Tokens: plan.Tokens, Docs: plan.Config.Docs, Reps: o.reps, Stages: map[string]float64{},
-		ForceVH: o.forceVH, SplitGrads: o.splitGrads && kernels == "v5" && stage == kcp.StageCore, LaunchOrder: o.launchOrder}
+		ForceVH: o.forceVH, SplitGrads: o.splitGrads && kernels == "v5" && stage == kcp.StageCore, LaunchOrder: o.launchOrder,
+		MixedTape: o.mixedTape}
 	stageTimes := map[string][]float64{}
 	var totals []float64
 	for i := 0; i < o.warmup+o.reps; i++ {
@@ -278,6 +285,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		if smp.stateVH != 0 {
 			row.StateVH = smp.stateVH
 		}
+		row.TapeMixed = max(row.TapeMixed, smp.tapeMixed)
 		if i >= o.warmup {
 			for _, st := range smp.stages {
 				if !slices.Contains(row.StageOrder, st.Stage) {
@@ -328,6 +336,12 @@ func writeBench(w io.Writer, rows []benchRow) error {
 		}
 		if r.LaunchOrder {
 			b.WriteString("; walks in launch order (--launch-order)")
+		}
+		switch {
+		case r.TapeMixed > 0:
+			fmt.Fprintf(&b, "; tape walk split, %d (segment, head) walks at vh 128 (--mixed-tape)", r.TapeMixed)
+		case r.MixedTape:
+			b.WriteString("; tape walk not split (--mixed-tape: the model gains too little)")
 		}
 		switch {
 		case r.ForceVH != 0:

@@ -24,11 +24,17 @@ func TestWriteBench(t *testing.T) {
 		{"forced", 64, 128, "; every walk at vh 128 (forced)\n", "state walk at"},
 		{"unknown", 0, 0, "peak device memory 4.00 GiB\n", "vh"},
 		{"launch order", 64, 0, "; walks in launch order (--launch-order); state walk at vh 64\n", "forced"},
+		{"mixed tape", 64, 0, "; tape walk split, 72 (segment, head) walks at vh 128 (--mixed-tape); state walk at vh 64\n", "not split"},
+		{"mixed tape not split", 64, 0, "; tape walk not split (--mixed-tape: the model gains too little); state walk at vh 64\n", "walks at vh 128"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := base
 			r.StateVH, r.ForceVH = tc.stateVH, tc.force
 			r.LaunchOrder = tc.name == "launch order"
+			r.MixedTape = strings.HasPrefix(tc.name, "mixed tape")
+			if tc.name == "mixed tape" {
+				r.TapeMixed = 72
+			}
 			var b strings.Builder
 			require.NoError(t, writeBench(&b, []benchRow{r}))
 			out := b.String()

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/gdnkcp/gdnkcp/kcp"
 	"github.com/gdnkcp/gdnkcp/sched"
 )
@@ -68,6 +70,36 @@ type walkJSON struct {
 	Reason       string `json:"reason"`
 	ReasonA      string `json:"reason_a"`
 	ReasonB      string `json:"reason_b"`
+	// Mixed is the tape walk's split between the widths on a variant with a
+	// measured cost rule (kcp.GPUOptions.MixedTape, sched.MixedWalk): absent
+	// elsewhere.
+	Mixed *mixedJSON `json:"mixed,omitempty"`
+}
+
+// mixedJSON is a walk's best split between the widths by the cost model.
+type mixedJSON struct {
+	Wide     []int  `json:"wide"`     // per chain, the value heads at vh 128
+	Walks128 int    `json:"walks128"` // (segment, head) walks at vh 128
+	Makespan int    `json:"makespan"` // cost units: chunks x the rule's chunk cost
+	Single   int    `json:"single"`   // the better single width's makespan, same units
+	SingleVH int    `json:"single_vh"`
+	Taken    bool   `json:"taken"` // at least sched.MixedMarginPercent below Single
+	Summary  string `json:"summary"`
+}
+
+// tapeMixed is k's split on prof where k is the tape walk, it launches and
+// prof's variant has a cost rule; else nil.
+func tapeMixed(k sched.WalkKind, chains []int, hv int, prof sched.Profile) (*mixedJSON, error) {
+	rules, err := sched.RulesFor(prof.Variant)
+	if k != sched.Tape || len(chains) == 0 || err != nil || rules.Cost == nil {
+		return nil, nil
+	}
+	m, err := sched.MixedWalk(chains, hv, rules.Cost.CTAsPerSM*prof.SMs, rules.Cost.ForRun(k, prof.LeanForward))
+	if err != nil || m == nil {
+		return nil, err
+	}
+	return &mixedJSON{Wide: m.Wide, Walks128: len(m.Order128), Makespan: m.Makespan, Single: m.Single,
+		SingleVH: m.SingleVH, Taken: m.Better(), Summary: m.String()}, nil
 }
 
 func ref(r *kcp.SegRef) *refJSON {
@@ -126,6 +158,9 @@ func buildPlanJSON(pack string, p *kcp.Plan, prof sched.Profile, rule sched.Rule
 			}
 			if rule == sched.RuleA {
 				wj.Reason = a.Reason
+			}
+			if wj.Mixed, err = tapeMixed(k, wj.Chains, cfg.HV, prof); err != nil {
+				return planJSON{}, fmt.Errorf("rank %d: %w", r, err)
 			}
 			rj.Walks = append(rj.Walks, wj)
 		}

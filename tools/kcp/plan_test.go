@@ -375,3 +375,52 @@ func TestSummarizeCounts(t *testing.T) {
 		WalkRows: 12, WalkRowsChange: 3, Rows: 3, RowsChanged: 2, B1Changed: 1, B3Changed: 2,
 	}, got[0])
 }
+
+// TestPlanMixedTape: on sm_90a the plan shows the tape walk's best split
+// between the widths (sched.MixedWalk) and whether kcp bench --mixed-tape
+// would take it: issue 6's three-document pack splits 72 of its 144 walks
+// at 11% under vh 64's makespan; two equal documents do not split (vh 128
+// packs them); the other walks, and variants without a cost rule, show none.
+func TestPlanMixedTape(t *testing.T) {
+	for _, c := range []struct {
+		docs, arch string
+		taken      bool
+		walks128   int
+		none       bool
+	}{
+		{"40000,45000,35908", "sm_90a", true, 72, false},
+		{"32768,32768", "sm_90a", false, 0, false},
+		{"40000,45000,35908", "sm_100a", false, 0, true},
+	} {
+		t.Run(c.docs+"/"+c.arch, func(t *testing.T) {
+			stdout, stderr, code := execute("plan", "--docs", c.docs, "--cp", "1", "--layout", "C", "--arch", c.arch, "--json")
+			require.Equal(t, 0, code, stderr)
+			var pj planJSON
+			require.NoError(t, json.Unmarshal([]byte(stdout), &pj))
+			for _, wj := range pj.Ranks[0].Walks {
+				if wj.Walk != "tape" || c.none {
+					assert.Nil(t, wj.Mixed, "%s walk", wj.Walk)
+					continue
+				}
+				require.NotNil(t, wj.Mixed)
+				assert.Equal(t, c.taken, wj.Mixed.Taken, wj.Mixed.Summary)
+				if c.taken {
+					assert.Equal(t, c.walks128, wj.Mixed.Walks128)
+					assert.Equal(t, 3*1686, wj.Mixed.Single)
+					assert.Less(t, 100*wj.Mixed.Makespan, 98*wj.Mixed.Single)
+				}
+			}
+			text, stderr, code := execute("plan", "--docs", c.docs, "--cp", "1", "--layout", "C", "--arch", c.arch)
+			require.Equal(t, 0, code, stderr)
+			switch {
+			case c.none:
+				assert.NotContains(t, text, "split between the widths")
+			case c.taken:
+				assert.Contains(t, text, "tape walk split between the widths (kcp bench --mixed-tape; off by default): mixed: 72 of 144")
+				assert.Contains(t, text, ": taken (margin 2%)")
+			default:
+				assert.Contains(t, text, ": not taken (margin 2%)")
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gdnkcp/gdnkcp/kcp"
+	"github.com/gdnkcp/gdnkcp/sched"
 )
 
 func vhString(v *int) string {
@@ -104,6 +105,16 @@ func writePlanText(w io.Writer, pj planJSON, p *kcp.Plan) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		for _, wj := range rj.Walks {
+			if m := wj.Mixed; m != nil {
+				taken := "not taken"
+				if m.Taken {
+					taken = "taken"
+				}
+				fmt.Fprintf(b, "  %s walk split between the widths (kcp bench --mixed-tape; off by default): %s: %s (margin %d%%)\n",
+					wj.Walk, m.Summary, taken, sched.MixedMarginPercent)
+			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
