@@ -607,6 +607,14 @@ type GPUOptions struct {
 	// widths"). ForceVH and LaunchOrder turn it off, and so do kernel sets
 	// without the tape walk's vh = 128 entry.
 	MixedTape bool
+	// MixedTapePriority launches a split tape walk's two halves on two side
+	// streams that wait for the same event, the vh = 128 half's at the
+	// context's greatest stream priority, so that where both pend the GPU
+	// hands out the vh = 128 CTAs first; unset, the vh = 128 half runs on the
+	// rank's stream and the vh = 64 half on a side stream. Which of the two
+	// keeps the model's order on the GPU is for the measurement to say. It
+	// applies only with MixedTape.
+	MixedTapePriority bool
 
 	// Devices are the CUDA devices the ranks run on: rank r of an R-rank
 	// plan runs on Devices[r*len(Devices)/R], in contiguous blocks (R = 4 on
@@ -856,7 +864,7 @@ func openFleet(devs []int, blob string, ks kernelSet) (*gpuFleet, error) {
 // ForPlan returns a GPU backend for another plan and options on the same
 // devices, blobs and kernels (no reload, no JIT). opts.Device, opts.Devices,
 // opts.Blob and the kernel choice must be left zero or equal g's; Options,
-// KeepDevice, HostExchange, LaunchOrder and MixedTape are opts'; Comm, Communicator, Timeout and StageHook are
+// KeepDevice, HostExchange, LaunchOrder, MixedTape and MixedTapePriority are opts'; Comm, Communicator, Timeout and StageHook are
 // opts' when set, else g's. The ranks of the new plan are placed on the
 // devices anew (a plan of another rank count spreads differently), and an
 // NCCL group is shared with every backend of the family whose ranks run on
@@ -879,7 +887,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	gopts := g.gopts
 	gopts.Options, gopts.KeepDevice, gopts.HostExchange = opts.Options, opts.KeepDevice, opts.HostExchange
-	gopts.LaunchOrder, gopts.MixedTape = opts.LaunchOrder, opts.MixedTape
+	gopts.LaunchOrder, gopts.MixedTape, gopts.MixedTapePriority = opts.LaunchOrder, opts.MixedTape, opts.MixedTapePriority
 	if opts.Comm != "" {
 		gopts.Comm = opts.Comm
 	}

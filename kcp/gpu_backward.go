@@ -219,8 +219,8 @@ type bwdRun struct {
 	dq, dk, dv, dq16, dk16, dv16                               *loader.Buffer // core stage
 	dy, dx, dhalo, dwPart, dw, dx16, haloIn                    *loader.Buffer // module stage
 
-	side   *loader.Stream   // the vh = 64 half of a mixed tape walk (tapeMixed), made on first use
-	sideEv [2]*loader.Event // the side stream's start (after the rank stream's work) and end
+	side   [2]*loader.Stream // a mixed tape walk's side streams (tapeMixed), made on first use
+	sideEv [3]*loader.Event  // their start (after the rank stream's work) and their ends
 
 	launches []recordedLaunch // every launch, in stream order, while bwdProbeHook is set
 }
@@ -262,8 +262,10 @@ func (f *GPUForward) backwardRank(ctx context.Context, w *rankWork, dout []float
 			// Let launched work finish before its memory goes; its error,
 			// if any, is the one already reported.
 			_ = rk.stream.Synchronize()
-			if b.side != nil {
-				_ = b.side.Synchronize()
+			for _, s := range b.side {
+				if s != nil {
+					_ = s.Synchronize()
+				}
 			}
 		}
 		fwdNow, fwdPeak := rk.mem.held()

@@ -59,6 +59,17 @@ func (m *devMem) stream() (*loader.Stream, error) {
 	return s, nil
 }
 
+// priorityStream creates a non-blocking stream of the given priority
+// (loader.Context.StreamPriorities gives the range).
+func (m *devMem) priorityStream(priority int) (*loader.Stream, error) {
+	s, err := m.ctx.NewStreamWithPriority(loader.StreamNonBlocking, priority)
+	if err != nil {
+		return nil, fmt.Errorf("create stream of priority %d: %w", priority, err)
+	}
+	m.track("stream", s.Close)
+	return s, nil
+}
+
 // event creates a timing event.
 func (m *devMem) event() (*loader.Event, error) {
 	e, err := m.ctx.NewEvent(loader.EventDefault)

@@ -58,23 +58,20 @@ func (b *bwdRun) mixedTape() (*sched.Mixed, error) {
 	return m, nil
 }
 
-// tapeMixed launches the tape walk split as m says: the vh = 128 CTAs on the
-// rank's stream, then the vh = 64 CTAs on a side stream that waits for
-// everything before them on the rank's stream; the rank's stream then waits
-// for the side stream, so what follows sees both. argsFor gives a width's
-// arguments with a dispatch order. The vh = 128 launch is issued first so
-// that its CTAs, the longest, are handed SMs first (sched.Mixed's model).
+// tapeMixed launches the tape walk split as m says, the vh = 128 launch
+// first so that its CTAs, the longest, are handed SMs first (sched.Mixed's
+// model): on the rank's stream, with the vh = 64 launch on a side stream that
+// waits for everything before it on the rank's stream; or, with
+// GPUOptions.MixedTapePriority, on a side stream of the greatest priority,
+// with the vh = 64 launch on a second side stream, both waiting for the
+// same event. The rank's stream then waits for the side streams, so what
+// follows sees both halves. argsFor gives a width's arguments with a
+// dispatch order.
 func (b *bwdRun) tapeMixed(m *sched.Mixed, argsFor func(vh int, order uintptr) (*loader.Args, error)) (err error) {
 	rk, ks := b.rk, b.rk.dev.ks
-	if b.side == nil {
-		if b.side, err = b.mem.stream(); err != nil {
-			return fmt.Errorf("rank %d: mixed tape walk: %w", rk.rank, err)
-		}
-		for i := range b.sideEv {
-			if b.sideEv[i], err = b.mem.event(); err != nil {
-				return fmt.Errorf("rank %d: mixed tape walk: %w", rk.rank, err)
-			}
-		}
+	prio := b.f.be.gopts.MixedTapePriority
+	if err := b.sideStreams(prio); err != nil {
+		return fmt.Errorf("rank %d: mixed tape walk: %w", rk.rank, err)
 	}
 	// One table, Order128 then Order64: 4 (2 S HV - W) bytes, less than the
 	// vh 64 launch's dispatch order would take.
@@ -90,29 +87,72 @@ func (b *bwdRun) tapeMixed(m *sched.Mixed, argsFor func(vh int, order uintptr) (
 	if err != nil {
 		return err
 	}
-	if err := b.sideEv[0].Record(rk.stream); err != nil {
-		return fmt.Errorf("rank %d: mixed tape walk: record the side stream's start: %w", rk.rank, err)
+	s128, s64 := rk.stream, b.side[0]
+	if prio {
+		s128, s64 = b.side[1], b.side[0]
 	}
-	if err := b.side.WaitEvent(b.sideEv[0]); err != nil {
-		return fmt.Errorf("rank %d: mixed tape walk: side stream wait: %w", rk.rank, err)
+	if err := b.sideEv[0].Record(rk.stream); err != nil {
+		return fmt.Errorf("rank %d: mixed tape walk: record the side streams' start: %w", rk.rank, err)
+	}
+	for _, s := range []*loader.Stream{s128, s64} {
+		if s == rk.stream {
+			continue
+		}
+		if err := s.WaitEvent(b.sideEv[0]); err != nil {
+			return fmt.Errorf("rank %d: mixed tape walk: side stream wait: %w", rk.rank, err)
+		}
 	}
 	grid := func(g [3]int) [3]uint32 { return [3]uint32{uint32(g[0]), uint32(g[1]), uint32(g[2])} }
-	if err := b.launch(ks.tapeEntry(128), grid(m.Grid128()), ks.tapeSmem(128), a128); err != nil {
-		return err
-	}
-	if bwdProbeHook != nil {
-		b.launches = append(b.launches, recordedLaunch{ks.tapeEntry(64), grid(m.Grid64()), ks.tapeSmem(64), a64})
-	}
-	if err := launchOn(rk.dev, b.side, rk.rank, ks.tapeEntry(64), grid(m.Grid64()), ks.tapeSmem(64), a64); err != nil {
-		return err
-	}
-	if err := b.sideEv[1].Record(b.side); err != nil {
-		return fmt.Errorf("rank %d: mixed tape walk: record the side stream's end: %w", rk.rank, err)
-	}
-	if err := rk.stream.WaitEvent(b.sideEv[1]); err != nil {
-		return fmt.Errorf("rank %d: mixed tape walk: wait for the side stream: %w", rk.rank, err)
+	for i, l := range []struct {
+		s    *loader.Stream
+		vh   int
+		grid [3]int
+		args *loader.Args
+	}{{s128, 128, m.Grid128(), a128}, {s64, 64, m.Grid64(), a64}} {
+		entry, smem := ks.tapeEntry(l.vh), ks.tapeSmem(l.vh)
+		if bwdProbeHook != nil {
+			b.launches = append(b.launches, recordedLaunch{entry, grid(l.grid), smem, l.args})
+		}
+		if err := launchOn(rk.dev, l.s, rk.rank, entry, grid(l.grid), smem, l.args); err != nil {
+			return err
+		}
+		if l.s == rk.stream {
+			continue
+		}
+		if err := b.sideEv[1+i].Record(l.s); err != nil {
+			return fmt.Errorf("rank %d: mixed tape walk: record a side stream's end: %w", rk.rank, err)
+		}
+		if err := rk.stream.WaitEvent(b.sideEv[1+i]); err != nil {
+			return fmt.Errorf("rank %d: mixed tape walk: wait for a side stream: %w", rk.rank, err)
+		}
 	}
 	b.res.Mixed[rk.rank] = len(m.Order128)
+	return nil
+}
+
+// sideStreams makes, once a run, tapeMixed's side stream of the default
+// priority (side[0]) and, where prio asks for it, one of the context's
+// greatest priority (side[1]), and their three events.
+func (b *bwdRun) sideStreams(prio bool) (err error) {
+	if b.side[0] == nil {
+		if b.side[0], err = b.mem.stream(); err != nil {
+			return err
+		}
+		for i := range b.sideEv {
+			if b.sideEv[i], err = b.mem.event(); err != nil {
+				return err
+			}
+		}
+	}
+	if prio && b.side[1] == nil {
+		_, greatest, err := b.mem.ctx.StreamPriorities()
+		if err != nil {
+			return fmt.Errorf("stream priorities: %w", err)
+		}
+		if b.side[1], err = b.mem.priorityStream(greatest); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -30,7 +30,9 @@ func halfWide(chains []int, hv int) []int {
 //     memory differs from vh 64's by at most the split's order table;
 //   - the model: heads 16 / 48, documents of 10, 11 and 9 chunks on one rank
 //     (issue 6's three-document pack scaled down), where sm_90a's cost rule
-//     splits the tape walk by sched.MixedWalk (72 of 144 walks at vh 128).
+//     splits the tape walk by sched.MixedWalk (72 of 144 walks at vh 128),
+//     on the rank's and a side stream and on two prioritised side streams
+//     (GPUOptions.MixedTapePriority).
 func TestGPUMixedTape(t *testing.T) {
 	seed := gpuTestSeed(t)
 	gpus := openTestGPUs(t, bwdPlan(t, bwdPacks[0].docs, 1, LayoutC, 2, 4), GPUOptions{})
@@ -80,6 +82,9 @@ func TestGPUMixedTape(t *testing.T) {
 			_, mixed := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}, MixedTape: true}, in, dout)
 			requireSameGradBits(t, tg.name+": vh 64 vs the split tape walk", narrow, mixed)
 			require.Equal(t, 72, mixed.Mixed[0], "%s: tape walks at vh 128 (sched.MixedWalk on chains 10, 11, 9)", tg.name)
+			_, prio := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}, MixedTape: true, MixedTapePriority: true}, in, dout)
+			requireSameGradBits(t, tg.name+": vh 64 vs the split tape walk on prioritised streams", narrow, prio)
+			require.Equal(t, 72, prio.Mixed[0], "%s: tape walks at vh 128, prioritised streams", tg.name)
 			_, plain := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}}, in, dout)
 			require.Zero(t, plain.Mixed[0], "%s: split without GPUOptions.MixedTape", tg.name)
 			requireSameGradBits(t, tg.name+": the rule's width vs the split tape walk", plain, mixed)

@@ -13,6 +13,24 @@ func (d *driver) streamCreate(flags uint32) (uintptr, error) {
 	return s, d.check(d.cuStreamCreate.Name, f(&s, flags))
 }
 
+func (d *driver) streamCreateWithPriority(flags uint32, priority int32) (uintptr, error) {
+	f, err := d.cuStreamCreatePrio.Get(d.lib.Library)
+	if err != nil {
+		return 0, err
+	}
+	var s uintptr
+	return s, d.check(d.cuStreamCreatePrio.Name, f(&s, flags, priority))
+}
+
+// streamPriorities returns the current context's stream priority range.
+func (d *driver) streamPriorities() (least, greatest int32, err error) {
+	f, err := d.cuCtxStreamPrios.Get(d.lib.Library)
+	if err != nil {
+		return 0, 0, err
+	}
+	return least, greatest, d.check(d.cuCtxStreamPrios.Name, f(&least, &greatest))
+}
+
 func (d *driver) streamDestroy(s uintptr) error {
 	f, err := d.cuStreamDestroy.Get(d.lib.Library)
 	if err != nil {

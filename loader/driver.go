@@ -54,6 +54,8 @@ type driver struct {
 	cuMemFreeHost     proc[func(p unsafe.Pointer) ErrorCode]
 
 	cuStreamCreate      proc[func(s *uintptr, flags uint32) ErrorCode]
+	cuStreamCreatePrio  proc[func(s *uintptr, flags uint32, priority int32) ErrorCode]
+	cuCtxStreamPrios    proc[func(least, greatest *int32) ErrorCode]
 	cuStreamDestroy     proc[func(s uintptr) ErrorCode]
 	cuStreamSynchronize proc[func(s uintptr) ErrorCode]
 	cuStreamQuery       proc[func(s uintptr) ErrorCode]
@@ -115,6 +117,8 @@ func newDriver(lib *library) *driver {
 	d.cuMemFreeHost.Name = "cuMemFreeHost"
 
 	d.cuStreamCreate.Name = "cuStreamCreate"
+	d.cuStreamCreatePrio.Name = "cuStreamCreateWithPriority"
+	d.cuCtxStreamPrios.Name = "cuCtxGetStreamPriorityRange"
 	d.cuStreamDestroy.Name = "cuStreamDestroy_v2"
 	d.cuStreamSynchronize.Name = "cuStreamSynchronize"
 	d.cuStreamQuery.Name = "cuStreamQuery"

@@ -49,3 +49,29 @@ func TestGPUEventsElapsed(t *testing.T) {
 	assert.True(t, idle)
 	assert.Equal(t, lcg(iters), got[0])
 }
+
+// TestGPUStreamPriorities: the context's priority range runs from least
+// (the default) down to greatest, and a stream made at each end runs a
+// launch to the right result.
+func TestGPUStreamPriorities(t *testing.T) {
+	ctx := gpuContext(t)
+	_, _, spin, _ := testModule(t, ctx)
+	least, greatest, err := ctx.StreamPriorities()
+	require.NoError(t, err)
+	t.Logf("stream priorities: least %d, greatest %d", least, greatest)
+	require.LessOrEqual(t, greatest, least)
+	for _, prio := range []int{least, greatest} {
+		s, err := ctx.NewStreamWithPriority(StreamNonBlocking, prio)
+		require.NoError(t, err, "priority %d", prio)
+		out, err := AllocFor[uint32](ctx, 1)
+		require.NoError(t, err)
+		const iters = 1 << 12
+		require.NoError(t, Launch(s, spin, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, NewArgs().Ptr(out).U32(iters)))
+		got := make([]uint32, 1)
+		require.NoError(t, CopyFromDeviceAsync(out, got, s))
+		require.NoError(t, s.Synchronize())
+		assert.Equal(t, lcg(iters), got[0], "priority %d", prio)
+		require.NoError(t, out.Free())
+		require.NoError(t, s.Close())
+	}
+}

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync/atomic"
 )
@@ -28,10 +29,16 @@ type Stream struct {
 
 // NewStream creates a stream (cuStreamCreate).
 func (c *Context) NewStream(flags StreamFlags) (*Stream, error) {
+	return c.newStream(func() (uintptr, error) { return c.d.streamCreate(uint32(flags)) })
+}
+
+// newStream creates a stream with create, run on the context's thread, and
+// arranges its release.
+func (c *Context) newStream(create func() (uintptr, error)) (*Stream, error) {
 	var h uintptr
 	err := c.Do(func() error {
 		var e error
-		h, e = c.d.streamCreate(uint32(flags))
+		h, e = create()
 		return e
 	})
 	if err != nil {
@@ -41,6 +48,30 @@ func (c *Context) NewStream(flags StreamFlags) (*Stream, error) {
 	s.cleanup = runtime.AddCleanup(s, runCleanup, released{d: c.d, ctx: c.handle, handle: h,
 		free: func(d *driver, h uintptr) error { return d.streamDestroy(h) }})
 	return s, nil
+}
+
+// StreamPriorities returns the context's range of stream priorities
+// (cuCtxGetStreamPriorityRange): least is the default priority, greatest the
+// highest, and a lower number is a higher priority. Where both pend, the GPU
+// hands out the CTAs of a higher-priority stream's launches first.
+func (c *Context) StreamPriorities() (least, greatest int, err error) {
+	var l, g int32
+	err = c.Do(func() error {
+		var e error
+		l, g, e = c.d.streamPriorities()
+		return e
+	})
+	return int(l), int(g), err
+}
+
+// NewStreamWithPriority creates a stream of the given priority
+// (cuStreamCreateWithPriority; StreamPriorities gives the range, and the
+// driver clamps a priority outside it).
+func (c *Context) NewStreamWithPriority(flags StreamFlags, priority int) (*Stream, error) {
+	if priority < math.MinInt32 || priority > math.MaxInt32 {
+		return nil, fmt.Errorf("loader: stream priority %d out of range", priority)
+	}
+	return c.newStream(func() (uintptr, error) { return c.d.streamCreateWithPriority(uint32(flags), int32(priority)) })
 }
 
 // Handle returns the raw CUstream (usable as a cudaStream_t, e.g. by NCCL).

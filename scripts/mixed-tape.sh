@@ -6,8 +6,9 @@
 #
 # TestGPUMixedTape first (the split tape walk's gradients bitwise against vh 64; TESTS=0 skips it),
 # then `kcp bench --modes core+bwd` on DOCS (default: issue 6's three documents) without (a) and with
-# (m) --mixed-tape, a then m in each of ROUNDS rounds, medians of REPS; a table of the tape walk and the
-# total last. Logs and JSON under $OUT.
+# --mixed-tape (m: the vh 128 half on the rank's stream; p: both halves on side streams, the vh 128 one
+# at the greatest priority, --mixed-tape-priority), a, m, p in each of ROUNDS rounds, medians of REPS; a
+# table of the tape walk and the total last. Logs and JSON under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -f .gpu/pack.tgz ] && tar -C .gpu -xzf .gpu/pack.tgz
@@ -23,9 +24,10 @@ if [ "${TESTS:-1}" = 1 ]; then
 	grep -E -- '--- FAIL|^panic|Error:|Messages:' "$out/test.log" | head -20
 fi
 for r in $(seq 1 "$ROUNDS"); do
-	for v in a m; do
+	for v in a m p; do
 		flag=
 		[ "$v" = m ] && flag=--mixed-tape
+		[ "$v" = p ] && flag='--mixed-tape --mixed-tape-priority'
 		if ! .gpu/kcp bench --docs "$DOCS" --kernels v5 --modes core+bwd --reps "$REPS" --json $flag \
 			>"$out/$v$r.json" 2>"$out/$v$r.err"; then
 			echo "bench $v$r failed:"
@@ -37,7 +39,7 @@ python3 - "$out" "$ROUNDS" <<'PY'
 import json, sys, os
 out, rounds = sys.argv[1], int(sys.argv[2])
 print(f"{'variant':8} {'round':>5} {'tape walk ms':>13} {'chunk grads ms':>15} {'total ms':>9} {'walks at vh 128':>16}")
-for v in "am":
+for v in "amp":
     for r in range(1, rounds + 1):
         p = os.path.join(out, f"{v}{r}.json")
         try:

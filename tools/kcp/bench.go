@@ -25,6 +25,7 @@ type benchOptions struct {
 	copyTBs, mmaTFLOPs         float64
 	json, splitGrads           bool
 	launchOrder, mixedTape     bool
+	mixedTapePriority          bool
 	forceVH                    int
 }
 
@@ -87,30 +88,32 @@ on the CUDA cores).`,
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at this width (64 or 128) instead of the plan's decision; 0: the decision")
 	f.BoolVar(&o.launchOrder, "launch-order", false, "v5: run the walks' CTAs in launch order instead of kcp's dispatch order (same bits; to measure what the order saves where segments differ in length)")
 	f.BoolVar(&o.mixedTape, "mixed-tape", false, "v5: split the tape walk between the widths where sm_90a's cost model puts it 2% below the better single width (kcp.GPUOptions.MixedTape; same bits; off until measured)")
+	f.BoolVar(&o.mixedTapePriority, "mixed-tape-priority", false, "with --mixed-tape: launch the split tape walk's vh 128 half on a side stream of the greatest priority beside the vh 64 half's (kcp.GPUOptions.MixedTapePriority)")
 	f.BoolVar(&o.splitGrads, "split-grads", false, "v5, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, 1.5 ms faster at 32K, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
 	return cmd
 }
 
 type benchRow struct {
-	Kernels      string             `json:"kernels"`
-	Mode         string             `json:"mode"`
-	Tokens       int                `json:"tokens"`
-	Docs         []int              `json:"docs"`
-	Blob         string             `json:"blob"`
-	Reps         int                `json:"reps"`
-	MedianMillis float64            `json:"median_ms"`
-	MinMillis    float64            `json:"min_ms"`
-	Stages       map[string]float64 `json:"stage_median_ms"`
-	StageOrder   []string           `json:"stages"`
-	PeakBytes    int64              `json:"peak_bytes,omitempty"`
-	SplitGrads   bool               `json:"split_grads,omitempty"`
-	LaunchOrder  bool               `json:"launch_order,omitempty"`
-	MixedTape    bool               `json:"mixed_tape,omitempty"`
-	TapeMixed    int                `json:"tape_walks_vh128,omitempty"`
-	MemFloor     float64            `json:"memory_floor_ms"`
-	FlopFloor    float64            `json:"compute_floor_ms"`
-	StateVH      int                `json:"state_walk_vh,omitempty"`
-	ForceVH      int                `json:"force_vh,omitempty"`
+	Kernels       string             `json:"kernels"`
+	Mode          string             `json:"mode"`
+	Tokens        int                `json:"tokens"`
+	Docs          []int              `json:"docs"`
+	Blob          string             `json:"blob"`
+	Reps          int                `json:"reps"`
+	MedianMillis  float64            `json:"median_ms"`
+	MinMillis     float64            `json:"min_ms"`
+	Stages        map[string]float64 `json:"stage_median_ms"`
+	StageOrder    []string           `json:"stages"`
+	PeakBytes     int64              `json:"peak_bytes,omitempty"`
+	SplitGrads    bool               `json:"split_grads,omitempty"`
+	LaunchOrder   bool               `json:"launch_order,omitempty"`
+	MixedTape     bool               `json:"mixed_tape,omitempty"`
+	MixedTapePrio bool               `json:"mixed_tape_priority,omitempty"`
+	TapeMixed     int                `json:"tape_walks_vh128,omitempty"`
+	MemFloor      float64            `json:"memory_floor_ms"`
+	FlopFloor     float64            `json:"compute_floor_ms"`
+	StateVH       int                `json:"state_walk_vh,omitempty"`
+	ForceVH       int                `json:"force_vh,omitempty"`
 }
 
 func (o *benchOptions) run(cmd *cobra.Command) error {
@@ -120,6 +123,9 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 	}
 	if o.reps < 1 || o.warmup < 0 {
 		return fmt.Errorf("--reps %d, --warmup %d: need at least one timed run", o.reps, o.warmup)
+	}
+	if o.mixedTapePriority && !o.mixedTape {
+		return fmt.Errorf("--mixed-tape-priority: only with --mixed-tape")
 	}
 	if o.forceVH != 0 && o.forceVH != 64 && o.forceVH != 128 {
 		return fmt.Errorf("--force-vh %d: want 64 or 128 (or 0 for the plan's decision)", o.forceVH)
@@ -261,7 +267,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		return benchRow{}, fmt.Errorf("--kernels: %w", err)
 	}
 	gopts.SplitGrads = o.splitGrads
-	gopts.LaunchOrder, gopts.MixedTape = o.launchOrder, o.mixedTape
+	gopts.LaunchOrder, gopts.MixedTape, gopts.MixedTapePriority = o.launchOrder, o.mixedTape, o.mixedTapePriority
 	g, err := kcp.NewGPU(plan, gopts)
 	if err != nil {
 		if errors.Is(err, loader.ErrNoDriver) || loader.IsCode(err, loader.ErrorNoDevice) {
@@ -272,7 +278,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 	defer g.Close()
 	row := benchRow{Kernels: kernels, Mode: mode, Tokens: plan.Tokens, Docs: plan.Config.Docs, Reps: o.reps, Stages: map[string]float64{},
 		ForceVH: o.forceVH, SplitGrads: o.splitGrads && kernels == "v5" && stage == kcp.StageCore, LaunchOrder: o.launchOrder,
-		MixedTape: o.mixedTape}
+		MixedTape: o.mixedTape, MixedTapePrio: o.mixedTape && o.mixedTapePriority}
 	stageTimes := map[string][]float64{}
 	var totals []float64
 	for i := 0; i < o.warmup+o.reps; i++ {
@@ -340,6 +346,9 @@ func writeBench(w io.Writer, rows []benchRow) error {
 		switch {
 		case r.TapeMixed > 0:
 			fmt.Fprintf(&b, "; tape walk split, %d (segment, head) walks at vh 128 (--mixed-tape)", r.TapeMixed)
+			if r.MixedTapePrio {
+				b.WriteString(" on prioritised streams")
+			}
 		case r.MixedTape:
 			b.WriteString("; tape walk not split (--mixed-tape: the model gains too little)")
 		}

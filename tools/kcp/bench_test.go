@@ -25,6 +25,7 @@ func TestWriteBench(t *testing.T) {
 		{"unknown", 0, 0, "peak device memory 4.00 GiB\n", "vh"},
 		{"launch order", 64, 0, "; walks in launch order (--launch-order); state walk at vh 64\n", "forced"},
 		{"mixed tape", 64, 0, "; tape walk split, 72 (segment, head) walks at vh 128 (--mixed-tape); state walk at vh 64\n", "not split"},
+		{"mixed tape on prioritised streams", 64, 0, "; tape walk split, 72 (segment, head) walks at vh 128 (--mixed-tape) on prioritised streams; state walk at vh 64\n", "not split"},
 		{"mixed tape not split", 64, 0, "; tape walk not split (--mixed-tape: the model gains too little); state walk at vh 64\n", "walks at vh 128"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -32,9 +33,10 @@ func TestWriteBench(t *testing.T) {
 			r.StateVH, r.ForceVH = tc.stateVH, tc.force
 			r.LaunchOrder = tc.name == "launch order"
 			r.MixedTape = strings.HasPrefix(tc.name, "mixed tape")
-			if tc.name == "mixed tape" {
+			if tc.name == "mixed tape" || tc.name == "mixed tape on prioritised streams" {
 				r.TapeMixed = 72
 			}
+			r.MixedTapePrio = tc.name == "mixed tape on prioritised streams"
 			var b strings.Builder
 			require.NoError(t, writeBench(&b, []benchRow{r}))
 			out := b.String()
@@ -44,6 +46,14 @@ func TestWriteBench(t *testing.T) {
 			assert.Contains(t, out, "  prep                            1.300 ms\n  state walk                      3.200 ms\n")
 		})
 	}
+}
+
+// TestBenchMixedTapePriorityFlag: --mixed-tape-priority without
+// --mixed-tape is an error before any GPU work.
+func TestBenchMixedTapePriorityFlag(t *testing.T) {
+	_, stderr, code := execute("bench", "--mixed-tape-priority")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "--mixed-tape-priority: only with --mixed-tape")
 }
 
 // TestBenchForceVHFlag: a width other than 64 or 128 is an error before any
