@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -351,6 +352,22 @@ func TestPlanAllText(t *testing.T) {
 		assert.Contains(t, stdout, "\n"+p.String()+" ")
 	}
 	assert.Contains(t, stdout, "of 90")
+	// The rows a tape walk split shortens: sm_90a only (the one cost rule),
+	// each one faster by the model.
+	block := stdout[strings.Index(stdout, "rows whose slowest tape walk a split between the widths shortens"):]
+	block = block[:strings.Index(block, "\n\n")]
+	lines := strings.Split(block, "\n")[3:]
+	require.NotEmpty(t, lines)
+	for _, l := range lines {
+		f := strings.Fields(l)
+		require.GreaterOrEqual(t, len(f), 8, l)
+		assert.Equal(t, "sm_90a/132", f[3], l)
+		before, err1 := strconv.Atoi(f[4])
+		after, err2 := strconv.Atoi(f[6])
+		require.NoError(t, errors.Join(err1, err2), l)
+		assert.Less(t, after, before, l)
+	}
+	assert.Contains(t, block, "P5    2   Z       sm_90a/132  4752 -> 4480 (-5.7%)")
 }
 
 func TestSummarizeCounts(t *testing.T) {

@@ -166,6 +166,46 @@ func writeAllText(w io.Writer, plans []planJSON) error {
 	return tw.Flush()
 }
 
+// writeMixedText lists, for --all, the rows whose slowest rank's tape walk
+// the split between the widths (kcp bench --mixed-tape) shortens by the
+// cost model: the largest tape walk makespan over the ranks at the rule's
+// width, and with each rank's split where it is taken.
+func writeMixedText(w io.Writer, plans []planJSON) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "rows whose slowest tape walk a split between the widths shortens (kcp bench --mixed-tape, off by default;")
+	fmt.Fprintln(tw, "makespans in cost units: chunks x the rule's chunk cost; profiles with a measured cost rule only)")
+	fmt.Fprintln(tw, "pack	cp	layout	arch	slowest tape walk: rule -> split	ranks split")
+	rows := 0
+	for _, pj := range plans {
+		before, after := 0, 0
+		var split []string
+		for _, rj := range pj.Ranks {
+			for _, wj := range rj.Walks {
+				m := wj.Mixed
+				if m == nil {
+					continue
+				}
+				a := m.Single
+				if m.Taken {
+					a = m.Makespan
+					split = append(split, fmt.Sprintf("r%d", rj.Rank))
+				}
+				before, after = max(before, m.Single), max(after, a)
+			}
+		}
+		if after < before {
+			rows++
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s/%d\t%d -> %d (%.1f%%)\t%s\n", pj.Pack, pj.CP, pj.Layout, pj.Arch, pj.SMs, before, after,
+				100*float64(after-before)/float64(before), strings.Join(split, ", "))
+		}
+	}
+	if rows == 0 {
+		fmt.Fprintln(tw, "(none)")
+	}
+	fmt.Fprintln(tw)
+	return tw.Flush()
+}
+
 // profileSummary counts, for one profile, what rule B changes.
 type profileSummary struct {
 	Profile                  string
