@@ -598,23 +598,29 @@ type GPUOptions struct {
 	// width rule's cost model puts the split at least
 	// sched.MixedMarginPercent below the better single width
 	// (sched.MixedWalk): some (segment, value head) walks at vh = 128, the
-	// rest at vh = 64, as two launches on two streams that the GPU runs side
-	// by side, the vh = 128 one first. Both widths write the same bits, so
-	// the gradients do not change; GPUGrads.Mixed says where it split. It
-	// fills the SMs of multi-document packs whose tape walk one width packs
-	// badly (issue 6's 120,908 tokens: 11% by the model); it is off by
-	// default until measured on the GPU (docs/perf-notes.md, "Mixed tape
-	// widths"). ForceVH and LaunchOrder turn it off, and so do kernel sets
-	// without the tape walk's vh = 128 entry.
+	// rest at vh = 64, as two launches side by side, the vh = 128 one first.
+	// Both widths write the same bits, so the gradients do not change;
+	// GPUGrads.Split says where it split. It fills the SMs of
+	// multi-document packs whose tape walk one width packs badly (issue 6's
+	// 120,908 tokens: 11% by the model); it is off by default until measured
+	// on the GPU (docs/perf-notes.md, "Mixed tape widths"). ForceVH and
+	// LaunchOrder turn it off, and so do kernel sets whose tape walk cannot
+	// split (SplitHeads).
 	MixedTape bool
-	// MixedTapePriority launches a split tape walk's two halves on two side
-	// streams that wait for the same event, the vh = 128 half's at the
-	// context's greatest stream priority, so that where both pend the GPU
-	// hands out the vh = 128 CTAs first; unset, the vh = 128 half runs on the
-	// rank's stream and the vh = 64 half on a side stream. Which of the two
-	// keeps the model's order on the GPU is for the measurement to say. It
-	// applies only with MixedTape.
-	MixedTapePriority bool
+	// SplitHeads[k], where not 0, runs walk k of every rank split between
+	// the widths with that many value heads of every chain at vh = 128 and
+	// the rest at vh = 64, whatever the width rule or MixedTape say: for
+	// measuring splits. Only the v5 plane state and tape walks split
+	// (another kernel set is an error at the walk); 0 < SplitHeads[k] < HV,
+	// and not with ForceVH. The bits are those of either width.
+	SplitHeads [sched.NumWalkKinds]int
+	// SplitPriority launches a split walk's two halves on two side streams
+	// that wait for the same event, the vh = 128 half's at the context's
+	// greatest stream priority, so that where both pend the GPU hands out
+	// the vh = 128 CTAs first; unset, the vh = 128 half runs on the rank's
+	// stream and the vh = 64 half on a side stream. Which of the two keeps
+	// the model's order on the GPU is for the measurement to say.
+	SplitPriority bool
 
 	// Devices are the CUDA devices the ranks run on: rank r of an R-rank
 	// plan runs on Devices[r*len(Devices)/R], in contiguous blocks (R = 4 on
@@ -778,7 +784,7 @@ type GPU struct {
 	layout rankLayout
 	runMu  sync.Mutex // serializes runs over a given Communicator
 	orders sync.Map   // the walks' dispatch orders ([]int32, nil for launch order) by fmt.Sprint(hv, tiles, chains)
-	mixed  sync.Map   // the tape walks' splits (*sched.Mixed, nil for none) by fmt.Sprint(hv, cost, chains)
+	mixed  sync.Map   // the walks' model splits (*sched.Mixed, nil for none) by fmt.Sprint(kind, hv, cost, slots, chains)
 
 	mu     sync.Mutex
 	closed bool
@@ -800,6 +806,9 @@ func NewGPU(plan *Plan, opts GPUOptions) (*GPU, error) {
 		return nil, err
 	}
 	if _, err := opts.Options.normalize(); err != nil {
+		return nil, err
+	}
+	if err := opts.checkSplitHeads(plan.Config.HV); err != nil {
 		return nil, err
 	}
 	devs, err := opts.deviceList()
@@ -864,7 +873,7 @@ func openFleet(devs []int, blob string, ks kernelSet) (*gpuFleet, error) {
 // ForPlan returns a GPU backend for another plan and options on the same
 // devices, blobs and kernels (no reload, no JIT). opts.Device, opts.Devices,
 // opts.Blob and the kernel choice must be left zero or equal g's; Options,
-// KeepDevice, HostExchange, LaunchOrder, MixedTape and MixedTapePriority are opts'; Comm, Communicator, Timeout and StageHook are
+// KeepDevice, HostExchange, LaunchOrder, MixedTape, SplitHeads and SplitPriority are opts'; Comm, Communicator, Timeout and StageHook are
 // opts' when set, else g's. The ranks of the new plan are placed on the
 // devices anew (a plan of another rank count spreads differently), and an
 // NCCL group is shared with every backend of the family whose ranks run on
@@ -887,7 +896,11 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	gopts := g.gopts
 	gopts.Options, gopts.KeepDevice, gopts.HostExchange = opts.Options, opts.KeepDevice, opts.HostExchange
-	gopts.LaunchOrder, gopts.MixedTape, gopts.MixedTapePriority = opts.LaunchOrder, opts.MixedTape, opts.MixedTapePriority
+	gopts.LaunchOrder, gopts.MixedTape, gopts.SplitHeads, gopts.SplitPriority = opts.LaunchOrder, opts.MixedTape, opts.SplitHeads,
+		opts.SplitPriority
+	if err := gopts.checkSplitHeads(plan.Config.HV); err != nil {
+		return nil, err
+	}
 	if opts.Comm != "" {
 		gopts.Comm = opts.Comm
 	}

@@ -102,11 +102,11 @@ type GPUGrads struct {
 	// [rank][walk kind] (the plan's memoized decision or Options.ForceVH);
 	// 0 where nothing launched (an empty walk list, or a forward walk).
 	VH [][sched.NumWalkKinds]int
-	// Mixed is, per rank, the number of (segment, value head) walks its tape
-	// walk ran at vh = 128 where GPUOptions.MixedTape split it between the
-	// widths (the rest ran at vh = 64; VH then holds the rule's width), and
-	// 0 where it ran at one width.
-	Mixed []int
+	// Split is, [rank][walk kind], how many (segment, value head) walks of a
+	// walk split between the widths (GPUOptions.MixedTape, SplitHeads) ran
+	// at vh = 128, the rest at vh = 64 (VH then holds the rule's width); 0
+	// where the walk ran at one width.
+	Split [][sched.NumWalkKinds]int
 	// Timing is every rank's backward timeline (GPUBackwardStages), indexed
 	// by rank.
 	Timing []RankTiming
@@ -176,7 +176,7 @@ func (f *GPUForward) Backward(ctx context.Context, dout []float32) (*GPUGrads, e
 		return nil, fmt.Errorf("kcp: gpu backward: %w", err)
 	}
 	R := len(p.Ranks)
-	res := &GPUGrads{VH: make([][sched.NumWalkKinds]int, R), Mixed: make([]int, R), Timing: make([]RankTiming, R), PeakBytes: make([]int64, R),
+	res := &GPUGrads{VH: make([][sched.NumWalkKinds]int, R), Split: make([][sched.NumWalkKinds]int, R), Timing: make([]RankTiming, R), PeakBytes: make([]int64, R),
 		Ranks: slices.Clone(f.Ranks), rows: &gpuGradRows{plan: p, stage: f.stage, out: f.out, rows: make([]*gradRows, R)}}
 	err := f.be.runRanks(ctx, "backward", GPUBackwardStages, true, func(ctx context.Context, w *rankWork) error {
 		return f.backwardRank(ctx, w, dout, res)
@@ -219,9 +219,6 @@ type bwdRun struct {
 	dq, dk, dv, dq16, dk16, dv16                               *loader.Buffer // core stage
 	dy, dx, dhalo, dwPart, dw, dx16, haloIn                    *loader.Buffer // module stage
 
-	side   [2]*loader.Stream // a mixed tape walk's side streams (tapeMixed), made on first use
-	sideEv [3]*loader.Event  // their start (after the rank stream's work) and their ends
-
 	launches []recordedLaunch // every launch, in stream order, while bwdProbeHook is set
 }
 
@@ -262,11 +259,7 @@ func (f *GPUForward) backwardRank(ctx context.Context, w *rankWork, dout []float
 			// Let launched work finish before its memory goes; its error,
 			// if any, is the one already reported.
 			_ = rk.stream.Synchronize()
-			for _, s := range b.side {
-				if s != nil {
-					_ = s.Synchronize()
-				}
-			}
+			rk.split.sync()
 		}
 		fwdNow, fwdPeak := rk.mem.held()
 		_, bwdPeak := b.mem.held()
@@ -639,14 +632,20 @@ func (b *bwdRun) tapeAndGrads() error {
 		}
 		return argsTapePlanes(pa, b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order), nil
 	}
-	mixed, err := b.mixedTape()
+	split, err := b.f.be.walkSplit(rk, sched.Tape)
 	if err != nil {
 		return err
 	}
-	if mixed != nil {
-		if err := b.tapeMixed(mixed, planeTapeArgs); err != nil {
+	if split != nil {
+		var record func(recordedLaunch)
+		if bwdProbeHook != nil {
+			record = func(l recordedLaunch) { b.launches = append(b.launches, l) }
+		}
+		if err := b.f.be.launchSplit(rk, b.mem, split, "tape walk", splitLaunch{ks.tapeEntry(128), ks.tapeSmem(128)},
+			splitLaunch{ks.tapeEntry(64), ks.tapeSmem(64)}, planeTapeArgs, record); err != nil {
 			return err
 		}
+		b.res.Split[rk.rank][sched.Tape] = len(split.Order128)
 	} else {
 		tapeArgs := argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())
 		if ks.tape == entryTapeMMA || ks.bwalkPlanes {
@@ -1031,6 +1030,8 @@ type GPUCheckpoint struct {
 	Decisions [][sched.NumWalkKinds]sched.Decision
 	// VH is the width each forward walk launched with, [rank][walk kind].
 	VH [][sched.NumWalkKinds]int
+	// Split is GPUForward.Split of the checkpointed forward.
+	Split [][sched.NumWalkKinds]int
 	// Timing is every rank's forward timeline (GPUForwardStages).
 	Timing []RankTiming
 	// PeakBytes is every rank's peak device memory during the forward.
@@ -1064,7 +1065,7 @@ func (g *GPU) ForwardCheckpoint(ctx context.Context, in *Inputs) (*GPUCheckpoint
 	if err != nil {
 		return nil, err
 	}
-	ck := &GPUCheckpoint{out: f.out, Decisions: f.Decisions, VH: f.VH, Timing: f.Timing, PeakBytes: f.PeakBytes,
+	ck := &GPUCheckpoint{out: f.out, Decisions: f.Decisions, VH: f.VH, Split: f.Split, Timing: f.Timing, PeakBytes: f.PeakBytes,
 		Blob: f.Blob, Ranks: f.Ranks, g: g, in: in, starts: make([][]float32, R), halos: halos}
 	for _, r := range f.Ranks {
 		ck.starts[r] = f.States[r].Start

@@ -68,6 +68,11 @@ type GPUForward struct {
 	// decision or Options.ForceVH; 0 where nothing launched (an empty walk
 	// list, or a walk the forward does not run).
 	VH [][sched.NumWalkKinds]int
+	// Split is, [rank][walk kind], how many (segment, value head) walks of a
+	// walk split between the widths (GPUOptions.SplitHeads) ran at vh = 128,
+	// the rest at vh = 64 (VH then holds the rule's width); 0 where the walk
+	// ran at one width.
+	Split [][sched.NumWalkKinds]int
 	// States are every rank's boundary states, indexed by rank.
 	States []RankStates
 	// Timing is every rank's timeline, indexed by rank.
@@ -100,6 +105,7 @@ type gpuRank struct {
 	tb     *gpuTables
 	mem    *devMem
 	stream *loader.Stream
+	split  splitStreams // side streams of split walks (launchSplit)
 
 	chunkTok0, chunkLen, segChunk0, segNChunk, list, compOff, compIdx *loader.Buffer
 	segStart, segLen, tokSeg, x, convW, halo, y                       *loader.Buffer
@@ -206,7 +212,7 @@ func (g *GPU) newResult(dec [][sched.NumWalkKinds]sched.Decision) (*GPUForward, 
 	R := len(p.Ranks)
 	return &GPUForward{
 		out:       newGPUOutRows(p),
-		Decisions: dec, VH: make([][sched.NumWalkKinds]int, R),
+		Decisions: dec, VH: make([][sched.NumWalkKinds]int, R), Split: make([][sched.NumWalkKinds]int, R),
 		States: make([]RankStates, R), Timing: make([]RankTiming, R), PeakBytes: make([]int64, R),
 		Blob: g.dev.profile.Target, Ranks: g.LocalRanks(), plan: p, stage: g.opts.Stage, opts: g.opts, be: g, fleet: g.fleet,
 		ranks: make([]*gpuRank, R),
@@ -570,6 +576,7 @@ func (rr *rankRun) release(err *error, keep bool) {
 			// Let launched work finish before its memory goes; its error,
 			// if any, is the one already reported.
 			_ = rk.stream.Synchronize()
+			rk.split.sync()
 		}
 		*err = errors.Join(*err, rk.mem.free())
 		return
@@ -1192,21 +1199,39 @@ func (rr *rankRun) finish() error {
 			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh)
 		outH, outV = rk.h16.Ptr(), rk.vnew16.Ptr()
 	}
+	split, err := g.walkSplit(rk, sched.State)
+	if err != nil {
+		return err
+	}
 	if ks.planes {
 		vnew, vnewp := rk.vnew.Ptr(), uintptr(0)
 		if ks.tokenSlots { // rk.vnew holds token slots (gdn_chunk_grads_mma6's V')
 			vnew, vnewp = 0, rk.vnew.Ptr()
 		}
-		order, err := g.walkOrder(rk.mem, rk.stream, tb.SegNChunk, HV, gpuD/vh, "state walk order")
-		if err != nil {
-			return fmt.Errorf("rank %d: %w", rk.rank, err)
+		planeArgs := func(w int, order uintptr) *loader.Args {
+			return argsStatePlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
+				rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), vnew, rk.final.Ptr(),
+				rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, w, vnewp, order)
 		}
-		stateArgs = argsStatePlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
-			rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.start.Ptr(), rk.h.Ptr(), vnew, rk.final.Ptr(),
-			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh, vnewp, order.Ptr())
+		if split != nil {
+			if err := g.launchSplit(rk, rk.mem, split, "state walk", splitLaunch{ks.state, ks.walkSmem(128)},
+				splitLaunch{ks.state, ks.walkSmem(64)},
+				func(w int, order uintptr) (*loader.Args, error) { return planeArgs(w, order), nil }, nil); err != nil {
+				return err
+			}
+			rr.res.Split[rk.rank][sched.State] = len(split.Order128)
+		} else {
+			order, err := g.walkOrder(rk.mem, rk.stream, tb.SegNChunk, HV, gpuD/vh, "state walk order")
+			if err != nil {
+				return fmt.Errorf("rank %d: %w", rk.rank, err)
+			}
+			stateArgs = planeArgs(vh, order.Ptr())
+		}
 	}
-	if err := rr.launch(ks.state, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.walkSmem(vh), stateArgs); err != nil {
-		return err
+	if split == nil {
+		if err := rr.launch(ks.state, [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.walkSmem(vh), stateArgs); err != nil {
+			return err
+		}
 	}
 	if err := rr.mark(); err != nil { // state walk
 		return err

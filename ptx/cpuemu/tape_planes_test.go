@@ -19,18 +19,29 @@ import (
 // tapePlaneOuts are the tape walks' outputs, fp32 and bf16.
 var tapePlaneOuts = []string{"d_chunk", "dvnew", "dstart", "dvnewp", "dvnew16", "d16", "out_pt", "out_r"}
 
-// mixedWide is an uneven split of a tape walk over ns chains and hv value
-// heads between the widths: ns*(hv/2) walks at vh 128, filling chain 0's heads
-// first, then chain 1's, ... (so that some chains run wholly at vh 128, one
-// partly and the rest not at all).
-func mixedWide(ns, hv int) []int {
-	wide := make([]int, ns)
-	left := ns * (hv / 2)
-	for s := range wide {
+// addSplit loads, as name+"_order128" and name+"_order64", the dispatch
+// orders of a walk over l's segments split unevenly between the widths
+// (sched.SplitWalk): NS*(hv/2) walks at vh 128, filling segment 0's heads
+// first, then segment 1's, ..., so that some segments run wholly at vh 128,
+// one partly and the rest not at all. It returns the split (its grids), or
+// nil for hv < 2, where no split exists (the vh 128 walks would be all or
+// none of them).
+func addSplit(j *job, l *layout, hv int, name string) *sched.Mixed {
+	if hv < 2 {
+		return nil
+	}
+	chains, wide := make([]int, l.NS), make([]int, l.NS)
+	left := l.NS * (hv / 2)
+	for s := range chains {
+		chains[s] = int(l.segNChunk[s])
 		wide[s] = min(hv, left)
 		left -= wide[s]
 	}
-	return wide
+	m, err := sched.SplitWalk(chains, wide, hv, 3, sched.ChunkCost{Narrow: 3, Wide: 5})
+	require.NoError(j.t, err)
+	j.i32(name+"_order128", m.Order128)
+	j.i32(name+"_order64", m.Order64)
+	return m
 }
 
 // addTapePlanes adds the fp32 l2norm, prep and dV'_local (the walks'
@@ -100,21 +111,15 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 				buf("dvl"), buf("dout")}, tabs, outs(p), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra(p),
 				[]string{order})...)
 	}
-	// The tape walk split between the widths as kcp launches it with
-	// GPUOptions.MixedTape (sched.SplitWalk's orders and grids): the vh 128
-	// entry on some (segment, head) walks, the vh 64 entry on the others.
-	chains := make([]int, l.NS)
-	for s := range chains {
-		chains[s] = int(l.segNChunk[s])
-	}
-	m, err := sched.SplitWalk(chains, mixedWide(l.NS, HV), HV, 3, sched.ChunkCost{Narrow: 3, Wide: 5})
-	require.NoError(j.t, err)
-	j.i32("mix_order128", m.Order128)
-	j.i32("mix_order64", m.Order64)
+	// The tape walk split between the widths as kcp launches it
+	// (GPUOptions.MixedTape, SplitHeads): the vh 128 entry on some (segment,
+	// head) walks, the vh 64 entry on the others.
+	m := addSplit(j, l, HV, "tape")
+	require.NotNil(j.t, m, "the tape walk cases have HV >= 2")
 	for _, vh := range []int{128, 64} {
-		tape, g, order := "gdn_tape_walk_planes_w128", m.Grid128(), buf("mix_order128")
+		tape, g, order := "gdn_tape_walk_planes_w128", m.Grid128(), buf("tape_order128")
 		if vh == 64 {
-			tape, g, order = "gdn_tape_walk_planes", m.Grid64(), buf("mix_order64")
+			tape, g, order = "gdn_tape_walk_planes", m.Grid64(), buf("tape_order64")
 		}
 		j.launch("pmix_tape"+vhName(vh), tape, g, 256, smemOf("tape_planes_smem", vh),
 			slices.Concat([]string{buf("wp"), bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
@@ -185,7 +190,7 @@ func TestTapePlanesOnCPU(t *testing.T) {
 				require.Equal(t, bf16.Bytes(stateT16(rw.f32s(p+"d_chunk"), l.NC, HV)), rw.raw[p+"d16"],
 					"%sd16: not the walk's own D^T rounded to bf16", p)
 			}
-			// The walk split between the widths (mixedWide) writes vh 64's bits
+			// The walk split between the widths (addSplit) writes vh 64's bits
 			// into every element of every output (poison left over would differ).
 			for _, n := range tapePlaneOuts[:6] {
 				for _, r := range []*result{rw, rp} {

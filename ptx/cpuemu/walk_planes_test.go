@@ -44,7 +44,7 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 		j.poison(o.name, poisonF32)
 	}
 	outPlanes(j, "", l.NC, HQK, HV)
-	for _, p := range []string{"ref_", "p64_", "p128_"} {
+	for _, p := range []string{"ref_", "p64_", "p128_", "psplit_"} {
 		for _, o := range []bufSpec{{"h", 4 * l.NC * HV * dHead * dHead}, {"vnew", 4 * T * HV * dHead},
 			{"final", 4 * l.NS * HV * dHead * dHead}, {"h16", 2 * l.NC * HV * dHead * dHead},
 			{"vnew16", 2 * l.NC * HV * dHead * chunk}, {"out_p", 4 * len(sum) * HV * dHead * dHead},
@@ -53,7 +53,7 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 			j.poison(p+o.name, poisonF32)
 		}
 	}
-	for _, p := range []string{"p64_", "p128_"} {
+	for _, p := range []string{"p64_", "p128_", "psplit_"} {
 		j.out(p+"vnewp", l.NC*HV*tokenSlotBlock)
 		j.poison(p+"vnewp", poisonF32)
 	}
@@ -93,6 +93,22 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 			smemOf("walk_planes_smem", vh), slices.Concat(kIn, []string{buf("u"), buf("gcum")}, tabs,
 				[]string{buf("sum_list"), buf(p + "out_p"), buf(p + "out_q"), i32a(HQK), i32a(HV), i32a(vh), sumOrder})...)
 	}
+	// The state walk split between the widths as kcp launches it
+	// (GPUOptions.SplitHeads): one entry, at vh 128 on some (segment, head)
+	// walks and at vh 64 on the others, each a partial grid.
+	m := addSplit(j, l, HV, "state")
+	for _, vh := range []int{128, 64} {
+		if m == nil {
+			break
+		}
+		g, order := m.Grid128(), buf("state_order128")
+		if vh == 64 {
+			g, order = m.Grid64(), buf("state_order64")
+		}
+		j.launch("psplit_state"+vhName(vh), "gdn_state_walk_planes", g, 256, smemOf("walk_planes_smem", vh),
+			slices.Concat(kIn, []string{buf("u"), buf("gcum")}, tabs, []string{buf("start")}, outs("psplit_"),
+				[]string{i32a(HQK), i32a(HV), i32a(vh), buf("psplit_vnewp"), order})...)
+	}
 }
 
 // TestPlaneWalksOnCPU runs the plane walks at vh 64 and 128 on planes made by
@@ -108,7 +124,9 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 // H and V', both widths bitwise equal, and the log shows wgmma for every plane
 // walk; the portable runner's plane walks write the wgmma ones' bits (the
 // emulator's wgmma adds in mma.sync's k order: this holds the portable
-// products' B addressing to the descriptors') and run no wgmma. Every output
+// products' B addressing to the descriptors') and run no wgmma; the state
+// walk split between the widths (addSplit: partial grids whose dispatch
+// orders name CTAs of the full launches) writes vh 64's bits. Every output
 // is written.
 func TestPlaneWalksOnCPU(t *testing.T) {
 	if !haveEmuWGMMA() {
@@ -162,6 +180,18 @@ func TestPlaneWalksOnCPU(t *testing.T) {
 					require.NotEmpty(t, rw.raw[p+n], p+n)
 					require.Equal(t, rw.raw["p64_"+n], rw.raw[p+n], "%s: vh 64 and vh %d differ", n, vh)
 					require.Equal(t, rw.raw[p+n], rp.raw[p+n], "%s: the portable products differ from wgmma's", p+n)
+				}
+			}
+			// The state walk split between the widths (addSplit) writes vh
+			// 64's bits into every element of its outputs (where HV >= 2
+			// lets it split).
+			for _, n := range append(slices.Clone(planeWalkOuts), "vnewp") {
+				if rn.c.hv < 2 {
+					break
+				}
+				for _, r := range []*result{rw, rp} {
+					require.NotEmpty(t, r.raw["psplit_"+n], "psplit_"+n)
+					require.Equal(t, rw.raw["p64_"+n], r.raw["psplit_"+n], "psplit_%s: the split state walk differs from vh 64", n)
 				}
 			}
 			et.log(t)

@@ -25,7 +25,8 @@ type benchOptions struct {
 	copyTBs, mmaTFLOPs         float64
 	json, splitGrads           bool
 	launchOrder, mixedTape     bool
-	mixedTapePriority          bool
+	splitPriority              bool
+	splitState, splitTape      int
 	forceVH                    int
 }
 
@@ -88,32 +89,36 @@ on the CUDA cores).`,
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at this width (64 or 128) instead of the plan's decision; 0: the decision")
 	f.BoolVar(&o.launchOrder, "launch-order", false, "v5: run the walks' CTAs in launch order instead of kcp's dispatch order (same bits; to measure what the order saves where segments differ in length)")
 	f.BoolVar(&o.mixedTape, "mixed-tape", false, "v5: split the tape walk between the widths where sm_90a's cost model puts it 2% below the better single width (kcp.GPUOptions.MixedTape; same bits; off until measured)")
-	f.BoolVar(&o.mixedTapePriority, "mixed-tape-priority", false, "with --mixed-tape: launch the split tape walk's vh 128 half on a side stream of the greatest priority beside the vh 64 half's (kcp.GPUOptions.MixedTapePriority)")
+	f.IntVar(&o.splitState, "split-state", 0, "v5: run the state walk split between the widths, this many value heads of every document at vh 128 and the rest at vh 64 (kcp.GPUOptions.SplitHeads; same bits; to measure splits); 0: no forced split")
+	f.IntVar(&o.splitTape, "split-tape", 0, "v5: the same for the tape walk (wins over --mixed-tape's model)")
+	f.BoolVar(&o.splitPriority, "split-priority", false, "launch a split walk's vh 128 half on a side stream of the greatest priority beside the vh 64 half's, instead of on the rank's stream (kcp.GPUOptions.SplitPriority)")
 	f.BoolVar(&o.splitGrads, "split-grads", false, "v5, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, 1.5 ms faster at 32K, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
 	return cmd
 }
 
 type benchRow struct {
-	Kernels       string             `json:"kernels"`
-	Mode          string             `json:"mode"`
-	Tokens        int                `json:"tokens"`
-	Docs          []int              `json:"docs"`
-	Blob          string             `json:"blob"`
-	Reps          int                `json:"reps"`
-	MedianMillis  float64            `json:"median_ms"`
-	MinMillis     float64            `json:"min_ms"`
-	Stages        map[string]float64 `json:"stage_median_ms"`
-	StageOrder    []string           `json:"stages"`
-	PeakBytes     int64              `json:"peak_bytes,omitempty"`
-	SplitGrads    bool               `json:"split_grads,omitempty"`
-	LaunchOrder   bool               `json:"launch_order,omitempty"`
-	MixedTape     bool               `json:"mixed_tape,omitempty"`
-	MixedTapePrio bool               `json:"mixed_tape_priority,omitempty"`
-	TapeMixed     int                `json:"tape_walks_vh128,omitempty"`
-	MemFloor      float64            `json:"memory_floor_ms"`
-	FlopFloor     float64            `json:"compute_floor_ms"`
-	StateVH       int                `json:"state_walk_vh,omitempty"`
-	ForceVH       int                `json:"force_vh,omitempty"`
+	Kernels      string             `json:"kernels"`
+	Mode         string             `json:"mode"`
+	Tokens       int                `json:"tokens"`
+	Docs         []int              `json:"docs"`
+	Blob         string             `json:"blob"`
+	Reps         int                `json:"reps"`
+	MedianMillis float64            `json:"median_ms"`
+	MinMillis    float64            `json:"min_ms"`
+	Stages       map[string]float64 `json:"stage_median_ms"`
+	StageOrder   []string           `json:"stages"`
+	PeakBytes    int64              `json:"peak_bytes,omitempty"`
+	SplitGrads   bool               `json:"split_grads,omitempty"`
+	LaunchOrder  bool               `json:"launch_order,omitempty"`
+	MixedTape    bool               `json:"mixed_tape,omitempty"`
+	SplitPrio    bool               `json:"split_priority,omitempty"`
+	// Split is, per walk that ran split between the widths, how many of its
+	// (segment, head) walks ran at vh 128.
+	Split     map[string]int `json:"split_walks_vh128,omitempty"`
+	MemFloor  float64        `json:"memory_floor_ms"`
+	FlopFloor float64        `json:"compute_floor_ms"`
+	StateVH   int            `json:"state_walk_vh,omitempty"`
+	ForceVH   int            `json:"force_vh,omitempty"`
 }
 
 func (o *benchOptions) run(cmd *cobra.Command) error {
@@ -124,8 +129,8 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 	if o.reps < 1 || o.warmup < 0 {
 		return fmt.Errorf("--reps %d, --warmup %d: need at least one timed run", o.reps, o.warmup)
 	}
-	if o.mixedTapePriority && !o.mixedTape {
-		return fmt.Errorf("--mixed-tape-priority: only with --mixed-tape")
+	if o.splitPriority && !o.mixedTape && o.splitState == 0 && o.splitTape == 0 {
+		return fmt.Errorf("--split-priority: only with --mixed-tape, --split-state or --split-tape")
 	}
 	if o.forceVH != 0 && o.forceVH != 64 && o.forceVH != 128 {
 		return fmt.Errorf("--force-vh %d: want 64 or 128 (or 0 for the plan's decision)", o.forceVH)
@@ -180,9 +185,9 @@ type benchSample struct {
 	total   float64
 	peak    int64
 	stateVH int // the state walk's width (0: not known)
-	// tapeMixed is how many tape walks ran at vh 128 in a split tape walk
-	// (kcp.GPUGrads.Mixed; 0: one width).
-	tapeMixed int
+	// split is, per walk kind, how many of its (segment, head) walks ran at
+	// vh 128 where it ran split (kcp.GPUForward.Split, GPUGrads.Split).
+	split [sched.NumWalkKinds]int
 }
 
 // sampleOnce runs mode once on g and returns what bench times of it.
@@ -208,7 +213,7 @@ func sampleOnce(g *kcp.GPU, mode string, in *kcp.Inputs, dout []float32) (benchS
 		}
 		defer fw.Close()
 		if len(fw.VH) > 0 {
-			s.stateVH = fw.VH[0][sched.State]
+			s.stateVH, s.split[sched.State] = fw.VH[0][sched.State], fw.Split[0][sched.State]
 		}
 		fwdKeep, prefix := coreFwd, ""
 		if mode == benchModuleB1 {
@@ -231,7 +236,7 @@ func sampleOnce(g *kcp.GPU, mode string, in *kcp.Inputs, dout []float32) (benchS
 			bwdKeep = all
 		}
 		add("bwd ", gr.Timing[0], bwdKeep)
-		s.peak, s.tapeMixed = gr.PeakBytes[0], gr.Mixed[0]
+		s.peak, s.split[sched.Tape] = gr.PeakBytes[0], gr.Split[0][sched.Tape]
 		return s, fw.Blob, fw.Close()
 	case benchModuleB3:
 		ck, err := g.ForwardCheckpoint(ctx, in)
@@ -250,7 +255,8 @@ func sampleOnce(g *kcp.GPU, mode string, in *kcp.Inputs, dout []float32) (benchS
 			return s, "", err
 		}
 		add("bwd ", gr.Timing[0], all)
-		s.peak, s.tapeMixed = max(ck.PeakBytes[0], gr.PeakBytes[0]), gr.Mixed[0]
+		s.peak, s.split[sched.Tape] = max(ck.PeakBytes[0], gr.PeakBytes[0]), gr.Split[0][sched.Tape]
+		s.split[sched.State] = fw.Split[0][sched.State]
 		return s, ck.Blob, fw.Close()
 	}
 	return s, "", fmt.Errorf("bench: unknown mode %q", mode)
@@ -267,7 +273,8 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		return benchRow{}, fmt.Errorf("--kernels: %w", err)
 	}
 	gopts.SplitGrads = o.splitGrads
-	gopts.LaunchOrder, gopts.MixedTape, gopts.MixedTapePriority = o.launchOrder, o.mixedTape, o.mixedTapePriority
+	gopts.LaunchOrder, gopts.MixedTape, gopts.SplitPriority = o.launchOrder, o.mixedTape, o.splitPriority
+	gopts.SplitHeads[sched.State], gopts.SplitHeads[sched.Tape] = o.splitState, o.splitTape
 	g, err := kcp.NewGPU(plan, gopts)
 	if err != nil {
 		if errors.Is(err, loader.ErrNoDriver) || loader.IsCode(err, loader.ErrorNoDevice) {
@@ -278,7 +285,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 	defer g.Close()
 	row := benchRow{Kernels: kernels, Mode: mode, Tokens: plan.Tokens, Docs: plan.Config.Docs, Reps: o.reps, Stages: map[string]float64{},
 		ForceVH: o.forceVH, SplitGrads: o.splitGrads && kernels == "v5" && stage == kcp.StageCore, LaunchOrder: o.launchOrder,
-		MixedTape: o.mixedTape, MixedTapePrio: o.mixedTape && o.mixedTapePriority}
+		MixedTape: o.mixedTape, SplitPrio: o.splitPriority}
 	stageTimes := map[string][]float64{}
 	var totals []float64
 	for i := 0; i < o.warmup+o.reps; i++ {
@@ -291,7 +298,14 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		if smp.stateVH != 0 {
 			row.StateVH = smp.stateVH
 		}
-		row.TapeMixed = max(row.TapeMixed, smp.tapeMixed)
+		for k, n := range smp.split {
+			if n > 0 {
+				if row.Split == nil {
+					row.Split = map[string]int{}
+				}
+				row.Split[sched.WalkKind(k).String()] = n
+			}
+		}
 		if i >= o.warmup {
 			for _, st := range smp.stages {
 				if !slices.Contains(row.StageOrder, st.Stage) {
@@ -343,13 +357,15 @@ func writeBench(w io.Writer, rows []benchRow) error {
 		if r.LaunchOrder {
 			b.WriteString("; walks in launch order (--launch-order)")
 		}
-		switch {
-		case r.TapeMixed > 0:
-			fmt.Fprintf(&b, "; tape walk split, %d (segment, head) walks at vh 128 (--mixed-tape)", r.TapeMixed)
-			if r.MixedTapePrio {
-				b.WriteString(" on prioritised streams")
+		for _, k := range sched.WalkKinds() {
+			if n := r.Split[k.String()]; n > 0 {
+				fmt.Fprintf(&b, "; %s walk split, %d (segment, head) walks at vh 128", k, n)
+				if r.SplitPrio {
+					b.WriteString(" (vh 128 on a prioritised stream)")
+				}
 			}
-		case r.MixedTape:
+		}
+		if r.MixedTape && r.Split["tape"] == 0 {
 			b.WriteString("; tape walk not split (--mixed-tape: the model gains too little)")
 		}
 		switch {

@@ -24,8 +24,8 @@ func TestWriteBench(t *testing.T) {
 		{"forced", 64, 128, "; every walk at vh 128 (forced)\n", "state walk at"},
 		{"unknown", 0, 0, "peak device memory 4.00 GiB\n", "vh"},
 		{"launch order", 64, 0, "; walks in launch order (--launch-order); state walk at vh 64\n", "forced"},
-		{"mixed tape", 64, 0, "; tape walk split, 72 (segment, head) walks at vh 128 (--mixed-tape); state walk at vh 64\n", "not split"},
-		{"mixed tape on prioritised streams", 64, 0, "; tape walk split, 72 (segment, head) walks at vh 128 (--mixed-tape) on prioritised streams; state walk at vh 64\n", "not split"},
+		{"mixed tape", 64, 0, "; tape walk split, 72 (segment, head) walks at vh 128; state walk at vh 64\n", "not split"},
+		{"split on prioritised streams", 64, 0, "; state walk split, 24 (segment, head) walks at vh 128 (vh 128 on a prioritised stream); tape walk split, 72 (segment, head) walks at vh 128 (vh 128 on a prioritised stream); state walk at vh 64\n", "not split"},
 		{"mixed tape not split", 64, 0, "; tape walk not split (--mixed-tape: the model gains too little); state walk at vh 64\n", "walks at vh 128"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -33,10 +33,12 @@ func TestWriteBench(t *testing.T) {
 			r.StateVH, r.ForceVH = tc.stateVH, tc.force
 			r.LaunchOrder = tc.name == "launch order"
 			r.MixedTape = strings.HasPrefix(tc.name, "mixed tape")
-			if tc.name == "mixed tape" || tc.name == "mixed tape on prioritised streams" {
-				r.TapeMixed = 72
+			switch tc.name {
+			case "mixed tape":
+				r.Split = map[string]int{"tape": 72}
+			case "split on prioritised streams":
+				r.Split, r.SplitPrio = map[string]int{"state": 24, "tape": 72}, true
 			}
-			r.MixedTapePrio = tc.name == "mixed tape on prioritised streams"
 			var b strings.Builder
 			require.NoError(t, writeBench(&b, []benchRow{r}))
 			out := b.String()
@@ -48,12 +50,12 @@ func TestWriteBench(t *testing.T) {
 	}
 }
 
-// TestBenchMixedTapePriorityFlag: --mixed-tape-priority without
-// --mixed-tape is an error before any GPU work.
-func TestBenchMixedTapePriorityFlag(t *testing.T) {
-	_, stderr, code := execute("bench", "--mixed-tape-priority")
+// TestBenchSplitPriorityFlag: --split-priority without a split to launch is
+// an error before any GPU work.
+func TestBenchSplitPriorityFlag(t *testing.T) {
+	_, stderr, code := execute("bench", "--split-priority")
 	assert.NotEqual(t, 0, code)
-	assert.Contains(t, stderr, "--mixed-tape-priority: only with --mixed-tape")
+	assert.Contains(t, stderr, "--split-priority: only with --mixed-tape, --split-state or --split-tape")
 }
 
 // TestBenchForceVHFlag: a width other than 64 or 128 is an error before any

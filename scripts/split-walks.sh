@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Walks split between the widths (docs/perf-notes.md, "Mixed tape widths"), measured in one device call:
+#
+#   here:  bash scripts/gpu.sh build && bash scripts/gpu.sh pack kcp kcp.test
+#   there: run(command="bash scripts/split-walks.sh", carry=[".gpu/pack.tgz"])
+#
+# TestGPUSplitWalks first (split walks' outputs and gradients bitwise against vh 64; TESTS=0 skips it),
+# then `kcp bench --modes core+bwd` on DOCS (default: issue 6's three documents) for each of VARIANTS
+# (name=flags, ';'-separated; default: a = the rule's widths, m = --mixed-tape, p = the same on
+# prioritised streams, s = m plus the state walk split 24 heads of 48), all variants in each of ROUNDS
+# rounds, medians of REPS; a table of the state walk, tape walk and total last. Logs, JSON under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ -f .gpu/pack.tgz ] && tar -C .gpu -xzf .gpu/pack.tgz
+out=${OUT:-/tmp/split-walks}
+mkdir -p "$out"
+DOCS=${DOCS:-40000,45000,35908}
+REPS=${REPS:-5}
+ROUNDS=${ROUNDS:-2}
+VARIANTS=${VARIANTS:-a=;m=--mixed-tape;p=--mixed-tape --split-priority;s=--mixed-tape --split-state 24}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+if [ "${TESTS:-1}" = 1 ]; then
+	(cd kcp && ../.gpu/kcp.test -test.run 'TestGPUSplitWalks|TestCheckSplitHeads' -test.v -test.timeout 400s) >"$out/test.log" 2>&1
+	echo "TestGPUSplitWalks: rc=$? pass=$(grep -c -- '--- PASS' "$out/test.log") fail=$(grep -c -- '--- FAIL' "$out/test.log")"
+	grep -E -- '--- FAIL|^panic|Error:|Messages:' "$out/test.log" | head -20
+fi
+IFS=';' read -r -a variants <<<"$VARIANTS"
+names=()
+for r in $(seq 1 "$ROUNDS"); do
+	for v in "${variants[@]}"; do
+		name=${v%%=*}
+		flags=${v#*=}
+		[ "$r" = 1 ] && names+=("$name")
+		# shellcheck disable=SC2086 # flags are words
+		if ! .gpu/kcp bench --docs "$DOCS" --kernels v5 --modes core+bwd --reps "$REPS" --json $flags \
+			>"$out/$name$r.json" 2>"$out/$name$r.err"; then
+			echo "bench $name (round $r) failed:"
+			tail -3 "$out/$name$r.err"
+		fi
+	done
+done
+python3 - "$out" "$ROUNDS" "${names[@]}" <<'PY'
+import json, sys, os
+out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+print(f"{'variant':8} {'round':>5} {'state walk ms':>14} {'tape walk ms':>13} {'total ms':>9}  split walks at vh 128")
+for v in names:
+    for r in range(1, rounds + 1):
+        p = os.path.join(out, f"{v}{r}.json")
+        try:
+            row = json.load(open(p))[0]
+        except Exception as e:
+            print(f"{v:8} {r:5} (no result: {e})")
+            continue
+        st = row["stage_median_ms"]
+        print(f"{v:8} {r:5} {st.get('fwd state walk', 0):14.3f} {st.get('bwd tape walk', 0):13.3f} "
+              f"{row['median_ms']:9.3f}  {row.get('split_walks_vh128', {})}")
+PY
