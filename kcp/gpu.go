@@ -605,7 +605,9 @@ type GPUOptions struct {
 	// 120,908 tokens: 11% by the model); it is off by default until measured
 	// on the GPU (docs/perf-notes.md, "Mixed tape widths"). ForceVH and
 	// LaunchOrder turn it off, and so do kernel sets whose tape walk cannot
-	// split (SplitHeads).
+	// split (SplitHeads). A split walk's dispatch orders take 4 (2 S HV - W)
+	// bytes of device memory (S segments, W walks at vh = 128), fewer than a
+	// vh = 64 launch's order; the peak differs by no more than that.
 	MixedTape bool
 	// SplitHeads[k], where not 0, runs walk k of every rank split between
 	// the widths with that many value heads of every chain at vh = 128 and
