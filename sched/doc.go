@@ -11,6 +11,9 @@
 // over 2*SM slots (see LPT and Decide).
 //
 // Two rules are implemented: rule B (the current one) and rule A (the previous
-// one, kept for A/B benchmarks). The package is pure integer arithmetic and
+// one, kept for A/B benchmarks). DispatchOrder orders a walk's CTAs so that
+// segments of different lengths pack onto the SMs, and MixedWalk / SplitWalk
+// split one walk launch between the two widths where one width packs them
+// badly. The package is pure integer arithmetic and
 // imports nothing of gdnkcp's.
 package sched
