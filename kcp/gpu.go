@@ -592,7 +592,7 @@ type GPUOptions struct {
 	// order kcp computes for them (sched.DispatchOrder: the order that
 	// finishes the walk earliest when the GPU hands CTAs out by block index to
 	// the first free SM). Both give the same bits; it exists to measure the
-	// difference.
+	// difference. A walk split by SplitHeads keeps its split's order.
 	LaunchOrder bool
 	// MixedTape splits a v5 tape walk between the two widths where the
 	// width rule's cost model puts the split at least
