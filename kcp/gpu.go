@@ -594,27 +594,28 @@ type GPUOptions struct {
 	// the first free SM). Both give the same bits; it exists to measure the
 	// difference. A walk split by SplitHeads keeps its split's order.
 	LaunchOrder bool
-	// MixedTape splits a v5 tape walk between the two widths where the
-	// width rule's cost model puts the split at least
+	// MixedBackward splits the v5 offset and tape walks between the two
+	// widths where the width rule's cost model puts the split at least
 	// sched.MixedMarginPercent below the better single width
 	// (sched.MixedWalk): some (segment, value head) walks at vh = 128, the
 	// rest at vh = 64, as two launches side by side, the vh = 128 one first.
 	// Both widths write the same bits, so the gradients do not change;
-	// GPUGrads.Split says where it split. It fills the SMs of
-	// multi-document packs whose tape walk one width packs badly (issue 6's
-	// 120,908 tokens: 11% by the model); it is off by default until measured
-	// on the GPU (docs/perf-notes.md, "Mixed tape widths"). ForceVH and
-	// LaunchOrder turn it off, and so do kernel sets whose tape walk cannot
-	// split (SplitHeads). A split walk's dispatch orders take 4 (2 S HV - W)
-	// bytes of device memory (S segments, W walks at vh = 128), fewer than a
-	// vh = 64 launch's order; the peak differs by no more than that.
-	MixedTape bool
+	// GPUGrads.Split says where it split. It fills the SMs where one width
+	// packs a backward walk badly (issue 6's 120,908 tokens: the tape walk
+	// 11% by the model; several CP rows' offset walks ~11%); it is off by
+	// default until measured on the GPU (docs/perf-notes.md, "Walks split
+	// between the widths"). ForceVH and LaunchOrder turn it off, and so do
+	// kernel sets whose walks cannot split (SplitHeads). A split walk's
+	// dispatch orders take 4 T (2 S HV - W) bytes of device memory (S
+	// segments, W walks at vh = 128, T column sets), fewer than a vh = 64
+	// launch's order; the peak differs by no more than that.
+	MixedBackward bool
 	// SplitHeads[k], where not 0, runs walk k of every rank split between
 	// the widths with that many value heads of every chain at vh = 128 and
-	// the rest at vh = 64, whatever the width rule or MixedTape say: for
-	// measuring splits. Only the v5 plane state and tape walks split
-	// (another kernel set is an error at the walk); 0 < SplitHeads[k] < HV,
-	// and not with ForceVH. The bits are those of either width.
+	// the rest at vh = 64, whatever the width rule or MixedBackward say: for
+	// measuring splits. Only the v5 plane walks split (another kernel set
+	// is an error at the walk); 0 < SplitHeads[k] < HV, and not with
+	// ForceVH. The bits are those of either width.
 	SplitHeads [sched.NumWalkKinds]int
 	// SplitPriority launches a split walk's two halves on two side streams
 	// that wait for the same event, the vh = 128 half's at the context's
@@ -875,7 +876,7 @@ func openFleet(devs []int, blob string, ks kernelSet) (*gpuFleet, error) {
 // ForPlan returns a GPU backend for another plan and options on the same
 // devices, blobs and kernels (no reload, no JIT). opts.Device, opts.Devices,
 // opts.Blob and the kernel choice must be left zero or equal g's; Options,
-// KeepDevice, HostExchange, LaunchOrder, MixedTape, SplitHeads and SplitPriority are opts'; Comm, Communicator, Timeout and StageHook are
+// KeepDevice, HostExchange, LaunchOrder, MixedBackward, SplitHeads and SplitPriority are opts'; Comm, Communicator, Timeout and StageHook are
 // opts' when set, else g's. The ranks of the new plan are placed on the
 // devices anew (a plan of another rank count spreads differently), and an
 // NCCL group is shared with every backend of the family whose ranks run on
@@ -898,7 +899,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	gopts := g.gopts
 	gopts.Options, gopts.KeepDevice, gopts.HostExchange = opts.Options, opts.KeepDevice, opts.HostExchange
-	gopts.LaunchOrder, gopts.MixedTape, gopts.SplitHeads, gopts.SplitPriority = opts.LaunchOrder, opts.MixedTape, opts.SplitHeads,
+	gopts.LaunchOrder, gopts.MixedBackward, gopts.SplitHeads, gopts.SplitPriority = opts.LaunchOrder, opts.MixedBackward, opts.SplitHeads,
 		opts.SplitPriority
 	if err := gopts.checkSplitHeads(plan.Config.HV); err != nil {
 		return nil, err

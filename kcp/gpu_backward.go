@@ -103,7 +103,7 @@ type GPUGrads struct {
 	// 0 where nothing launched (an empty walk list, or a forward walk).
 	VH [][sched.NumWalkKinds]int
 	// Split is, [rank][walk kind], how many (segment, value head) walks of a
-	// walk split between the widths (GPUOptions.MixedTape, SplitHeads) ran
+	// walk split between the widths (GPUOptions.MixedBackward, SplitHeads) ran
 	// at vh = 128, the rest at vh = 64 (VH then holds the rule's width); 0
 	// where the walk ran at one width.
 	Split [][sched.NumWalkKinds]int
@@ -568,20 +568,41 @@ func (b *bwdRun) offsetWalk() (err error) {
 			return fmt.Errorf("rank %d: %w", b.rk.rank, err)
 		}
 		ks := b.rk.dev.ks
+		chains := listChains(b.rk.tb.SegNChunk, b.tb.Offset)
+		split, err := b.f.be.walkSplit(b.rk, sched.Offset, chains)
+		if err != nil {
+			return err
+		}
+		planeArgs := func(w int, order uintptr) (*loader.Args, error) {
+			pa, err := b.planeArgs(w)
+			if err != nil {
+				return nil, err
+			}
+			return argsOffsetPlanes(pa, b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order), nil
+		}
+		if split != nil {
+			var record func(recordedLaunch)
+			if bwdProbeHook != nil {
+				record = func(l recordedLaunch) { b.launches = append(b.launches, l) }
+			}
+			if err := b.f.be.launchSplit(b.rk, b.mem, split, "offset walk", splitLaunch{ks.offset, ks.bwdWalkSmem(128)},
+				splitLaunch{ks.offset, ks.bwdWalkSmem(64)}, planeArgs, record); err != nil {
+				return err
+			}
+			b.res.Split[b.rk.rank][sched.Offset] = split.Walks128()
+			return b.mark() // offset walk
+		}
 		args := argsOffset(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr())
 		if ks.offset == entryOffsetMMA || ks.bwalkPlanes {
-			order, err := b.f.be.walkOrder(b.mem, b.rk.stream, listChains(b.rk.tb.SegNChunk, b.tb.Offset), HV,
-				2*gpuD/vh, "offset walk order")
+			order, err := b.f.be.walkOrder(b.mem, b.rk.stream, chains, HV, 2*gpuD/vh, "offset walk order")
 			if err != nil {
 				return fmt.Errorf("rank %d: %w", b.rk.rank, err)
 			}
 			args = argsOffsetMMA(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order.Ptr())
 			if ks.bwalkPlanes {
-				pa, err := b.planeArgs(vh)
-				if err != nil {
+				if args, err = planeArgs(vh, order.Ptr()); err != nil {
 					return err
 				}
-				args = argsOffsetPlanes(pa, b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order.Ptr())
 			}
 		}
 		if err := b.launch(ks.offset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.bwdWalkSmem(vh), args); err != nil {
@@ -632,7 +653,7 @@ func (b *bwdRun) tapeAndGrads() error {
 		}
 		return argsTapePlanes(pa, b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order), nil
 	}
-	split, err := b.f.be.walkSplit(rk, sched.Tape)
+	split, err := b.f.be.walkSplit(rk, sched.Tape, rk.tb.SegNChunk)
 	if err != nil {
 		return err
 	}
@@ -645,7 +666,7 @@ func (b *bwdRun) tapeAndGrads() error {
 			splitLaunch{ks.tapeEntry(64), ks.tapeSmem(64)}, planeTapeArgs, record); err != nil {
 			return err
 		}
-		b.res.Split[rk.rank][sched.Tape] = len(split.Order128)
+		b.res.Split[rk.rank][sched.Tape] = split.Walks128()
 	} else {
 		tapeArgs := argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())
 		if ks.tape == entryTapeMMA || ks.bwalkPlanes {

@@ -1013,16 +1013,30 @@ func (rr *rankRun) summaryWalk() (err error) {
 		}
 		args := argsSummary(rk.w.Ptr(), rk.u.Ptr(), rk.kt.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), HV, vh)
+		split, err := g.walkSplit(rk, sched.Summary, listChains(tb.SegNChunk, tb.Summary))
+		if err != nil {
+			return err
+		}
+		planeArgs := func(w int, order uintptr) (*loader.Args, error) {
+			return argsSummaryPlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
+				rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(),
+				g.plan.Config.HQK, HV, w, order), nil
+		}
 		switch {
+		case split != nil:
+			if err := g.launchSplit(rk, rk.mem, split, "summary walk", splitLaunch{ks.summary, ks.walkSmem(128)},
+				splitLaunch{ks.summary, ks.walkSmem(64)}, planeArgs, nil); err != nil {
+				return err
+			}
+			rr.res.Split[rk.rank][sched.Summary] = split.Walks128()
+			return rr.mark() // summary walk
 		case ks.planes:
 			order, err := g.walkOrder(rk.mem, rk.stream, listChains(tb.SegNChunk, tb.Summary), HV, 2*gpuD/vh,
 				"summary walk order")
 			if err != nil {
 				return fmt.Errorf("rank %d: %w", rk.rank, err)
 			}
-			args = argsSummaryPlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
-				rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(),
-				g.plan.Config.HQK, HV, vh, order.Ptr())
+			args, _ = planeArgs(vh, order.Ptr())
 		case ks.out16:
 			args = argsSummary16(rk.w.Ptr(), rk.u.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh)
@@ -1199,7 +1213,7 @@ func (rr *rankRun) finish() error {
 			rk.h16.Ptr(), rk.vnew16.Ptr(), HQK, HV, vh)
 		outH, outV = rk.h16.Ptr(), rk.vnew16.Ptr()
 	}
-	split, err := g.walkSplit(rk, sched.State)
+	split, err := g.walkSplit(rk, sched.State, tb.SegNChunk)
 	if err != nil {
 		return err
 	}
@@ -1219,7 +1233,7 @@ func (rr *rankRun) finish() error {
 				func(w int, order uintptr) (*loader.Args, error) { return planeArgs(w, order), nil }, nil); err != nil {
 				return err
 			}
-			rr.res.Split[rk.rank][sched.State] = len(split.Order128)
+			rr.res.Split[rk.rank][sched.State] = split.Walks128()
 		} else {
 			order, err := g.walkOrder(rk.mem, rk.stream, tb.SegNChunk, HV, gpuD/vh, "state walk order")
 			if err != nil {

@@ -14,8 +14,8 @@ import (
 // CTAs of its full launch (dispatch_cta in ptx/src/mma.cuh decodes with the
 // grid's x and y extents only). Both widths compute the same bits, so a
 // split walk writes what either width writes. GPUOptions.SplitHeads forces
-// a split of the state or tape walk; GPUOptions.MixedTape lets the width
-// rule's cost model split the tape walk.
+// a split of any walk; GPUOptions.MixedBackward lets the width rule's cost
+// model split the offset and tape walks.
 
 // splitStreams are a rank's side streams and events for split walks, made
 // on first use in the rank's device memory.
@@ -58,29 +58,46 @@ func (s *splitStreams) make(m *devMem, prio bool) (err error) {
 }
 
 // splitSupported reports whether ks's kernels of walk k can run split: the
-// plane state walk and the plane tape walk with an entry a width, which read
+// plane walks (the summary and state walks on the walk planes, the offset
+// and tape walks on them, the tape walk with an entry a width), which read
 // their CTA through dispatch_cta.
 func splitSupported(ks kernelSet, k sched.WalkKind) bool {
 	switch k {
-	case sched.State:
+	case sched.Summary, sched.State:
 		return ks.planes
+	case sched.Offset:
+		return ks.bwalkPlanes
 	case sched.Tape:
 		return ks.bwalkPlanes && ks.tape128 != ""
 	}
 	return false
 }
 
-// walkSplit is how rk's walk k runs split between the widths, or nil where
-// it runs at one width: GPUOptions.SplitHeads[k] heads of every chain at vh
-// = 128 where set (an error where the kernels cannot split); else, for the
-// tape walk under GPUOptions.MixedTape (and neither ForceVH nor LaunchOrder),
-// sched.MixedWalk's split where the width rule's cost rule puts it
-// sched.MixedMarginPercent under the better single width. Model splits are
-// remembered by the backend (its plan and profile are fixed).
-func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind) (*sched.Mixed, error) {
+// walkTiles is the column sets a walk of kind k runs, its CTAs a (segment,
+// head) at vh = 128: 2 for the summary and offset walks (P and Q, P^T and
+// R), 1 for the state and tape walks.
+func walkTiles(k sched.WalkKind) int {
+	if k == sched.Summary || k == sched.Offset {
+		return 2
+	}
+	return 1
+}
+
+// walkSplit is how rk's walk k over chains (its walked segments' chunk
+// counts, in list order) runs split between the widths, or nil where it
+// runs at one width: GPUOptions.SplitHeads[k] heads of every chain at vh =
+// 128 where set (an error where the kernels cannot split); else, for the
+// offset and tape walks under GPUOptions.MixedBackward (and neither ForceVH
+// nor LaunchOrder), sched.MixedWalk's split where the width rule's cost rule
+// puts it sched.MixedMarginPercent under the better single width. Model
+// splits are remembered by the backend (its plan and profile are fixed).
+func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind, chains32 []int32) (*sched.Mixed, error) {
 	o, ks := g.opts, rk.dev.ks
 	forced := g.gopts.SplitHeads[k]
-	model := k == sched.Tape && g.gopts.MixedTape && !g.gopts.LaunchOrder && o.ForceVH == 0
+	model := !k.Forward() && g.gopts.MixedBackward && !g.gopts.LaunchOrder && o.ForceVH == 0
+	if len(chains32) == 0 {
+		return nil, nil
+	}
 	if forced == 0 && !model {
 		return nil, nil
 	}
@@ -91,11 +108,11 @@ func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind) (*sched.Mixed, error) {
 		}
 		return nil, nil
 	}
-	chains := make([]int, len(rk.tb.SegNChunk))
-	for i, c := range rk.tb.SegNChunk {
+	chains := make([]int, len(chains32))
+	for i, c := range chains32 {
 		chains[i] = int(c)
 	}
-	hv, slots := g.plan.Config.HV, walkSlots(o.Profile)
+	hv, tiles, slots := g.plan.Config.HV, walkTiles(k), walkSlots(o.Profile)
 	cost, measured := sched.ChunkCost{Narrow: 3, Wide: 5}, false
 	if rules, err := sched.RulesFor(o.Profile.Variant); err == nil && rules.Cost != nil {
 		cost, measured = rules.Cost.ForRun(k, o.Profile.LeanForward), true
@@ -105,7 +122,7 @@ func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind) (*sched.Mixed, error) {
 		for i := range wide {
 			wide[i] = forced
 		}
-		m, err := sched.SplitWalk(chains, wide, hv, slots, cost)
+		m, err := sched.SplitWalk(chains, wide, hv, tiles, slots, cost)
 		if err != nil {
 			return nil, fmt.Errorf("rank %d: GPUOptions.SplitHeads[%s]: %w", rk.rank, k, err)
 		}
@@ -118,7 +135,7 @@ func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind) (*sched.Mixed, error) {
 	if v, ok := g.mixed.Load(key); ok {
 		return v.(*sched.Mixed), nil
 	}
-	m, err := sched.MixedWalk(chains, hv, slots, cost)
+	m, err := sched.MixedWalk(chains, hv, tiles, slots, cost)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %s walk: %w", rk.rank, k, err)
 	}
@@ -207,15 +224,12 @@ func (g *GPU) launchSplit(rk *gpuRank, mem *devMem, m *sched.Mixed, name string,
 }
 
 // checkSplitHeads checks GPUOptions.SplitHeads against a plan of hv value
-// heads: only the state and tape walks split, each to 0 < k < hv heads of
-// every chain at vh = 128, and not with ForceVH.
+// heads: 0 < k < hv heads of every chain at vh = 128, and not with ForceVH.
 func (o GPUOptions) checkSplitHeads(hv int) error {
 	for k, n := range o.SplitHeads {
 		kind := sched.WalkKind(k)
 		switch {
 		case n == 0:
-		case kind != sched.State && kind != sched.Tape:
-			return fmt.Errorf("kcp: gpu: SplitHeads[%s] = %d: only the state and tape walks split", kind, n)
 		case n < 0 || n >= hv:
 			return fmt.Errorf("kcp: gpu: SplitHeads[%s] = %d: want 1..%d heads of every chain at vh = 128 (HV %d), or 0", kind, n, hv-1, hv)
 		case o.ForceVH != 0:

@@ -10,9 +10,9 @@ import (
 	"github.com/gdnkcp/gdnkcp/sched"
 )
 
-// TestCheckSplitHeads: GPUOptions.SplitHeads takes 1..HV-1 heads for the
-// state and tape walks only, and not with ForceVH; NewGPU refuses the rest
-// before it touches a driver.
+// TestCheckSplitHeads: GPUOptions.SplitHeads takes 1..HV-1 heads of any
+// walk, and not with ForceVH; NewGPU refuses the rest before it touches a
+// driver.
 func TestCheckSplitHeads(t *testing.T) {
 	split := func(k sched.WalkKind, n int) (h [sched.NumWalkKinds]int) {
 		h[k] = n
@@ -28,8 +28,9 @@ func TestCheckSplitHeads(t *testing.T) {
 		{"tape, one head narrow", GPUOptions{SplitHeads: split(sched.Tape, 47)}, ""},
 		{"all heads", GPUOptions{SplitHeads: split(sched.Tape, 48)}, "SplitHeads[tape] = 48: want 1..47"},
 		{"negative", GPUOptions{SplitHeads: split(sched.State, -1)}, "SplitHeads[state] = -1"},
-		{"summary", GPUOptions{SplitHeads: split(sched.Summary, 2)}, "SplitHeads[summary] = 2: only the state and tape walks"},
-		{"offset", GPUOptions{SplitHeads: split(sched.Offset, 2)}, "SplitHeads[offset] = 2: only the state and tape walks"},
+		{"summary", GPUOptions{SplitHeads: split(sched.Summary, 2)}, ""},
+		{"offset", GPUOptions{SplitHeads: split(sched.Offset, 47)}, ""},
+		{"offset, all heads", GPUOptions{SplitHeads: split(sched.Offset, 48)}, "SplitHeads[offset] = 48"},
 		{"with ForceVH", GPUOptions{Options: Options{ForceVH: 64}, SplitHeads: split(sched.Tape, 2)}, "with ForceVH 64"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -50,16 +51,16 @@ func TestCheckSplitHeads(t *testing.T) {
 // vh 64's outputs, states and gradients bit for bit, with the default blob
 // and the compute_80 PTX forced:
 //   - forced: the first two bwdPacks, HQK 2 / HV 4, core and module stages,
-//     every layout, R 1, 2 and 4, the state and tape walks of every rank
-//     split with 2 of the 4 heads of every chain at vh 128
-//     (GPUOptions.SplitHeads; SplitPriority on R 2): GPUForward.Split and
-//     GPUGrads.Split report the split, and the peak device memory differs
-//     from vh 64's by at most the orders' table;
+//     every layout, R 1, 2 and 4, every walk of every rank split with 2 of
+//     the 4 heads of every chain at vh 128 (GPUOptions.SplitHeads;
+//     SplitPriority on R 2): GPUForward.Split and GPUGrads.Split report the
+//     splits, and the peak device memory differs from vh 64's by at most the
+//     orders' tables;
 //   - the model: heads 16 / 48, documents of 10, 11 and 9 chunks on one rank
 //     (issue 6's three-document pack scaled down), where sm_90a's cost rule
-//     splits the tape walk by sched.MixedWalk (GPUOptions.MixedTape: 72 of
+//     splits the tape walk by sched.MixedWalk (GPUOptions.MixedBackward: 72 of
 //     144 walks at vh 128), on the rank's and a side stream and on two
-//     prioritised side streams; without MixedTape it runs at one width.
+//     prioritised side streams; without MixedBackward it runs at one width.
 func TestGPUSplitWalks(t *testing.T) {
 	seed := gpuTestSeed(t)
 	gpus := openTestGPUs(t, bwdPlan(t, bwdPacks[0].docs, 1, LayoutC, 2, 4), GPUOptions{})
@@ -73,23 +74,24 @@ func TestGPUSplitWalks(t *testing.T) {
 						t.Run(fmt.Sprintf("%s/%s/%s/R%d", pk.name, stage, layout, R), func(t *testing.T) {
 							p := bwdPlan(t, pk.docs, R, layout, 2, 4)
 							o := GPUOptions{Options: Options{Stage: stage}, SplitPriority: R == 2}
-							o.SplitHeads[sched.State], o.SplitHeads[sched.Tape] = 2, 2
+							o.SplitHeads = [sched.NumWalkKinds]int{2, 2, 2, 2}
 							for _, tg := range gpus {
 								fn, narrow := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: stage, ForceVH: 64}}, in, dout)
 								fs, split := gpuB1(t, tg.g, p, o, in, dout)
 								requireSameGradBits(t, tg.name+": vh 64 vs split state and tape walks", narrow, split)
 								requireSameBits(t, tg.name+": vh 64 vs a split state walk", fn, fs)
-								for r := range p.Ranks {
-									ns := len(p.Ranks[r].Segments)
-									want := 0
-									if len(p.Ranks[r].Tape) > 0 {
-										want = 2 * ns
+								for r, rp := range p.Ranks {
+									for _, k := range sched.WalkKinds() {
+										got := split.Split[r][k]
+										if k.Forward() {
+											got = fs.Split[r][k]
+										}
+										require.Equal(t, 2*len(rp.Walk(k)), got, "%s: rank %d: %s walks at vh 128", tg.name, r, k)
 									}
-									require.Equal(t, want, split.Split[r][sched.Tape], "%s: rank %d: tape walks at vh 128", tg.name, r)
-									require.Equal(t, want, fs.Split[r][sched.State], "%s: rank %d: state walks at vh 128", tg.name, r)
 									require.Zero(t, narrow.Split[r], "%s: rank %d: ForceVH split a walk", tg.name, r)
-									table := float64(4 * 2 * ns * 4)
-									require.InDelta(t, narrow.PeakBytes[r], split.PeakBytes[r], 2*table,
+									// Four order tables of at most 4 (4 S HV) bytes.
+									table := float64(4 * 4 * len(rp.Segments) * 4)
+									require.InDelta(t, narrow.PeakBytes[r], split.PeakBytes[r], 4*table,
 										"%s: rank %d: peak device memory", tg.name, r)
 								}
 							}
@@ -109,13 +111,14 @@ func TestGPUSplitWalks(t *testing.T) {
 			}
 			_, narrow := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore, ForceVH: 64}}, in, dout)
 			for _, prio := range []bool{false, true} {
-				_, mixed := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}, MixedTape: true, SplitPriority: prio}, in, dout)
+				_, mixed := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}, MixedBackward: true, SplitPriority: prio}, in, dout)
 				requireSameGradBits(t, fmt.Sprintf("%s: vh 64 vs the split tape walk (priority %v)", tg.name, prio), narrow, mixed)
 				require.Equal(t, 72, mixed.Split[0][sched.Tape], "%s: tape walks at vh 128 (sched.MixedWalk on chains 10, 11, 9)", tg.name)
-				require.Zero(t, mixed.Split[0][sched.State], "%s: MixedTape split the state walk", tg.name)
+				require.Zero(t, mixed.Split[0][sched.State], "%s: MixedBackward split the state walk", tg.name)
+				require.Zero(t, mixed.Split[0][sched.Offset], "%s: one rank, no offset walk", tg.name)
 			}
 			_, plain := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}}, in, dout)
-			assert.Zero(t, plain.Split[0][sched.Tape], "%s: split without GPUOptions.MixedTape", tg.name)
+			assert.Zero(t, plain.Split[0][sched.Tape], "%s: split without GPUOptions.MixedBackward", tg.name)
 			requireSameGradBits(t, tg.name+": the rule's width vs vh 64", plain, narrow)
 		}
 	})

@@ -48,7 +48,7 @@ func ExampleDispatchOrder() {
 // vh 64 one on sm_90a) split between the widths: 24 heads of every document
 // at vh 128 pack the 132 SMs 11% tighter than vh 64 alone (5058 cost units).
 func ExampleMixedWalk() {
-	m, err := sched.MixedWalk([]int{625, 704, 562}, 48, 132, sched.ChunkCost{Narrow: 3, Wide: 5})
+	m, err := sched.MixedWalk([]int{625, 704, 562}, 48, 1, 132, sched.ChunkCost{Narrow: 3, Wide: 5})
 	if err != nil {
 		panic(err)
 	}

@@ -13,21 +13,25 @@ const MixedMarginPercent = 2
 
 // Mixed is one walk launch split between the two widths (MixedWalk): of
 // every walked chain s (a segment, in walk-list order), the value heads h <
-// Wide[s] run at vh = 128, one CTA each, and the others at vh = 64, two CTAs
-// each, as two launches that the GPU runs side by side. Both forms of a walk
-// compute the same bits (DESIGN.md §4), so a mixed launch writes what either
-// single width writes.
+// Wide[s] run at vh = 128, T CTAs each, and the others at vh = 64, 2T CTAs
+// each, as two launches that the GPU runs side by side; T is Tiles, the
+// column sets a walk runs (1 for the state and tape walks, 2 for the summary
+// and offset walks: P and Q, P^T and R). Both forms of a walk compute the
+// same bits (DESIGN.md §4), so a mixed launch writes what either single
+// width writes.
 //
 // The two launches reach their work through dispatch_cta (ptx/src/mma.cuh),
 // which decodes order[block] with the launch's own grid dimensions: the vh =
-// 128 launch is Grid128 = (1, S, W/S) over Order128, W = sum(Wide) (a
+// 128 launch is Grid128 = (T, S, W/S) over Order128, W = sum(Wide) (a
 // multiple of S, so that the grid factors), and the vh = 64 launch is Grid64 =
-// (2, S, HV - W/S) over Order64. Order128 holds each vh = 128 CTA as its
-// index s + S*h in the full vh = 128 launch order, Order64 each vh = 64 CTA as
-// x + 2*(s + S*h): the decoded head is h whatever the grid's z extent.
+// (2T, S, HV - W/S) over Order64. Order128 holds each vh = 128 CTA as its
+// index x + T*(s + S*h) in the full vh = 128 launch order, Order64 each vh =
+// 64 CTA as x + 2T*(s + S*h): the decoded head is h whatever the grid's z
+// extent.
 type Mixed struct {
-	// Segments is S, the number of walked chains; HV the value heads.
-	Segments, HV int
+	// Segments is S, the number of walked chains; HV the value heads; Tiles
+	// T, the CTAs of a (chain, head) walk at vh = 128.
+	Segments, HV, Tiles int
 	// Wide holds, per chain, how many of its value heads (the first ones) run
 	// at vh = 128.
 	Wide []int
@@ -44,11 +48,18 @@ type Mixed struct {
 	Single, SingleVH int
 }
 
-// Grid128 is the vh = 128 launch's grid: (1, S, W/S).
-func (m *Mixed) Grid128() [3]int { return [3]int{1, m.Segments, len(m.Order128) / m.Segments} }
+// Grid128 is the vh = 128 launch's grid: (T, S, W/S).
+func (m *Mixed) Grid128() [3]int {
+	return [3]int{m.Tiles, m.Segments, len(m.Order128) / (m.Tiles * m.Segments)}
+}
 
-// Grid64 is the vh = 64 launch's grid: (2, S, HV - W/S).
-func (m *Mixed) Grid64() [3]int { return [3]int{2, m.Segments, len(m.Order64) / (2 * m.Segments)} }
+// Grid64 is the vh = 64 launch's grid: (2T, S, HV - W/S).
+func (m *Mixed) Grid64() [3]int {
+	return [3]int{2 * m.Tiles, m.Segments, len(m.Order64) / (2 * m.Tiles * m.Segments)}
+}
+
+// Walks128 is W, the (chain, head) walks at vh = 128.
+func (m *Mixed) Walks128() int { return len(m.Order128) / m.Tiles }
 
 // Better reports whether the split launch beats the better single width by
 // at least MixedMarginPercent by the model. A nil m is never better.
@@ -62,14 +73,15 @@ func (m *Mixed) String() string {
 		return "no mixed launch"
 	}
 	return fmt.Sprintf("mixed: %d of %d (segment, head) walks at vh = 128 (per chain %v), makespan %d against %d at vh = %d (%.1f%%)",
-		len(m.Order128), m.Segments*m.HV, m.Wide, m.Makespan, m.Single, m.SingleVH,
+		m.Walks128(), m.Segments*m.HV, m.Wide, m.Makespan, m.Single, m.SingleVH,
 		100*float64(m.Makespan-m.Single)/float64(m.Single))
 }
 
 // MixedWalk finds a split of a walk launch between the widths (Mixed) with
 // the least model makespan, over slots walk CTAs at once and cost's relative
 // chunk costs. chains holds the walked chains' chunk counts in walk-list
-// order; hv is the value heads.
+// order; hv is the value heads; tiles the column sets of the walk (Mixed's
+// T: 1 or 2).
 //
 // The splits tried: for every chain length t among chains and every k in
 // 1..hv, k heads at vh = 128 of every chain that is at least t long, of every
@@ -84,10 +96,10 @@ func (m *Mixed) String() string {
 //
 // It returns nil (and no error) where the walk list is empty or no split is
 // possible (hv = 1: the wide walks would have to be all S of them). Errors:
-// slots < 1, hv < 1, a chain below 1 chunk, costs below 1, more CTAs than an
-// int32 indexes.
-func MixedWalk(chains []int, hv, slots int, cost ChunkCost) (*Mixed, error) {
-	single, singleVH, err := mixedSingle("mixed walk", chains, hv, slots, cost)
+// slots < 1, hv < 1, tiles < 1, a chain below 1 chunk, costs below 1, more
+// CTAs than an int32 indexes.
+func MixedWalk(chains []int, hv, tiles, slots int, cost ChunkCost) (*Mixed, error) {
+	single, singleVH, err := mixedSingle("mixed walk", chains, hv, tiles, slots, cost)
 	if err != nil || len(chains) == 0 {
 		return nil, err
 	}
@@ -100,7 +112,7 @@ func MixedWalk(chains []int, hv, slots int, cost ChunkCost) (*Mixed, error) {
 		func(c, t int) bool { return c <= t },
 		func(c, t int) bool { return c == t },
 	}
-	ev := newMixedEval(chains, hv, slots, cost)
+	ev := newMixedEval(chains, hv, tiles, slots, cost)
 	var best *Mixed
 	wide := make([]int, S)
 	for _, t := range lengths {
@@ -122,7 +134,7 @@ func MixedWalk(chains []int, hv, slots int, cost ChunkCost) (*Mixed, error) {
 					}
 				}
 				if span := ev.lengthOrderSpan(wide); best == nil || span < best.Makespan {
-					best = &Mixed{Segments: S, HV: hv, Wide: slices.Clone(wide), Makespan: span}
+					best = &Mixed{Segments: S, HV: hv, Tiles: tiles, Wide: slices.Clone(wide), Makespan: span}
 				}
 			}
 		}
@@ -141,8 +153,8 @@ func MixedWalk(chains []int, hv, slots int, cost ChunkCost) (*Mixed, error) {
 // Errors: MixedWalk's, a wide of another length than chains, a count outside
 // [0, hv], and a total that is not a multiple of S or is 0 or S*hv (one
 // width, not a split).
-func SplitWalk(chains, wide []int, hv, slots int, cost ChunkCost) (*Mixed, error) {
-	single, singleVH, err := mixedSingle("split walk", chains, hv, slots, cost)
+func SplitWalk(chains, wide []int, hv, tiles, slots int, cost ChunkCost) (*Mixed, error) {
+	single, singleVH, err := mixedSingle("split walk", chains, hv, tiles, slots, cost)
 	if err != nil {
 		return nil, err
 	}
@@ -160,34 +172,36 @@ func SplitWalk(chains, wide []int, hv, slots int, cost ChunkCost) (*Mixed, error
 	if S == 0 || w%S != 0 || w == 0 || w == S*hv {
 		return nil, fmt.Errorf("sched: split walk: %d of %d walks wide: want a non-zero multiple of %d chains below all", w, S*hv, S)
 	}
-	m := &Mixed{Segments: S, HV: hv, Wide: slices.Clone(wide), Single: single, SingleVH: singleVH}
-	m.Order128, m.Order64, m.Makespan = newMixedEval(chains, hv, slots, cost).orders(wide)
+	m := &Mixed{Segments: S, HV: hv, Tiles: tiles, Wide: slices.Clone(wide), Single: single, SingleVH: singleVH}
+	m.Order128, m.Order64, m.Makespan = newMixedEval(chains, hv, tiles, slots, cost).orders(wide)
 	return m, nil
 }
 
 // mixedSingle checks MixedWalk's and SplitWalk's arguments and returns the
 // better single width's makespan in cost units and that width (64 on a tie).
-func mixedSingle(what string, chains []int, hv, slots int, cost ChunkCost) (span, vh int, err error) {
+func mixedSingle(what string, chains []int, hv, tiles, slots int, cost ChunkCost) (span, vh int, err error) {
 	switch {
 	case slots < 1:
 		return 0, 0, fmt.Errorf("sched: %s: %d slots, need at least 1", what, slots)
 	case hv < 1:
 		return 0, 0, fmt.Errorf("sched: %s: HV %d, need at least 1", what, hv)
+	case tiles < 1:
+		return 0, 0, fmt.Errorf("sched: %s: %d column tiles, need at least 1", what, tiles)
 	case cost.Narrow < 1 || cost.Wide < 1:
 		return 0, 0, fmt.Errorf("sched: %s: chunk costs %d / %d, need at least 1 each", what, cost.Narrow, cost.Wide)
-	case 2*len(chains)*hv > 1<<31-1:
-		return 0, 0, fmt.Errorf("sched: %s: %d chains x %d heads overflow an int32 index", what, len(chains), hv)
+	case 2*tiles*len(chains)*hv > 1<<31-1:
+		return 0, 0, fmt.Errorf("sched: %s: %d chains x %d heads x %d tiles overflow an int32 index", what, len(chains), hv, tiles)
 	}
 	for i, c := range chains {
 		if c < 1 {
 			return 0, 0, fmt.Errorf("sched: %s: chain %d has %d chunks, need at least 1", what, i, c)
 		}
 	}
-	_, m64, err := DispatchOrder(chains, hv, 2, slots)
+	_, m64, err := DispatchOrder(chains, hv, 2*tiles, slots)
 	if err != nil {
 		return 0, 0, fmt.Errorf("sched: %s: %w", what, err)
 	}
-	_, m128, err := DispatchOrder(chains, hv, 1, slots)
+	_, m128, err := DispatchOrder(chains, hv, tiles, slots)
 	if err != nil {
 		return 0, 0, fmt.Errorf("sched: %s: %w", what, err)
 	}
@@ -201,7 +215,8 @@ func mixedSingle(what string, chains []int, hv, slots int, cost ChunkCost) (span
 type mixedEval struct {
 	chains    []int
 	byLen     [][]int // chain indices grouped by length, longest first; ascending within a group
-	hv, slots int
+	hv, tiles int
+	slots     int
 	cost      ChunkCost
 	lens      []int   // the current split's CTAs in length order: vh = 128 ones first, then vh = 64
 	grid      []int32 // their indices in their own launch's full order
@@ -209,8 +224,8 @@ type mixedEval struct {
 	n128      int
 }
 
-func newMixedEval(chains []int, hv, slots int, cost ChunkCost) *mixedEval {
-	e := &mixedEval{chains: chains, hv: hv, slots: slots, cost: cost}
+func newMixedEval(chains []int, hv, tiles, slots int, cost ChunkCost) *mixedEval {
+	e := &mixedEval{chains: chains, hv: hv, tiles: tiles, slots: slots, cost: cost}
 	idx := make([]int, len(chains))
 	for i := range idx {
 		idx[i] = i
@@ -226,10 +241,10 @@ func newMixedEval(chains []int, hv, slots int, cost ChunkCost) *mixedEval {
 }
 
 // build fills lens and grid with wide's CTAs in length order: the vh = 128
-// CTAs s + S*h (h < wide[s]), then the vh = 64 CTAs x + 2*(s + S*h) (h >=
-// wide[s]), each part longest first and in launch order among equals (head,
-// then chain, then column tile), which is a stable sort of launch order by
-// length.
+// CTAs x + T*(s + S*h) (h < wide[s]), then the vh = 64 CTAs x + 2T*(s + S*h)
+// (h >= wide[s]), each part longest first and in launch order among equals
+// (head, then chain, then column tile), which is a stable sort of launch
+// order by length.
 func (e *mixedEval) build(wide []int) {
 	S := len(e.chains)
 	e.lens, e.grid = e.lens[:0], e.grid[:0]
@@ -237,8 +252,10 @@ func (e *mixedEval) build(wide []int) {
 		for h := range e.hv {
 			for _, s := range g {
 				if h < wide[s] {
-					e.lens = append(e.lens, e.cost.Wide*e.chains[s])
-					e.grid = append(e.grid, int32(s+S*h))
+					for x := range e.tiles {
+						e.lens = append(e.lens, e.cost.Wide*e.chains[s])
+						e.grid = append(e.grid, int32(x+e.tiles*(s+S*h)))
+					}
 				}
 			}
 		}
@@ -248,9 +265,9 @@ func (e *mixedEval) build(wide []int) {
 		for h := range e.hv {
 			for _, s := range g {
 				if h >= wide[s] {
-					for x := range 2 {
+					for x := range 2 * e.tiles {
 						e.lens = append(e.lens, e.cost.Narrow*e.chains[s])
-						e.grid = append(e.grid, int32(x+2*(s+S*h)))
+						e.grid = append(e.grid, int32(x+2*e.tiles*(s+S*h)))
 					}
 				}
 			}

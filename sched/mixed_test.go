@@ -39,15 +39,16 @@ func decodeCTA(order []int32, g [3]int, block int) (x, y, z int) {
 }
 
 // checkMixed asserts what every split must satisfy: each (chain, head) walk
-// is run once, at vh = 128 by one CTA where h < Wide[s], else by both vh =
-// 64 column tiles; the grids factor and the kernels' decode of the orders
-// under them lands on exactly those CTAs; the makespan is the list makespan
-// of the two launches' CTAs in order, vh = 128 first.
-func checkMixed(t *testing.T, m *Mixed, chains []int, hv, slots int, cost ChunkCost) {
+// is run once, at vh = 128 by its T CTAs where h < Wide[s], else by its 2T
+// vh = 64 CTAs; the grids factor and the kernels' decode of the orders under
+// them lands on exactly those CTAs; the makespan is the list makespan of the
+// two launches' CTAs in order, vh = 128 first.
+func checkMixed(t *testing.T, m *Mixed, chains []int, hv, tiles, slots int, cost ChunkCost) {
 	t.Helper()
-	S := len(chains)
+	S, T := len(chains), tiles
 	require.Equal(t, S, m.Segments)
 	require.Equal(t, hv, m.HV)
+	require.Equal(t, T, m.Tiles)
 	require.Len(t, m.Wide, S)
 	w := 0
 	for s, k := range m.Wide {
@@ -55,24 +56,27 @@ func checkMixed(t *testing.T, m *Mixed, chains []int, hv, slots int, cost ChunkC
 		w += k
 	}
 	require.Zero(t, w%S, "%d wide walks over %d chains: the vh = 128 grid does not factor", w, S)
-	require.Len(t, m.Order128, w)
-	require.Len(t, m.Order64, 2*(S*hv-w))
+	require.Len(t, m.Order128, T*w)
+	require.Len(t, m.Order64, 2*T*(S*hv-w))
+	require.Equal(t, w, m.Walks128())
 	g128, g64 := m.Grid128(), m.Grid64()
-	assert.Equal(t, w, g128[0]*g128[1]*g128[2], "vh = 128 grid %v", g128)
-	assert.Equal(t, 2*(S*hv-w), g64[0]*g64[1]*g64[2], "vh = 64 grid %v", g64)
+	assert.Equal(t, [2]int{T, S}, [2]int{g128[0], g128[1]}, "vh = 128 grid %v", g128)
+	assert.Equal(t, [2]int{2 * T, S}, [2]int{g64[0], g64[1]}, "vh = 64 grid %v", g64)
+	assert.Equal(t, T*w, g128[0]*g128[1]*g128[2], "vh = 128 grid %v", g128)
+	assert.Equal(t, 2*T*(S*hv-w), g64[0]*g64[1]*g64[2], "vh = 64 grid %v", g64)
 
 	seen := map[[3]int]int{}
 	var jobs []int
 	for b := range m.Order128 {
 		x, s, h := decodeCTA(m.Order128, g128, b)
-		require.Zero(t, x)
+		require.Less(t, x, T)
 		require.Less(t, h, m.Wide[s], "block %d of the vh = 128 launch runs head %d of chain %d", b, h, s)
-		seen[[3]int{128, s, h}]++
+		seen[[3]int{128 + x, s, h}]++
 		jobs = append(jobs, cost.Wide*chains[s])
 	}
 	for b := range m.Order64 {
 		x, s, h := decodeCTA(m.Order64, g64, b)
-		require.Less(t, x, 2)
+		require.Less(t, x, 2*T)
 		require.GreaterOrEqual(t, h, m.Wide[s], "block %d of the vh = 64 launch runs head %d of chain %d", b, h, s)
 		require.Less(t, h, hv)
 		seen[[3]int{x, s, h}]++
@@ -80,11 +84,15 @@ func checkMixed(t *testing.T, m *Mixed, chains []int, hv, slots int, cost ChunkC
 	}
 	for s := range S {
 		for h := range hv {
-			if h < m.Wide[s] {
-				require.Equal(t, 1, seen[[3]int{128, s, h}], "chain %d head %d at vh = 128", s, h)
-			} else {
-				require.Equal(t, 1, seen[[3]int{0, s, h}], "chain %d head %d tile 0", s, h)
-				require.Equal(t, 1, seen[[3]int{1, s, h}], "chain %d head %d tile 1", s, h)
+			for x := range 2 * T {
+				if h < m.Wide[s] {
+					if x < T {
+						require.Equal(t, 1, seen[[3]int{128 + x, s, h}], "chain %d head %d at vh = 128, tile %d", s, h, x)
+					}
+					require.Zero(t, seen[[3]int{x, s, h}], "chain %d head %d at both widths", s, h)
+				} else {
+					require.Equal(t, 1, seen[[3]int{x, s, h}], "chain %d head %d tile %d", s, h, x)
+				}
 			}
 		}
 	}
@@ -100,28 +108,32 @@ func TestMixedWalk(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		chains     []int
-		hv, slots  int
+		hv, tiles  int
+		slots      int
 		cost       ChunkCost
 		better     bool
 		single     int // Single, where pinned
 		singleVH   int
 		makespanLE int // Makespan at most this, where pinned
 	}{
-		{name: "120,908 tokens", chains: []int{625, 704, 562}, hv: 48, slots: 132, cost: back, better: true,
+		{name: "120,908 tokens", chains: []int{625, 704, 562}, hv: 48, tiles: 1, slots: 132, cost: back, better: true,
 			single: 3 * 1686, singleVH: 64, makespanLE: 4496},
-		{name: "one document of 512 chunks", chains: []int{512}, hv: 48, slots: 132, cost: back, single: 3 * 512, singleVH: 64},
-		{name: "eight documents of 128", chains: []int{128, 128, 128, 128, 128, 128, 128, 128}, hv: 48, slots: 132,
+		{name: "one document of 512 chunks", chains: []int{512}, hv: 48, tiles: 1, slots: 132, cost: back, single: 3 * 512, singleVH: 64},
+		{name: "eight documents of 128", chains: []int{128, 128, 128, 128, 128, 128, 128, 128}, hv: 48, tiles: 1, slots: 132,
 			cost: back, single: 5 * 3 * 128, singleVH: 128},
-		{name: "lean forward 120,908 tokens", chains: []int{625, 704, 562}, hv: 48, slots: 132, cost: ChunkCost{Narrow: 1, Wide: 2},
+		{name: "lean forward 120,908 tokens", chains: []int{625, 704, 562}, hv: 48, tiles: 1, slots: 132, cost: ChunkCost{Narrow: 1, Wide: 2},
 			single: 1686, singleVH: 64},
-		{name: "small", chains: []int{7, 3}, hv: 3, slots: 4, cost: back, better: true, single: 45, singleVH: 128, makespanLE: 44},
-		{name: "one slot", chains: []int{4, 2, 5}, hv: 2, slots: 1, cost: back},
+		{name: "small", chains: []int{7, 3}, hv: 3, tiles: 1, slots: 4, cost: back, better: true, single: 45, singleVH: 128, makespanLE: 44},
+		{name: "one slot", chains: []int{4, 2, 5}, hv: 2, tiles: 1, slots: 1, cost: back},
+		{name: "pair walk, 120,908 tokens", chains: []int{625, 704, 562}, hv: 48, tiles: 2, slots: 132, cost: back, better: true,
+			single: 5 * 1686, singleVH: 128, makespanLE: 7621},
+		{name: "pair walk, small", chains: []int{7, 3, 3}, hv: 4, tiles: 2, slots: 5, cost: back},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m, err := MixedWalk(c.chains, c.hv, c.slots, c.cost)
+			m, err := MixedWalk(c.chains, c.hv, c.tiles, c.slots, c.cost)
 			require.NoError(t, err)
 			require.NotNil(t, m)
-			checkMixed(t, m, c.chains, c.hv, c.slots, c.cost)
+			checkMixed(t, m, c.chains, c.hv, c.tiles, c.slots, c.cost)
 			assert.Equal(t, c.better, m.Better(), "%v", m)
 			if c.single > 0 {
 				assert.Equal(t, c.single, m.Single)
@@ -130,7 +142,7 @@ func TestMixedWalk(t *testing.T) {
 			if c.makespanLE > 0 {
 				assert.LessOrEqual(t, m.Makespan, c.makespanLE, "%v", m)
 			}
-			again, err := MixedWalk(c.chains, c.hv, c.slots, c.cost)
+			again, err := MixedWalk(c.chains, c.hv, c.tiles, c.slots, c.cost)
 			require.NoError(t, err)
 			assert.Equal(t, m, again, "the same arguments, another answer")
 		})
@@ -148,13 +160,14 @@ func TestMixedWalkRandom(t *testing.T) {
 		hv := 1 + r.IntN(12)
 		slots := 1 + r.IntN(40)
 		cost := ChunkCost{Narrow: 1 + r.IntN(4), Wide: 1 + r.IntN(8)}
-		m, err := MixedWalk(chains, hv, slots, cost)
+		tiles := 1 + r.IntN(2)
+		m, err := MixedWalk(chains, hv, tiles, slots, cost)
 		require.NoError(t, err, "case %d", i)
 		if m == nil {
 			require.Equal(t, 1, hv, "case %d: no split of %v at HV %d", i, chains, hv)
 			continue
 		}
-		checkMixed(t, m, chains, hv, slots, cost)
+		checkMixed(t, m, chains, hv, tiles, slots, cost)
 	}
 }
 
@@ -164,17 +177,24 @@ func TestMixedWalkRandom(t *testing.T) {
 func TestSplitWalk(t *testing.T) {
 	back := ChunkCost{Narrow: 3, Wide: 5}
 	chains := []int{1, 1, 1, 2, 4}
-	m, err := SplitWalk(chains, []int{2, 0, 1, 2, 0}, 2, 3, back)
+	m, err := SplitWalk(chains, []int{2, 0, 1, 2, 0}, 2, 1, 3, back)
 	require.NoError(t, err)
-	checkMixed(t, m, chains, 2, 3, back)
+	checkMixed(t, m, chains, 2, 1, 3, back)
 	assert.Equal(t, [3]int{1, 5, 1}, m.Grid128())
 	assert.Equal(t, [3]int{2, 5, 1}, m.Grid64())
+	m, err = SplitWalk(chains, []int{2, 0, 1, 2, 0}, 2, 2, 3, back)
+	require.NoError(t, err)
+	checkMixed(t, m, chains, 2, 2, 3, back)
+	assert.Equal(t, [3]int{2, 5, 1}, m.Grid128())
+	assert.Equal(t, [3]int{4, 5, 1}, m.Grid64())
 
-	best, err := MixedWalk([]int{625, 704, 562}, 48, 132, back)
-	require.NoError(t, err)
-	again, err := SplitWalk([]int{625, 704, 562}, best.Wide, 48, 132, back)
-	require.NoError(t, err)
-	assert.Equal(t, best, again)
+	for _, tiles := range []int{1, 2} {
+		best, err := MixedWalk([]int{625, 704, 562}, 48, tiles, 132, back)
+		require.NoError(t, err)
+		again, err := SplitWalk([]int{625, 704, 562}, best.Wide, 48, tiles, 132, back)
+		require.NoError(t, err)
+		assert.Equal(t, best, again, "tiles %d", tiles)
+	}
 }
 
 // TestMixedWalkErrors: bad arguments are errors; an empty walk list has no
@@ -182,19 +202,20 @@ func TestSplitWalk(t *testing.T) {
 func TestMixedWalkErrors(t *testing.T) {
 	back := ChunkCost{Narrow: 3, Wide: 5}
 	for _, c := range []struct {
-		name      string
-		chains    []int
-		hv, slots int
-		cost      ChunkCost
-		err       string
+		name             string
+		chains           []int
+		hv, tiles, slots int
+		cost             ChunkCost
+		err              string
 	}{
-		{"no slots", []int{4}, 2, 0, back, "0 slots"},
-		{"no heads", []int{4}, 0, 8, back, "HV 0"},
-		{"empty chain", []int{4, 0}, 2, 8, back, "chain 1 has 0 chunks"},
-		{"zero cost", []int{4}, 2, 8, ChunkCost{Narrow: 3}, "chunk costs 3 / 0"},
+		{"no slots", []int{4}, 2, 1, 0, back, "0 slots"},
+		{"no heads", []int{4}, 0, 1, 8, back, "HV 0"},
+		{"no tiles", []int{4}, 2, 0, 8, back, "0 column tiles"},
+		{"empty chain", []int{4, 0}, 2, 1, 8, back, "chain 1 has 0 chunks"},
+		{"zero cost", []int{4}, 2, 1, 8, ChunkCost{Narrow: 3}, "chunk costs 3 / 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := MixedWalk(c.chains, c.hv, c.slots, c.cost)
+			_, err := MixedWalk(c.chains, c.hv, c.tiles, c.slots, c.cost)
 			require.ErrorContains(t, err, c.err)
 		})
 	}
@@ -218,11 +239,11 @@ func TestMixedWalkErrors(t *testing.T) {
 			if c.name == "no slots" {
 				slots = 0
 			}
-			_, err := SplitWalk(c.chains, c.wide, 2, slots, back)
+			_, err := SplitWalk(c.chains, c.wide, 2, 1, slots, back)
 			require.ErrorContains(t, err, c.err)
 		})
 	}
-	m, err := MixedWalk(nil, 48, 132, back)
+	m, err := MixedWalk(nil, 48, 1, 132, back)
 	require.NoError(t, err)
 	assert.Nil(t, m)
 	assert.False(t, m.Better())

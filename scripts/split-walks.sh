@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Walks split between the widths (docs/perf-notes.md, "Mixed tape widths"), measured in one device call:
+# Walks split between the widths (docs/perf-notes.md, "Walks split between the widths"), in one device call:
 #
 #   here:  bash scripts/gpu.sh build && bash scripts/gpu.sh pack kcp kcp.test
 #   there: run(command="bash scripts/split-walks.sh", carry=[".gpu/pack.tgz"])
 #
 # TestGPUSplitWalks first (split walks' outputs and gradients bitwise against vh 64; TESTS=0 skips it),
 # then `kcp bench --modes core+bwd` on DOCS (default: issue 6's three documents) for each of VARIANTS
-# (name=flags, ';'-separated; default: a = the rule's widths, m = --mixed-tape, p = the same on
+# (name=flags, ';'-separated; default: a = the rule's widths, m = --mixed-backward, p = the same on
 # prioritised streams, s = m plus the state walk split 24 heads of 48), all variants in each of ROUNDS
 # rounds, medians of REPS; a table of the state walk, tape walk and total last. Logs, JSON under $OUT.
 set -uo pipefail
@@ -17,7 +17,7 @@ mkdir -p "$out"
 DOCS=${DOCS:-40000,45000,35908}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-2}
-VARIANTS=${VARIANTS:-a=;m=--mixed-tape;p=--mixed-tape --split-priority;s=--mixed-tape --split-state 24}
+VARIANTS=${VARIANTS:-a=;m=--mixed-backward;p=--mixed-backward --split-priority;s=--mixed-backward --split state=24}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if [ "${TESTS:-1}" = 1 ]; then
 	(cd kcp && ../.gpu/kcp.test -test.run 'TestGPUSplitWalks|TestCheckSplitHeads' -test.v -test.timeout 400s) >"$out/test.log" 2>&1

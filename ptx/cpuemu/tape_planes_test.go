@@ -20,28 +20,43 @@ import (
 var tapePlaneOuts = []string{"d_chunk", "dvnew", "dstart", "dvnewp", "dvnew16", "d16", "out_pt", "out_r"}
 
 // addSplit loads, as name+"_order128" and name+"_order64", the dispatch
-// orders of a walk over l's segments split unevenly between the widths
-// (sched.SplitWalk): NS*(hv/2) walks at vh 128, filling segment 0's heads
-// first, then segment 1's, ..., so that some segments run wholly at vh 128,
-// one partly and the rest not at all. It returns the split (its grids), or
-// nil for hv < 2, where no split exists (the vh 128 walks would be all or
-// none of them).
-func addSplit(j *job, l *layout, hv int, name string) *sched.Mixed {
+// orders of a walk over chains (chunk counts, in list order) with tiles
+// column sets split unevenly between the widths (sched.SplitWalk):
+// len(chains)*(hv/2) walks at vh 128, filling chain 0's heads first, then
+// chain 1's, ..., so that some chains run wholly at vh 128, one partly and
+// the rest not at all. It returns the split (its grids), or nil for hv < 2,
+// where no split exists (the vh 128 walks would be all or none of them).
+func addSplit(j *job, chains []int, hv, tiles int, name string) *sched.Mixed {
 	if hv < 2 {
 		return nil
 	}
-	chains, wide := make([]int, l.NS), make([]int, l.NS)
-	left := l.NS * (hv / 2)
-	for s := range chains {
-		chains[s] = int(l.segNChunk[s])
+	wide := make([]int, len(chains))
+	left := len(chains) * (hv / 2)
+	for s := range wide {
 		wide[s] = min(hv, left)
 		left -= wide[s]
 	}
-	m, err := sched.SplitWalk(chains, wide, hv, 3, sched.ChunkCost{Narrow: 3, Wide: 5})
+	m, err := sched.SplitWalk(chains, wide, hv, tiles, 3, sched.ChunkCost{Narrow: 3, Wide: 5})
 	require.NoError(j.t, err)
 	j.i32(name+"_order128", m.Order128)
 	j.i32(name+"_order64", m.Order64)
 	return m
+}
+
+// listChunks is the chunk counts of l's segments in list (all of them where
+// list is nil).
+func listChunks(l *layout, list []int32) []int {
+	if list == nil {
+		list = make([]int32, l.NS)
+		for s := range list {
+			list[s] = int32(s)
+		}
+	}
+	c := make([]int, len(list))
+	for i, s := range list {
+		c[i] = int(l.segNChunk[s])
+	}
+	return c
 }
 
 // addTapePlanes adds the fp32 l2norm, prep and dV'_local (the walks'
@@ -111,20 +126,28 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 				buf("dvl"), buf("dout")}, tabs, outs(p), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra(p),
 				[]string{order})...)
 	}
-	// The tape walk split between the widths as kcp launches it
-	// (GPUOptions.MixedTape, SplitHeads): the vh 128 entry on some (segment,
-	// head) walks, the vh 64 entry on the others.
-	m := addSplit(j, l, HV, "tape")
+	// The tape and offset walks split between the widths as kcp launches them
+	// (GPUOptions.MixedBackward, SplitHeads): the vh 128 entry (the offset
+	// walk's one entry at vh 128) on some (segment, head) walks, the vh 64
+	// entry on the others.
+	m := addSplit(j, listChunks(l, nil), HV, 1, "tape")
 	require.NotNil(j.t, m, "the tape walk cases have HV >= 2")
+	mo := addSplit(j, listChunks(l, off), HV, 2, "offset")
 	for _, vh := range []int{128, 64} {
 		tape, g, order := "gdn_tape_walk_planes_w128", m.Grid128(), buf("tape_order128")
+		og, oOrder := mo.Grid128(), buf("offset_order128")
 		if vh == 64 {
 			tape, g, order = "gdn_tape_walk_planes", m.Grid64(), buf("tape_order64")
+			og, oOrder = mo.Grid64(), buf("offset_order64")
 		}
 		j.launch("pmix_tape"+vhName(vh), tape, g, 256, smemOf("tape_planes_smem", vh),
 			slices.Concat([]string{buf("wp"), bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
 				buf("dvl"), buf("dout")}, tabs, outs("pmix_"), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra("pmix_"),
 				[]string{order})...)
+		j.launch("pmix_offset"+vhName(vh), "gdn_offset_walk_planes", og, 256, smemOf("tape_planes_smem", vh),
+			slices.Concat([]string{buf("wp"), bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
+				buf("dvl"), buf("dout")}, offTabs, []string{buf("pmix_out_pt"), buf("pmix_out_r"), i32a(HQK), i32a(HV),
+				i32a(vh), scale, oOrder})...)
 	}
 }
 
@@ -139,10 +162,11 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 // kernels' own W, Kt, qn, gamma, dV'_local; the start adjoints' worst
 // element within bwalkMMAElemTol of their rms; the token slots and bf16
 // tiles are the walk's own fp32 values; vh 64 and 128 and the two runners
-// give the same bits, and so does the walk split between the two entries
-// (sched.SplitWalk, as kcp's GPUOptions.MixedTape launches it: partial grids
-// whose dispatch orders name CTAs of the full launch); the log shows wgmma in
-// the wgmma runner only.
+// give the same bits, and so do the tape walk split between its two entries
+// and the offset walk split between its widths (sched.SplitWalk, as kcp's
+// GPUOptions.MixedBackward launches them: partial grids whose dispatch orders
+// name CTAs of the full launch); the log shows wgmma in the wgmma runner
+// only.
 func TestTapePlanesOnCPU(t *testing.T) {
 	if !haveEmuWGMMA() {
 		t.Skipf("%s/wgmma.cuh does not route wgmma to the emulator (no GDNKCP_EMU_WGMMA)", srcDir())
@@ -190,9 +214,9 @@ func TestTapePlanesOnCPU(t *testing.T) {
 				require.Equal(t, bf16.Bytes(stateT16(rw.f32s(p+"d_chunk"), l.NC, HV)), rw.raw[p+"d16"],
 					"%sd16: not the walk's own D^T rounded to bf16", p)
 			}
-			// The walk split between the widths (addSplit) writes vh 64's bits
+			// The walks split between the widths (addSplit) write vh 64's bits
 			// into every element of every output (poison left over would differ).
-			for _, n := range tapePlaneOuts[:6] {
+			for _, n := range tapePlaneOuts {
 				for _, r := range []*result{rw, rp} {
 					require.NotEmpty(t, r.raw["pmix_"+n], "pmix_"+n)
 					require.Equal(t, rw.raw["p64_"+n], r.raw["pmix_"+n], "pmix_%s: the split walk differs from vh 64", n)

@@ -93,21 +93,25 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 			smemOf("walk_planes_smem", vh), slices.Concat(kIn, []string{buf("u"), buf("gcum")}, tabs,
 				[]string{buf("sum_list"), buf(p + "out_p"), buf(p + "out_q"), i32a(HQK), i32a(HV), i32a(vh), sumOrder})...)
 	}
-	// The state walk split between the widths as kcp launches it
-	// (GPUOptions.SplitHeads): one entry, at vh 128 on some (segment, head)
-	// walks and at vh 64 on the others, each a partial grid.
-	m := addSplit(j, l, HV, "state")
+	// The state and summary walks split between the widths as kcp launches
+	// them (GPUOptions.SplitHeads): one entry each, at vh 128 on some
+	// (segment, head) walks and at vh 64 on the others, each a partial grid.
+	m := addSplit(j, listChunks(l, nil), HV, 1, "state")
+	ms := addSplit(j, listChunks(l, sum), HV, 2, "summary")
 	for _, vh := range []int{128, 64} {
 		if m == nil {
 			break
 		}
-		g, order := m.Grid128(), buf("state_order128")
+		g, order, sg, sOrder := m.Grid128(), buf("state_order128"), ms.Grid128(), buf("summary_order128")
 		if vh == 64 {
-			g, order = m.Grid64(), buf("state_order64")
+			g, order, sg, sOrder = m.Grid64(), buf("state_order64"), ms.Grid64(), buf("summary_order64")
 		}
 		j.launch("psplit_state"+vhName(vh), "gdn_state_walk_planes", g, 256, smemOf("walk_planes_smem", vh),
 			slices.Concat(kIn, []string{buf("u"), buf("gcum")}, tabs, []string{buf("start")}, outs("psplit_"),
 				[]string{i32a(HQK), i32a(HV), i32a(vh), buf("psplit_vnewp"), order})...)
+		j.launch("psplit_summary"+vhName(vh), "gdn_summary_walk_planes", sg, 256, smemOf("walk_planes_smem", vh),
+			slices.Concat(kIn, []string{buf("u"), buf("gcum")}, tabs, []string{buf("sum_list"), buf("psplit_out_p"),
+				buf("psplit_out_q"), i32a(HQK), i32a(HV), i32a(vh), sOrder})...)
 	}
 }
 
@@ -125,9 +129,9 @@ func addPlaneWalks(j *job, d *gdnData, start []float32) {
 // walk; the portable runner's plane walks write the wgmma ones' bits (the
 // emulator's wgmma adds in mma.sync's k order: this holds the portable
 // products' B addressing to the descriptors') and run no wgmma; the state
-// walk split between the widths (addSplit: partial grids whose dispatch
-// orders name CTAs of the full launches) writes vh 64's bits. Every output
-// is written.
+// and summary walks split between the widths (addSplit: partial grids whose
+// dispatch orders name CTAs of the full launches) write vh 64's bits. Every
+// output is written.
 func TestPlaneWalksOnCPU(t *testing.T) {
 	if !haveEmuWGMMA() {
 		t.Skipf("%s/wgmma.cuh does not route wgmma to the emulator (no GDNKCP_EMU_WGMMA)", srcDir())
@@ -182,10 +186,10 @@ func TestPlaneWalksOnCPU(t *testing.T) {
 					require.Equal(t, rw.raw[p+n], rp.raw[p+n], "%s: the portable products differ from wgmma's", p+n)
 				}
 			}
-			// The state walk split between the widths (addSplit) writes vh
-			// 64's bits into every element of its outputs (where HV >= 2
-			// lets it split).
-			for _, n := range append(slices.Clone(planeWalkOuts), "vnewp") {
+			// The state and summary walks split between the widths (addSplit)
+			// write vh 64's bits into every element of their outputs (where
+			// HV >= 2 lets them split).
+			for _, n := range append(slices.Clone(planeWalkOuts), "vnewp", "out_p", "out_q") {
 				if rn.c.hv < 2 {
 					break
 				}

@@ -24,9 +24,10 @@ type benchOptions struct {
 	reps, warmup               int
 	copyTBs, mmaTFLOPs         float64
 	json, splitGrads           bool
-	launchOrder, mixedTape     bool
+	launchOrder, mixedBackward bool
 	splitPriority              bool
-	splitState, splitTape      int
+	split                      map[string]int
+	splitHeads                 [sched.NumWalkKinds]int // split, parsed
 	forceVH                    int
 }
 
@@ -88,30 +89,29 @@ on the CUDA cores).`,
 	f.BoolVar(&o.json, "json", false, "write JSON to stdout")
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at this width (64 or 128) instead of the plan's decision; 0: the decision")
 	f.BoolVar(&o.launchOrder, "launch-order", false, "v5: run the walks' CTAs in launch order instead of kcp's dispatch order (same bits; to measure what the order saves where segments differ in length)")
-	f.BoolVar(&o.mixedTape, "mixed-tape", false, "v5: split the tape walk between the widths where sm_90a's cost model puts it 2% below the better single width (kcp.GPUOptions.MixedTape; same bits; off until measured)")
-	f.IntVar(&o.splitState, "split-state", 0, "v5: run the state walk split between the widths, this many value heads of every document at vh 128 and the rest at vh 64 (kcp.GPUOptions.SplitHeads; same bits; to measure splits); 0: no forced split")
-	f.IntVar(&o.splitTape, "split-tape", 0, "v5: the same for the tape walk (wins over --mixed-tape's model)")
+	f.BoolVar(&o.mixedBackward, "mixed-backward", false, "v5: split the tape walk between the widths where sm_90a's cost model puts it 2% below the better single width (kcp.GPUOptions.MixedBackward; same bits; off until measured)")
+	f.StringToIntVar(&o.split, "split", nil, "v5: run walks split between the widths, WALK=K,...: K value heads of every segment at vh 128 and the rest at vh 64 (walks summary, state, offset, tape; kcp.GPUOptions.SplitHeads; same bits; to measure splits; wins over --mixed-backward's model)")
 	f.BoolVar(&o.splitPriority, "split-priority", false, "launch a split walk's vh 128 half on a side stream of the greatest priority beside the vh 64 half's, instead of on the rank's stream (kcp.GPUOptions.SplitPriority)")
 	f.BoolVar(&o.splitGrads, "split-grads", false, "v5, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, 1.5 ms faster at 32K, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
 	return cmd
 }
 
 type benchRow struct {
-	Kernels      string             `json:"kernels"`
-	Mode         string             `json:"mode"`
-	Tokens       int                `json:"tokens"`
-	Docs         []int              `json:"docs"`
-	Blob         string             `json:"blob"`
-	Reps         int                `json:"reps"`
-	MedianMillis float64            `json:"median_ms"`
-	MinMillis    float64            `json:"min_ms"`
-	Stages       map[string]float64 `json:"stage_median_ms"`
-	StageOrder   []string           `json:"stages"`
-	PeakBytes    int64              `json:"peak_bytes,omitempty"`
-	SplitGrads   bool               `json:"split_grads,omitempty"`
-	LaunchOrder  bool               `json:"launch_order,omitempty"`
-	MixedTape    bool               `json:"mixed_tape,omitempty"`
-	SplitPrio    bool               `json:"split_priority,omitempty"`
+	Kernels       string             `json:"kernels"`
+	Mode          string             `json:"mode"`
+	Tokens        int                `json:"tokens"`
+	Docs          []int              `json:"docs"`
+	Blob          string             `json:"blob"`
+	Reps          int                `json:"reps"`
+	MedianMillis  float64            `json:"median_ms"`
+	MinMillis     float64            `json:"min_ms"`
+	Stages        map[string]float64 `json:"stage_median_ms"`
+	StageOrder    []string           `json:"stages"`
+	PeakBytes     int64              `json:"peak_bytes,omitempty"`
+	SplitGrads    bool               `json:"split_grads,omitempty"`
+	LaunchOrder   bool               `json:"launch_order,omitempty"`
+	MixedBackward bool               `json:"mixed_tape,omitempty"`
+	SplitPrio     bool               `json:"split_priority,omitempty"`
 	// Split is, per walk that ran split between the widths, how many of its
 	// (segment, head) walks ran at vh 128.
 	Split     map[string]int `json:"split_walks_vh128,omitempty"`
@@ -129,9 +129,18 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 	if o.reps < 1 || o.warmup < 0 {
 		return fmt.Errorf("--reps %d, --warmup %d: need at least one timed run", o.reps, o.warmup)
 	}
-	if o.splitPriority && !o.mixedTape && o.splitState == 0 && o.splitTape == 0 {
-		return fmt.Errorf("--split-priority: only with --mixed-tape, --split-state or --split-tape")
+	var splitHeads [sched.NumWalkKinds]int
+	for name, k := range o.split {
+		kind, err := sched.ParseWalkKind(name)
+		if err != nil {
+			return fmt.Errorf("--split %s=%d: %w", name, k, err)
+		}
+		splitHeads[kind] = k
 	}
+	if o.splitPriority && !o.mixedBackward && splitHeads == ([sched.NumWalkKinds]int{}) {
+		return fmt.Errorf("--split-priority: only with --mixed-backward or --split")
+	}
+	o.splitHeads = splitHeads
 	if o.forceVH != 0 && o.forceVH != 64 && o.forceVH != 128 {
 		return fmt.Errorf("--force-vh %d: want 64 or 128 (or 0 for the plan's decision)", o.forceVH)
 	}
@@ -273,8 +282,8 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		return benchRow{}, fmt.Errorf("--kernels: %w", err)
 	}
 	gopts.SplitGrads = o.splitGrads
-	gopts.LaunchOrder, gopts.MixedTape, gopts.SplitPriority = o.launchOrder, o.mixedTape, o.splitPriority
-	gopts.SplitHeads[sched.State], gopts.SplitHeads[sched.Tape] = o.splitState, o.splitTape
+	gopts.LaunchOrder, gopts.MixedBackward, gopts.SplitPriority = o.launchOrder, o.mixedBackward, o.splitPriority
+	gopts.SplitHeads = o.splitHeads
 	g, err := kcp.NewGPU(plan, gopts)
 	if err != nil {
 		if errors.Is(err, loader.ErrNoDriver) || loader.IsCode(err, loader.ErrorNoDevice) {
@@ -285,7 +294,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 	defer g.Close()
 	row := benchRow{Kernels: kernels, Mode: mode, Tokens: plan.Tokens, Docs: plan.Config.Docs, Reps: o.reps, Stages: map[string]float64{},
 		ForceVH: o.forceVH, SplitGrads: o.splitGrads && kernels == "v5" && stage == kcp.StageCore, LaunchOrder: o.launchOrder,
-		MixedTape: o.mixedTape, SplitPrio: o.splitPriority}
+		MixedBackward: o.mixedBackward, SplitPrio: o.splitPriority}
 	stageTimes := map[string][]float64{}
 	var totals []float64
 	for i := 0; i < o.warmup+o.reps; i++ {
@@ -365,8 +374,8 @@ func writeBench(w io.Writer, rows []benchRow) error {
 				}
 			}
 		}
-		if r.MixedTape && r.Split["tape"] == 0 {
-			b.WriteString("; tape walk not split (--mixed-tape: the model gains too little)")
+		if r.MixedBackward && r.Split["tape"] == 0 {
+			b.WriteString("; tape walk not split (--mixed-backward: the model gains too little)")
 		}
 		switch {
 		case r.ForceVH != 0:

@@ -70,9 +70,9 @@ type walkJSON struct {
 	Reason       string `json:"reason"`
 	ReasonA      string `json:"reason_a"`
 	ReasonB      string `json:"reason_b"`
-	// Mixed is the tape walk's split between the widths on a variant with a
-	// measured cost rule (kcp.GPUOptions.MixedTape, sched.MixedWalk): absent
-	// elsewhere.
+	// Mixed is an offset or tape walk's best split between the widths on a
+	// variant with a measured cost rule (kcp.GPUOptions.MixedBackward,
+	// sched.MixedWalk): absent elsewhere.
 	Mixed *mixedJSON `json:"mixed,omitempty"`
 }
 
@@ -87,18 +87,22 @@ type mixedJSON struct {
 	Summary  string `json:"summary"`
 }
 
-// tapeMixed is k's split on prof where k is the tape walk, it launches and
-// prof's variant has a cost rule; else nil.
-func tapeMixed(k sched.WalkKind, chains []int, hv int, prof sched.Profile) (*mixedJSON, error) {
+// backwardMixed is k's split on prof where k is a backward walk (offset,
+// tape), it launches and prof's variant has a cost rule; else nil.
+func backwardMixed(k sched.WalkKind, chains []int, hv int, prof sched.Profile) (*mixedJSON, error) {
 	rules, err := sched.RulesFor(prof.Variant)
-	if k != sched.Tape || len(chains) == 0 || err != nil || rules.Cost == nil {
+	if k.Forward() || len(chains) == 0 || err != nil || rules.Cost == nil {
 		return nil, nil
 	}
-	m, err := sched.MixedWalk(chains, hv, rules.Cost.CTAsPerSM*prof.SMs, rules.Cost.ForRun(k, prof.LeanForward))
+	tiles := 1
+	if k == sched.Offset {
+		tiles = 2 // P^T and R
+	}
+	m, err := sched.MixedWalk(chains, hv, tiles, rules.Cost.CTAsPerSM*prof.SMs, rules.Cost.ForRun(k, prof.LeanForward))
 	if err != nil || m == nil {
 		return nil, err
 	}
-	return &mixedJSON{Wide: m.Wide, Walks128: len(m.Order128), Makespan: m.Makespan, Single: m.Single,
+	return &mixedJSON{Wide: m.Wide, Walks128: m.Walks128(), Makespan: m.Makespan, Single: m.Single,
 		SingleVH: m.SingleVH, Taken: m.Better(), Summary: m.String()}, nil
 }
 
@@ -159,7 +163,7 @@ func buildPlanJSON(pack string, p *kcp.Plan, prof sched.Profile, rule sched.Rule
 			if rule == sched.RuleA {
 				wj.Reason = a.Reason
 			}
-			if wj.Mixed, err = tapeMixed(k, wj.Chains, cfg.HV, prof); err != nil {
+			if wj.Mixed, err = backwardMixed(k, wj.Chains, cfg.HV, prof); err != nil {
 				return planJSON{}, fmt.Errorf("rank %d: %w", r, err)
 			}
 			rj.Walks = append(rj.Walks, wj)

@@ -352,22 +352,24 @@ func TestPlanAllText(t *testing.T) {
 		assert.Contains(t, stdout, "\n"+p.String()+" ")
 	}
 	assert.Contains(t, stdout, "of 90")
-	// The rows a tape walk split shortens: sm_90a only (the one cost rule),
+	// The backward walks a split shortens: sm_90a only (the one cost rule),
 	// each one faster by the model.
-	block := stdout[strings.Index(stdout, "rows whose slowest tape walk a split between the widths shortens"):]
+	block := stdout[strings.Index(stdout, "backward walks whose slowest rank a split between the widths shortens"):]
 	block = block[:strings.Index(block, "\n\n")]
 	lines := strings.Split(block, "\n")[3:]
 	require.NotEmpty(t, lines)
 	for _, l := range lines {
 		f := strings.Fields(l)
-		require.GreaterOrEqual(t, len(f), 8, l)
+		require.GreaterOrEqual(t, len(f), 9, l)
 		assert.Equal(t, "sm_90a/132", f[3], l)
-		before, err1 := strconv.Atoi(f[4])
-		after, err2 := strconv.Atoi(f[6])
+		assert.Contains(t, []string{"offset", "tape"}, f[4], l)
+		before, err1 := strconv.Atoi(f[5])
+		after, err2 := strconv.Atoi(f[7])
 		require.NoError(t, errors.Join(err1, err2), l)
 		assert.Less(t, after, before, l)
 	}
-	assert.Contains(t, block, "P5    2   Z       sm_90a/132  4752 -> 4480 (-5.7%)")
+	assert.Contains(t, block, "P5    2   Z       sm_90a/132  tape    4752 -> 4480 (-5.7%)")
+	assert.Contains(t, block, "P1    4   Z       sm_90a/132  offset  4011 -> 3538 (-11.8%)")
 }
 
 func TestSummarizeCounts(t *testing.T) {
@@ -393,12 +395,14 @@ func TestSummarizeCounts(t *testing.T) {
 	}, got[0])
 }
 
-// TestPlanMixedTape: on sm_90a the plan shows the tape walk's best split
-// between the widths (sched.MixedWalk) and whether kcp bench --mixed-tape
-// would take it: issue 6's three-document pack splits 72 of its 144 walks
-// at 11% under vh 64's makespan; two equal documents do not split (vh 128
-// packs them); the other walks, and variants without a cost rule, show none.
-func TestPlanMixedTape(t *testing.T) {
+// TestPlanSplits: on sm_90a the plan shows the backward walks' best splits
+// between the widths (sched.MixedWalk) and whether kcp bench --mixed-backward
+// would take them: issue 6's three-document pack splits 72 of its 144 tape
+// walks at 11% under vh 64's makespan; two equal documents do not split (vh
+// 128 packs them); the forward walks, and variants without a cost rule, show
+// none. P1 at CP 4 in layout Z splits rank 1's offset walk (two column sets
+// a walk) 11.8% under its best single width.
+func TestPlanSplits(t *testing.T) {
 	for _, c := range []struct {
 		docs, arch string
 		taken      bool
@@ -433,11 +437,28 @@ func TestPlanMixedTape(t *testing.T) {
 			case c.none:
 				assert.NotContains(t, text, "split between the widths")
 			case c.taken:
-				assert.Contains(t, text, "tape walk split between the widths (kcp bench --mixed-tape; off by default): mixed: 72 of 144")
+				assert.Contains(t, text, "tape walk split between the widths (kcp bench --mixed-backward; off by default): mixed: 72 of 144")
 				assert.Contains(t, text, ": taken (margin 2%)")
 			default:
 				assert.Contains(t, text, ": not taken (margin 2%)")
 			}
 		})
 	}
+	stdout, stderr, code := execute("plan", "--pack", "P1", "--cp", "4", "--layout", "Z", "--arch", "sm_90a", "--json")
+	require.Equal(t, 0, code, stderr)
+	var pj planJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &pj))
+	var off *mixedJSON
+	for _, wj := range pj.Ranks[1].Walks {
+		if wj.Walk == "offset" {
+			off = wj.Mixed
+		}
+		if wj.Walk == "summary" || wj.Walk == "state" {
+			assert.Nil(t, wj.Mixed, "%s walk", wj.Walk)
+		}
+	}
+	require.NotNil(t, off, "rank 1's offset walk")
+	assert.True(t, off.Taken, off.Summary)
+	assert.Equal(t, 4011, off.Single, off.Summary)
+	assert.Equal(t, 3538, off.Makespan, off.Summary)
 }

@@ -112,7 +112,7 @@ func writePlanText(w io.Writer, pj planJSON, p *kcp.Plan) error {
 				if m.Taken {
 					taken = "taken"
 				}
-				fmt.Fprintf(b, "  %s walk split between the widths (kcp bench --mixed-tape; off by default): %s: %s (margin %d%%)\n",
+				fmt.Fprintf(b, "  %s walk split between the widths (kcp bench --mixed-backward; off by default): %s: %s (margin %d%%)\n",
 					wj.Walk, m.Summary, taken, sched.MixedMarginPercent)
 			}
 		}
@@ -166,22 +166,23 @@ func writeAllText(w io.Writer, plans []planJSON) error {
 	return tw.Flush()
 }
 
-// writeMixedText lists, for --all, the rows whose slowest rank's tape walk
-// the split between the widths (kcp bench --mixed-tape) shortens by the
-// cost model: the largest tape walk makespan over the ranks at the rule's
-// width, and with each rank's split where it is taken.
+// writeMixedText lists, for --all, the (row, walk) pairs whose slowest
+// rank's offset or tape walk a split between the widths (kcp bench
+// --mixed-backward) shortens by the cost model: the largest makespan of that
+// walk over the ranks at the rule's width, and with each rank's split where
+// it is taken.
 func writeMixedText(w io.Writer, plans []planJSON) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "rows whose slowest tape walk a split between the widths shortens (kcp bench --mixed-tape, off by default;")
-	fmt.Fprintln(tw, "makespans in cost units: chunks x the rule's chunk cost; profiles with a measured cost rule only)")
-	fmt.Fprintln(tw, "pack	cp	layout	arch	slowest tape walk: rule -> split	ranks split")
+	fmt.Fprintln(tw, "backward walks whose slowest rank a split between the widths shortens (kcp bench --mixed-backward, off by")
+	fmt.Fprintln(tw, "default; makespans in cost units: chunks x the rule's chunk cost; profiles with a measured cost rule only)")
+	fmt.Fprintln(tw, "pack\tcp\tlayout\tarch\twalk\tslowest rank's walk: rule -> split\tranks split")
 	rows := 0
 	for _, pj := range plans {
-		before, after := 0, 0
-		var split []string
-		for _, rj := range pj.Ranks {
-			for _, wj := range rj.Walks {
-				m := wj.Mixed
+		for k := range pj.Ranks[0].Walks {
+			before, after := 0, 0
+			var split []string
+			for _, rj := range pj.Ranks {
+				m := rj.Walks[k].Mixed
 				if m == nil {
 					continue
 				}
@@ -192,11 +193,11 @@ func writeMixedText(w io.Writer, plans []planJSON) error {
 				}
 				before, after = max(before, m.Single), max(after, a)
 			}
-		}
-		if after < before {
-			rows++
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s/%d\t%d -> %d (%.1f%%)\t%s\n", pj.Pack, pj.CP, pj.Layout, pj.Arch, pj.SMs, before, after,
-				100*float64(after-before)/float64(before), strings.Join(split, ", "))
+			if after < before {
+				rows++
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s/%d\t%s\t%d -> %d (%.1f%%)\t%s\n", pj.Pack, pj.CP, pj.Layout, pj.Arch, pj.SMs,
+					pj.Ranks[0].Walks[k].Walk, before, after, 100*float64(after-before)/float64(before), strings.Join(split, ", "))
+			}
 		}
 	}
 	if rows == 0 {
