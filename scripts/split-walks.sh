@@ -9,6 +9,9 @@
 # (name=flags, ';'-separated; default: a = the rule's widths, m = --mixed-backward, p = the same on
 # prioritised streams, s = m plus the state walk split 24 heads of 48), all variants in each of ROUNDS
 # rounds, medians of REPS; a table of the state walk, tape walk and total last. Logs, JSON under $OUT.
+# CP_PACK='P1 4 Z' (off by default) also times `kcp run` of that pack, CP and layout on this one GPU (core
+# stage, B1, no check, --reps 3 after a warm-up) without and with --mixed-backward: the slowest rank and
+# every rank's offset and tape walks (`kcp plan --all` lists the CP rows a split should shorten).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -f .gpu/pack.tgz ] && tar -C .gpu -xzf .gpu/pack.tgz
@@ -39,6 +42,34 @@ for r in $(seq 1 "$ROUNDS"); do
 		fi
 	done
 done
+if [ -n "${CP_PACK:-}" ]; then
+	read -r pack cp layout <<<"$CP_PACK"
+	for v in a m; do
+		flag=
+		[ "$v" = m ] && flag=--mixed-backward
+		# shellcheck disable=SC2086 # flag is a word or none
+		if ! .gpu/kcp run --backend gpu --pack "$pack" --cp "$cp" --layout "$layout" --stage core --mode b1 \
+			--check=false --reps 3 --warmup 1 --json --no-progress $flag >"$out/cp-$v.json" 2>"$out/cp-$v.err"; then
+			echo "kcp run $CP_PACK ($v) failed:"
+			tail -3 "$out/cp-$v.err"
+		fi
+	done
+	python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+for v in "am":
+    try:
+        rep = json.load(open(os.path.join(out, f"cp-{v}.json")))
+    except Exception as e:
+        print(f"cp {v}: no result: {e}")
+        continue
+    g = rep["gpu"]
+    walks = {r["rank"]: {s["stage"]: s["ms"] for s in r["stages"]} for r in g["ranks"]}
+    per = "  ".join(f"r{r}: offset {st.get('backward: offset walk', 0):.3f} tape {st.get('backward: tape walk', 0):.3f}"
+                    for r, st in sorted(walks.items()))
+    print(f"cp {v}: slowest rank {g['slowest_rank']} {g['slowest_ms']:.3f} ms; {per}")
+PY
+fi
 python3 - "$out" "$ROUNDS" "${names[@]}" <<'PY'
 import json, sys, os
 out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]

@@ -33,7 +33,7 @@ type runOptions struct {
 	timeout                                              time.Duration
 	seed                                                 uint64
 	json, checkFinite, noProgress, check, hostExchange   bool
-	splitGrads                                           bool
+	splitGrads, mixedBackward, splitPriority             bool
 }
 
 // probeGPU says whether GPU device can run the GPU backend with the given
@@ -101,6 +101,8 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	f.StringVar(&o.rule, "rule", "b", "width rule: a or b")
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at vh 64 or 128 instead of the rule's width")
 	f.BoolVar(&o.splitGrads, "split-grads", false, "GPU backend, v5 kernels, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, faster, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
+	f.BoolVar(&o.mixedBackward, "mixed-backward", false, "GPU backend, v5 kernels: split the offset and tape walks between the widths where the width rule's cost model gains 2% or more (kcp.GPUOptions.MixedBackward; same bits; off until measured)")
+	f.BoolVar(&o.splitPriority, "split-priority", false, "GPU backend, with --mixed-backward: launch a split walk's vh 128 half on a side stream of the greatest priority (kcp.GPUOptions.SplitPriority)")
 	f.StringVar(&o.dump, "dump", "", "write inputs, outputs and gradients as .npy files and meta.json into this folder")
 	f.StringVar(&o.inputs, "inputs", "", "read the inputs from .npy files in this folder")
 	f.BoolVar(&o.checkFinite, "check-finite", true, "reject inputs holding NaN or Inf")
@@ -253,6 +255,9 @@ type runWalk struct {
 	NWalk  int    `json:"n_walk"`
 	VH     *int   `json:"vh"` // null for an empty walk list
 	Reason string `json:"reason"`
+	// Split is, for a walk split between the widths (--mixed-backward), how
+	// many of its (segment, head) walks ran at vh 128; VH is the rule's.
+	Split int `json:"split_vh128,omitempty"`
 }
 
 func (o *runOptions) run(cmd *cobra.Command) error {
@@ -272,6 +277,9 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	}
 	if o.reps < 1 || o.warmup < 0 {
 		return fmt.Errorf("--reps %d, --warmup %d: need at least one timed repetition", o.reps, o.warmup)
+	}
+	if o.splitPriority && !o.mixedBackward {
+		return fmt.Errorf("--split-priority: only with --mixed-backward")
 	}
 	layout, err := kcp.ParseLayout(o.layout)
 	if err != nil {
@@ -417,7 +425,7 @@ func (o *runOptions) runCPU(plan *kcp.Plan, name string, stage kcp.Stage, prof s
 		tRef = time.Since(t1)
 	}
 	bar.finish()
-	rep, err := o.report("cpu", name, plan, stage, prof, rule, decisions, nil, out, grads, refOut, refGrads)
+	rep, err := o.report("cpu", name, plan, stage, prof, rule, decisions, nil, nil, out, grads, refOut, refGrads)
 	if err != nil {
 		return nil, err
 	}
@@ -439,7 +447,8 @@ type gpuStep struct {
 	digest    func(rank int) (string, error) // kcp.RankDigest of the output and gradients
 	decisions [][sched.NumWalkKinds]sched.Decision
 	vh        [][sched.NumWalkKinds]int
-	phases    [][]kcp.RankTiming // forward, (recompute,) backward; each indexed by rank
+	split     [][sched.NumWalkKinds]int // walks at vh 128 of split walks (kcp.GPUForward.Split, GPUGrads.Split)
+	phases    [][]kcp.RankTiming        // forward, (recompute,) backward; each indexed by rank
 	names     []string
 	peak      []int64
 	blob      string
@@ -481,7 +490,7 @@ func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, do
 		}
 		st.phases, st.names = append(st.phases, fw.Timing), append(st.names, "forward")
 		st.output, st.decisions, st.blob = fw.Output, fw.Decisions, fw.Blob
-		st.vh = slices.Clone(fw.VH)
+		st.vh, st.split = slices.Clone(fw.VH), slices.Clone(fw.Split)
 	} else {
 		ck, err := g.ForwardCheckpoint(ctx, in)
 		if err != nil {
@@ -493,7 +502,7 @@ func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, do
 		st.phases = append(st.phases, ck.Timing, fw.Timing)
 		st.names = append(st.names, "forward", "recompute")
 		st.output, st.decisions, st.blob = ck.Output, ck.Decisions, ck.Blob
-		st.vh = slices.Clone(ck.VH)
+		st.vh, st.split = slices.Clone(ck.VH), slices.Clone(ck.Split)
 	}
 	gr, err := fw.Backward(ctx, dout)
 	if err != nil {
@@ -506,7 +515,7 @@ func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, do
 	st.phases, st.names = append(st.phases, gr.Timing), append(st.names, "backward")
 	for r := range st.vh {
 		for _, k := range []sched.WalkKind{sched.Offset, sched.Tape} {
-			st.vh[r][k] = gr.VH[r][k]
+			st.vh[r][k], st.split[r][k] = gr.VH[r][k], gr.Split[r][k]
 		}
 	}
 	return st, nil
@@ -527,7 +536,7 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 	if err := kopts.SetKernels(kernels); err != nil {
 		return nil, fmt.Errorf("--kernels: %w", err)
 	}
-	kopts.SplitGrads = o.splitGrads
+	kopts.SplitGrads, kopts.MixedBackward, kopts.SplitPriority = o.splitGrads, o.mixedBackward, o.splitPriority
 	hook, err := o.stageHook(stderr)
 	if err != nil {
 		return nil, err
@@ -578,7 +587,7 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 	}
 	bar.finish()
 	lastOut, lastGrads := last.output(), last.gradients()
-	rep, err = o.report("gpu", name, plan, stage, prof, rule, last.decisions, last.vh, lastOut, lastGrads, refOut, refGrads)
+	rep, err = o.report("gpu", name, plan, stage, prof, rule, last.decisions, last.vh, last.split, lastOut, lastGrads, refOut, refGrads)
 	if err != nil {
 		return nil, err
 	}
@@ -775,7 +784,7 @@ func parsePack(s string) (kcp.Pack, error) {
 }
 
 func (o *runOptions) report(backend, name string, plan *kcp.Plan, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
-	decisions [][sched.NumWalkKinds]sched.Decision, launched [][sched.NumWalkKinds]int,
+	decisions [][sched.NumWalkKinds]sched.Decision, launched, split [][sched.NumWalkKinds]int,
 	out *kcp.Output, grads *kcp.Grads, refOut *kcp.Output, refGrads *kcp.Grads) (*runReport, error) {
 	cfg := plan.Config
 	rep := &runReport{
@@ -798,6 +807,10 @@ func (o *runOptions) report(backend, name string, plan *kcp.Plan, stage kcp.Stag
 				}
 				if launched != nil && launched[r][k] == 0 {
 					w.Reason += " (not launched: forward only)"
+				}
+				if split != nil && split[r][k] > 0 {
+					w.Split = split[r][k]
+					w.Reason += fmt.Sprintf(" (split between the widths: %d of its (segment, head) walks at vh 128)", w.Split)
 				}
 				w.VH = &vh
 			}
