@@ -44,7 +44,7 @@ backend's v5 core stage does (sm_90a's measured rule then costs a wide walk less
 ones in the forward, where it is 9/4; in the backward 5/3 in both, since the v5.32 walks).
 On sm_90a each rank's offset and tape walks also show their best split between the widths by
 that cost model (some (segment, head) walks at vh 128, the rest at vh 64, launched side by
-side) and whether kcp bench --mixed-backward would take it (2% or more under the better single
+side) and whether --mixed-backward (kcp run, bench) would take it (2% or more under the better single
 width).
 
 --all plans every pack P1-P5 x CP 2/4/8 x layout C/Z/D on the four reference profiles

@@ -437,7 +437,7 @@ func TestPlanSplits(t *testing.T) {
 			case c.none:
 				assert.NotContains(t, text, "split between the widths")
 			case c.taken:
-				assert.Contains(t, text, "tape walk split between the widths (kcp bench --mixed-backward; off by default): mixed: 72 of 144")
+				assert.Contains(t, text, "tape walk split between the widths (kcp run or bench --mixed-backward; off by default): mixed: 72 of 144")
 				assert.Contains(t, text, ": taken (margin 2%)")
 			default:
 				assert.Contains(t, text, ": not taken (margin 2%)")
