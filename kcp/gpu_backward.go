@@ -349,6 +349,15 @@ func (f *GPUForward) backwardRank(ctx context.Context, w *rankWork, dout []float
 // mark records the event that ends the next stage.
 func (b *bwdRun) mark() error { return b.clk.mark() }
 
+// recorder is what launchSplit reports its launches to: b.launches while
+// bwdProbeHook is set, else nothing.
+func (b *bwdRun) recorder() func(recordedLaunch) {
+	if bwdProbeHook == nil {
+		return nil
+	}
+	return func(l recordedLaunch) { b.launches = append(b.launches, l) }
+}
+
 // launch runs entry on the rank's stream with 256-thread blocks.
 func (b *bwdRun) launch(entry string, grid [3]uint32, smem int, args *loader.Args) error {
 	if bwdProbeHook != nil {
@@ -581,12 +590,8 @@ func (b *bwdRun) offsetWalk() (err error) {
 			return argsOffsetPlanes(pa, b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order), nil
 		}
 		if split != nil {
-			var record func(recordedLaunch)
-			if bwdProbeHook != nil {
-				record = func(l recordedLaunch) { b.launches = append(b.launches, l) }
-			}
 			if err := b.f.be.launchSplit(b.rk, b.mem, split, "offset walk", splitLaunch{ks.offset, ks.bwdWalkSmem(128)},
-				splitLaunch{ks.offset, ks.bwdWalkSmem(64)}, planeArgs, record); err != nil {
+				splitLaunch{ks.offset, ks.bwdWalkSmem(64)}, planeArgs, b.recorder()); err != nil {
 				return err
 			}
 			b.res.Split[b.rk.rank][sched.Offset] = split.Walks128()
@@ -658,12 +663,8 @@ func (b *bwdRun) tapeAndGrads() error {
 		return err
 	}
 	if split != nil {
-		var record func(recordedLaunch)
-		if bwdProbeHook != nil {
-			record = func(l recordedLaunch) { b.launches = append(b.launches, l) }
-		}
 		if err := b.f.be.launchSplit(rk, b.mem, split, "tape walk", splitLaunch{ks.tapeEntry(128), ks.tapeSmem(128)},
-			splitLaunch{ks.tapeEntry(64), ks.tapeSmem(64)}, planeTapeArgs, record); err != nil {
+			splitLaunch{ks.tapeEntry(64), ks.tapeSmem(64)}, planeTapeArgs, b.recorder()); err != nil {
 			return err
 		}
 		b.res.Split[rk.rank][sched.Tape] = split.Walks128()

@@ -1017,15 +1017,15 @@ func (rr *rankRun) summaryWalk() (err error) {
 		if err != nil {
 			return err
 		}
-		planeArgs := func(w int, order uintptr) (*loader.Args, error) {
+		planeArgs := func(w int, order uintptr) *loader.Args {
 			return argsSummaryPlanes(rk.wp.Ptr(), rk.kRaw, rk.kSt, rk.kRstd.Ptr(), rk.u.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(),
 				rk.chunkLen.Ptr(), rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(),
-				g.plan.Config.HQK, HV, w, order), nil
+				g.plan.Config.HQK, HV, w, order)
 		}
 		switch {
 		case split != nil:
 			if err := g.launchSplit(rk, rk.mem, split, "summary walk", splitLaunch{ks.summary, ks.walkSmem(128)},
-				splitLaunch{ks.summary, ks.walkSmem(64)}, planeArgs, nil); err != nil {
+				splitLaunch{ks.summary, ks.walkSmem(64)}, infallible(planeArgs), nil); err != nil {
 				return err
 			}
 			rr.res.Split[rk.rank][sched.Summary] = split.Walks128()
@@ -1036,7 +1036,7 @@ func (rr *rankRun) summaryWalk() (err error) {
 			if err != nil {
 				return fmt.Errorf("rank %d: %w", rk.rank, err)
 			}
-			args, _ = planeArgs(vh, order.Ptr())
+			args = planeArgs(vh, order.Ptr())
 		case ks.out16:
 			args = argsSummary16(rk.w.Ptr(), rk.u.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh)
@@ -1229,8 +1229,7 @@ func (rr *rankRun) finish() error {
 		}
 		if split != nil {
 			if err := g.launchSplit(rk, rk.mem, split, "state walk", splitLaunch{ks.state, ks.walkSmem(128)},
-				splitLaunch{ks.state, ks.walkSmem(64)},
-				func(w int, order uintptr) (*loader.Args, error) { return planeArgs(w, order), nil }, nil); err != nil {
+				splitLaunch{ks.state, ks.walkSmem(64)}, infallible(planeArgs), nil); err != nil {
 				return err
 			}
 			rr.res.Split[rk.rank][sched.State] = split.Walks128()

@@ -223,6 +223,12 @@ func (g *GPU) launchSplit(rk *gpuRank, mem *devMem, m *sched.Mixed, name string,
 	return nil
 }
 
+// infallible adapts an argument builder that cannot fail to launchSplit's
+// argsFor.
+func infallible(f func(vh int, order uintptr) *loader.Args) func(int, uintptr) (*loader.Args, error) {
+	return func(vh int, order uintptr) (*loader.Args, error) { return f(vh, order), nil }
+}
+
 // checkSplitHeads checks GPUOptions.SplitHeads against a plan of hv value
 // heads: 0 < k < hv heads of every chain at vh = 128, and not with ForceVH.
 func (o GPUOptions) checkSplitHeads(hv int) error {
