@@ -73,16 +73,6 @@ func splitSupported(ks kernelSet, k sched.WalkKind) bool {
 	return false
 }
 
-// walkTiles is the column sets a walk of kind k runs, its CTAs a (segment,
-// head) at vh = 128: 2 for the summary and offset walks (P and Q, P^T and
-// R), 1 for the state and tape walks.
-func walkTiles(k sched.WalkKind) int {
-	if k == sched.Summary || k == sched.Offset {
-		return 2
-	}
-	return 1
-}
-
 // walkSplit is how rk's walk k over chains (its walked segments' chunk
 // counts, in list order) runs split between the widths, or nil where it
 // runs at one width: GPUOptions.SplitHeads[k] heads of every chain at vh =
@@ -112,7 +102,7 @@ func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind, chains32 []int32) (*sched
 	for i, c := range chains32 {
 		chains[i] = int(c)
 	}
-	hv, tiles, slots := g.plan.Config.HV, walkTiles(k), walkSlots(o.Profile)
+	hv, tiles, slots := g.plan.Config.HV, k.ColumnSets(), walkSlots(o.Profile)
 	cost, measured := sched.ChunkCost{Narrow: 3, Wide: 5}, false
 	if rules, err := sched.RulesFor(o.Profile.Variant); err == nil && rules.Cost != nil {
 		cost, measured = rules.Cost.ForRun(k, o.Profile.LeanForward), true

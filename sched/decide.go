@@ -72,6 +72,16 @@ func (k WalkKind) String() string {
 // Forward reports whether k is a forward walk (summary or state).
 func (k WalkKind) Forward() bool { return k == Summary || k == State }
 
+// ColumnSets is the column sets a walk of kind k runs, its CTAs a (segment,
+// head) at vh = 128: 2 for the summary and offset walks (P and Q, P^T and
+// R), 1 for the state and tape walks.
+func (k WalkKind) ColumnSets() int {
+	if k == Summary || k == Offset {
+		return 2
+	}
+	return 1
+}
+
 // ParseWalkKind reads a walk name as String writes it.
 func ParseWalkKind(s string) (WalkKind, error) {
 	for i, n := range walkNames {
@@ -189,10 +199,7 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 	lptPool.Put(lp)
 	cost := vr.Cost
 	if cost != nil {
-		tiles := 1
-		if kind == Summary || kind == Offset {
-			tiles = 2
-		}
+		tiles := kind.ColumnSets()
 		d.CostSlots = cost.CTAsPerSM * prof.SMs
 		if cost.Dispatch {
 			var err1, err2 error

@@ -408,3 +408,11 @@ func TestNames(t *testing.T) {
 	assert.ErrorContains(t, err, `unknown rule "c"`)
 	assert.Equal(t, "Rule(0)", Rule(0).String())
 }
+
+// TestColumnSets: the summary and offset walks run two column sets (P and Q,
+// P^T and R), the state and tape walks one.
+func TestColumnSets(t *testing.T) {
+	for k, want := range map[WalkKind]int{Summary: 2, State: 1, Offset: 2, Tape: 1} {
+		assert.Equal(t, want, k.ColumnSets(), "%s walk", k)
+	}
+}

@@ -94,11 +94,7 @@ func backwardMixed(k sched.WalkKind, chains []int, hv int, prof sched.Profile) (
 	if k.Forward() || len(chains) == 0 || err != nil || rules.Cost == nil {
 		return nil, nil
 	}
-	tiles := 1
-	if k == sched.Offset {
-		tiles = 2 // P^T and R
-	}
-	m, err := sched.MixedWalk(chains, hv, tiles, rules.Cost.CTAsPerSM*prof.SMs, rules.Cost.ForRun(k, prof.LeanForward))
+	m, err := sched.MixedWalk(chains, hv, k.ColumnSets(), rules.Cost.CTAsPerSM*prof.SMs, rules.Cost.ForRun(k, prof.LeanForward))
 	if err != nil || m == nil {
 		return nil, err
 	}
