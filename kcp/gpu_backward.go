@@ -599,13 +599,13 @@ func (b *bwdRun) offsetWalk() (err error) {
 		}
 		args := argsOffset(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr())
 		if ks.offset == entryOffsetMMA || ks.bwalkPlanes {
-			order, err := b.f.be.walkOrder(b.mem, b.rk.stream, chains, HV, 2*gpuD/vh, "offset walk order")
+			order, err := b.f.be.walkOrder(b.mem, b.rk.stream, chains, HV, sched.Offset, vh, "offset walk order")
 			if err != nil {
 				return fmt.Errorf("rank %d: %w", b.rk.rank, err)
 			}
-			args = argsOffsetMMA(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order.Ptr())
+			args = argsOffsetMMA(b.walkArgs(vh), b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order)
 			if ks.bwalkPlanes {
-				if args, err = planeArgs(vh, order.Ptr()); err != nil {
+				if args, err = planeArgs(vh, order); err != nil {
 					return err
 				}
 			}
@@ -671,13 +671,13 @@ func (b *bwdRun) tapeAndGrads() error {
 	} else {
 		tapeArgs := argsTape(b.walkArgs(vh), b.dend.Ptr(), b.dchunk.Ptr(), b.dvnew.Ptr(), b.dstart.Ptr())
 		if ks.tape == entryTapeMMA || ks.bwalkPlanes {
-			order, err := b.f.be.walkOrder(b.mem, rk.stream, rk.tb.SegNChunk, cfg.HV, gpuD/vh, "tape walk order")
+			order, err := b.f.be.walkOrder(b.mem, rk.stream, rk.tb.SegNChunk, cfg.HV, sched.Tape, vh, "tape walk order")
 			if err != nil {
 				return fmt.Errorf("rank %d: %w", rk.rank, err)
 			}
-			tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order.Ptr())
+			tapeArgs = argsTapeMMA(b.walkArgs(vh), b.dend.Ptr(), dchunk, dvnew, b.dstart.Ptr(), dvnewp, dvnew16, d16, order)
 			if ks.bwalkPlanes {
-				if tapeArgs, err = planeTapeArgs(vh, order.Ptr()); err != nil {
+				if tapeArgs, err = planeTapeArgs(vh, order); err != nil {
 					return err
 				}
 			}

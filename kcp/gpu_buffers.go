@@ -112,7 +112,16 @@ func (m *devMem) free() error {
 // upload allocates a buffer for src and copies src into it in stream order,
 // through the run's pinned stager from stageMinBytes on.
 func upload[T any](m *devMem, s *loader.Stream, name string, src []T, elem int) (*loader.Buffer, error) {
-	b, err := m.alloc(name, len(src)*elem)
+	return uploadCap(m, s, name, src, elem, len(src))
+}
+
+// uploadCap is upload into a buffer of capacity elements (at least
+// len(src)); the elements past src are not written.
+func uploadCap[T any](m *devMem, s *loader.Stream, name string, src []T, elem, capacity int) (*loader.Buffer, error) {
+	if capacity < len(src) {
+		return nil, fmt.Errorf("upload %s: %d elements into a buffer of %d", name, len(src), capacity)
+	}
+	b, err := m.alloc(name, capacity*elem)
 	if err != nil {
 		return nil, err
 	}

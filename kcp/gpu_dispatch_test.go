@@ -68,3 +68,51 @@ func TestGPUDispatchOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestOrderCapacity: every order table a walk can take fits the one size
+// walkOrder and launchSplit reserve (orderCapacity), so that no width choice
+// changes a rank's peak device memory: the dispatch orders at both widths and
+// the splits of every walk kind, on the dispatch test's plans; and uploadCap
+// refuses a table larger than its buffer before it allocates.
+func TestOrderCapacity(t *testing.T) {
+	h200 := sched.Profile{Variant: sched.VariantSM90a, SMs: 132}
+	slots := walkSlots(h200)
+	cost := sched.ChunkCost{Narrow: 3, Wide: 5}
+	for _, layout := range []Layout{LayoutC, LayoutD} {
+		p := gpuPlan(t, dispatchDocs, 2, layout)
+		for r := range p.Ranks {
+			tb, err := buildGPUTables(p, r)
+			require.NoError(t, err)
+			chains := make([]int, len(tb.SegNChunk))
+			for i, c := range tb.SegNChunk {
+				chains[i] = int(c)
+			}
+			for _, k := range sched.WalkKinds() {
+				T := k.ColumnSets()
+				capacity := orderCapacity(T, len(chains), 48)
+				name := fmt.Sprintf("%s/rank %d/%s", layout, r, k)
+				for _, vh := range []int{64, 128} {
+					order, err := walkDispatch(h200, tb.SegNChunk, 48, T*gpuD/vh)
+					require.NoError(t, err, name)
+					require.LessOrEqual(t, len(order), capacity, "%s: vh %d's dispatch order", name, vh)
+				}
+				require.Equal(t, capacity, 2*T*len(chains)*48, "%s: the vh 64 launch's CTAs", name)
+				m, err := sched.MixedWalk(chains, 48, T, slots, cost)
+				require.NoError(t, err, name)
+				require.LessOrEqual(t, len(m.Order128)+len(m.Order64), capacity, "%s: the model's split", name)
+				for _, w := range []int{1, 24, 47} {
+					wide := make([]int, len(chains))
+					for i := range wide {
+						wide[i] = w
+					}
+					m, err := sched.SplitWalk(chains, wide, 48, T, slots, cost)
+					require.NoError(t, err, name)
+					require.Equal(t, T*(2*len(chains)*48-w*len(chains)), len(m.Order128)+len(m.Order64), "%s: %d heads a chain at vh 128", name, w)
+					require.Equal(t, capacity, orderCapacity(m.Tiles, m.Segments, m.HV), "%s: launchSplit's reservation", name)
+				}
+			}
+		}
+	}
+	_, err := uploadCap[int32](nil, nil, "order", make([]int32, 5), 4, 4)
+	require.ErrorContains(t, err, "upload order: 5 elements into a buffer of 4")
+}

@@ -499,29 +499,45 @@ func listChains(segNChunk, list []int32) []int32 {
 	return c
 }
 
-// walkOrder uploads walkDispatch's order for g's profile into m: nil where
-// there is none, or where GPUOptions.LaunchOrder asks for launch order.
-// The orders are remembered by chains, hv and tiles (g's plan and profile
-// are fixed): a walk's order is computed once, not before every launch.
-func (g *GPU) walkOrder(m *devMem, s *loader.Stream, chains []int32, hv, tiles int, name string) (*loader.Buffer, error) {
-	if g.gopts.LaunchOrder {
-		return nil, nil
-	}
-	key := fmt.Sprint(hv, tiles, chains)
+// orderCapacity is the entries of a walk's order table over nchains walked
+// segments of hv value heads, t the walk's column sets
+// (sched.WalkKind.ColumnSets): its CTAs at vh = 64, 2 t a segment and head,
+// the most any width or split takes (sched.Mixed's table is t (2 S HV - W)
+// entries, vh = 128's t S HV).
+func orderCapacity(t, nchains, hv int) int {
+	return 2 * t * nchains * hv
+}
+
+// walkOrder reserves walk k's order table in m at orderCapacity entries and
+// fills it with walkDispatch's order for g's profile at width vh over
+// chains (the walked segments' chunk counts, in list order). It returns the
+// order's address, or 0 where the walk runs in launch order (no order
+// shorter than it, or GPUOptions.LaunchOrder). The table is reserved in
+// every case and at one size, so that the width choice (vh 64, vh 128 or a
+// split, with an order or without) does not change the rank's peak device
+// memory (issue 6). The orders are remembered by chains, hv and tiles (g's
+// plan and profile are fixed): a walk's order is computed once, not before
+// every launch.
+func (g *GPU) walkOrder(m *devMem, s *loader.Stream, chains []int32, hv int, k sched.WalkKind, vh int, name string) (uintptr, error) {
 	var order []int32
-	if v, ok := g.orders.Load(key); ok {
-		order = v.([]int32)
-	} else {
-		var err error
-		if order, err = walkDispatch(g.opts.Profile, chains, hv, tiles); err != nil {
-			return nil, err
+	if !g.gopts.LaunchOrder {
+		tiles := k.ColumnSets() * gpuD / vh
+		key := fmt.Sprint(hv, tiles, chains)
+		if v, ok := g.orders.Load(key); ok {
+			order = v.([]int32)
+		} else {
+			var err error
+			if order, err = walkDispatch(g.opts.Profile, chains, hv, tiles); err != nil {
+				return 0, err
+			}
+			g.orders.Store(key, order)
 		}
-		g.orders.Store(key, order)
 	}
-	if order == nil {
-		return nil, nil
+	b, err := uploadCap(m, s, name, order, 4, orderCapacity(k.ColumnSets(), len(chains), hv))
+	if err != nil || order == nil {
+		return 0, err
 	}
-	return upload(m, s, name, order, 4)
+	return b.Ptr(), nil
 }
 
 // gpuScale is the output scale the kernels take: Options.Scale, or
@@ -1031,12 +1047,12 @@ func (rr *rankRun) summaryWalk() (err error) {
 			rr.res.Split[rk.rank][sched.Summary] = split.Walks128()
 			return rr.mark() // summary walk
 		case ks.planes:
-			order, err := g.walkOrder(rk.mem, rk.stream, listChains(tb.SegNChunk, tb.Summary), HV, 2*gpuD/vh,
+			order, err := g.walkOrder(rk.mem, rk.stream, listChains(tb.SegNChunk, tb.Summary), HV, sched.Summary, vh,
 				"summary walk order")
 			if err != nil {
 				return fmt.Errorf("rank %d: %w", rk.rank, err)
 			}
-			args = planeArgs(vh, order.Ptr())
+			args = planeArgs(vh, order)
 		case ks.out16:
 			args = argsSummary16(rk.w.Ptr(), rk.u.Ptr(), rk.kn.Ptr(), rk.gcum.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 				rk.segChunk0.Ptr(), rk.segNChunk.Ptr(), rk.list.Ptr(), rk.sumP.Ptr(), rk.sumQ.Ptr(), g.plan.Config.HQK, HV, vh)
@@ -1234,11 +1250,11 @@ func (rr *rankRun) finish() error {
 			}
 			rr.res.Split[rk.rank][sched.State] = split.Walks128()
 		} else {
-			order, err := g.walkOrder(rk.mem, rk.stream, tb.SegNChunk, HV, gpuD/vh, "state walk order")
+			order, err := g.walkOrder(rk.mem, rk.stream, tb.SegNChunk, HV, sched.State, vh, "state walk order")
 			if err != nil {
 				return fmt.Errorf("rank %d: %w", rk.rank, err)
 			}
-			stateArgs = planeArgs(vh, order.Ptr())
+			stateArgs = planeArgs(vh, order)
 		}
 	}
 	if split == nil {

@@ -158,9 +158,11 @@ func (g *GPU) launchSplit(rk *gpuRank, mem *devMem, m *sched.Mixed, name string,
 	if err := rk.split.make(rk.mem, prio); err != nil {
 		return fmt.Errorf("rank %d: split %s: %w", rk.rank, name, err)
 	}
-	// One table, Order128 then Order64: 4 (2 S HV - W) bytes, less than the
-	// vh 64 launch's dispatch order would take.
-	orders, err := upload(mem, rk.stream, name+" orders (split)", slices.Concat(m.Order128, m.Order64), 4)
+	// One table, Order128 then Order64 (T (2 S HV - W) entries), reserved at
+	// orderCapacity as every walk's table is: a split takes the device
+	// memory either width takes.
+	orders, err := uploadCap(mem, rk.stream, name+" orders (split)", slices.Concat(m.Order128, m.Order64), 4,
+		orderCapacity(m.Tiles, m.Segments, m.HV))
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", rk.rank, err)
 	}

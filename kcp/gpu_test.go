@@ -130,6 +130,7 @@ func forwardAllWidths(t *testing.T, base *GPU, plan *Plan, opts GPUOptions, in *
 		require.NoError(t, err, "vh %d", vh)
 		if i > 0 {
 			requireSameBits(t, fmt.Sprintf("vh %d vs the rule's width", vh), runs[0], f)
+			require.Equal(t, runs[0].PeakBytes, f.PeakBytes, "vh %d vs the rule's width: peak device memory per rank", vh)
 		}
 		runs[i] = f
 		require.NoError(t, g.Close())
