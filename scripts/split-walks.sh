@@ -8,7 +8,10 @@
 # then `kcp bench --modes core+bwd` on DOCS (default: issue 6's three documents) for each of VARIANTS
 # (name=flags, ';'-separated; default: a = the rule's widths, m = --mixed-backward, p = the same on
 # prioritised streams, s = m plus the state walk split 24 heads of 48), all variants in each of ROUNDS
-# rounds, medians of REPS; a table of the state walk, tape walk and total last. Logs, JSON under $OUT.
+# rounds, medians of REPS; then `kcp bench --modes core` (issue 5's core forward, the lean state walk) for each
+# of FWD_VARIANTS (default: f = the rule's width, s24 / s36 = the state walk split 24 / 36 heads of 48, which
+# sched's model puts 4.7% under vh 64 at the measured 1.86 and equal to each other; FWD_VARIANTS= skips them);
+# a table of the state walk, tape walk and total last. Logs, JSON under $OUT.
 # CP_PACK='P1 4 Z' (off by default) also times `kcp run` of that pack, CP and layout on this one GPU (core
 # stage, B1, no check, --reps 3 after a warm-up) without and with --mixed-backward: the slowest rank and
 # every rank's offset and tape walks (`kcp plan --all` lists the CP rows a split should shorten).
@@ -21,6 +24,7 @@ DOCS=${DOCS:-40000,45000,35908}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-2}
 VARIANTS=${VARIANTS:-a=;m=--mixed-backward;p=--mixed-backward --split-priority;s=--mixed-backward --split state=24}
+FWD_VARIANTS=${FWD_VARIANTS-f=;s24=--split state=24;s36=--split state=36}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if [ "${TESTS:-1}" = 1 ]; then
 	(cd kcp && ../.gpu/kcp.test -test.run 'TestGPUSplitWalks|TestCheckSplitHeads' -test.v -test.timeout 400s) >"$out/test.log" 2>&1
@@ -28,17 +32,21 @@ if [ "${TESTS:-1}" = 1 ]; then
 	grep -E -- '--- FAIL|^panic|Error:|Messages:' "$out/test.log" | head -20
 fi
 IFS=';' read -r -a variants <<<"$VARIANTS"
+fwd_variants=()
+[ -n "$FWD_VARIANTS" ] && IFS=';' read -r -a fwd_variants <<<"$FWD_VARIANTS"
 names=()
 for r in $(seq 1 "$ROUNDS"); do
-	for v in "${variants[@]}"; do
+	for mv in "${variants[@]/#/core+bwd:}" "${fwd_variants[@]/#/core:}"; do
+		mode=${mv%%:*}
+		v=${mv#*:}
 		name=${v%%=*}
 		flags=${v#*=}
-		[ "$r" = 1 ] && names+=("$name")
+		[ "$r" = 1 ] && names+=("$mode:$name")
 		# shellcheck disable=SC2086 # flags are words
-		if ! .gpu/kcp bench --docs "$DOCS" --kernels v5 --modes core+bwd --reps "$REPS" --json $flags \
-			>"$out/$name$r.json" 2>"$out/$name$r.err"; then
-			echo "bench $name (round $r) failed:"
-			tail -3 "$out/$name$r.err"
+		if ! .gpu/kcp bench --docs "$DOCS" --kernels v5 --modes "$mode" --reps "$REPS" --json $flags \
+			>"$out/$mode-$name$r.json" 2>"$out/$mode-$name$r.err"; then
+			echo "bench $name ($mode, round $r) failed:"
+			tail -3 "$out/$mode-$name$r.err"
 		fi
 	done
 done
@@ -73,16 +81,18 @@ fi
 python3 - "$out" "$ROUNDS" "${names[@]}" <<'PY'
 import json, sys, os
 out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print(f"{'variant':8} {'round':>5} {'state walk ms':>14} {'tape walk ms':>13} {'total ms':>9}  split walks at vh 128")
-for v in names:
+print(f"{'mode':8} {'variant':8} {'round':>5} {'state walk ms':>14} {'tape walk ms':>13} {'total ms':>9}  split walks at vh 128")
+for mv in names:
+    mode, v = mv.split(":", 1)
     for r in range(1, rounds + 1):
-        p = os.path.join(out, f"{v}{r}.json")
+        p = os.path.join(out, f"{mode}-{v}{r}.json")
         try:
             row = json.load(open(p))[0]
         except Exception as e:
-            print(f"{v:8} {r:5} (no result: {e})")
+            print(f"{mode:8} {v:8} {r:5} (no result: {e})")
             continue
         st = row["stage_median_ms"]
-        print(f"{v:8} {r:5} {st.get('fwd state walk', 0):14.3f} {st.get('bwd tape walk', 0):13.3f} "
+        state = st.get("fwd state walk", st.get("state walk", 0))
+        print(f"{mode:8} {v:8} {r:5} {state:14.3f} {st.get('bwd tape walk', 0):13.3f} "
               f"{row['median_ms']:9.3f}  {row.get('split_walks_vh128', {})}")
 PY
