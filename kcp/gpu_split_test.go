@@ -54,8 +54,7 @@ func TestCheckSplitHeads(t *testing.T) {
 //     every layout, R 1, 2 and 4, every walk of every rank split with 2 of
 //     the 4 heads of every chain at vh 128 (GPUOptions.SplitHeads;
 //     SplitPriority on R 2): GPUForward.Split and GPUGrads.Split report the
-//     splits, and the peak device memory differs from vh 64's by at most the
-//     orders' tables;
+//     splits, and the peak device memory is vh 64's;
 //   - the model: heads 16 / 48, documents of 10, 11 and 9 chunks on one rank
 //     (issue 6's three-document pack scaled down), where sm_90a's cost rule
 //     splits the tape walk by sched.MixedWalk (GPUOptions.MixedBackward: 72 of
@@ -63,7 +62,9 @@ func TestCheckSplitHeads(t *testing.T) {
 //     prioritised side streams; without MixedBackward it runs at one width.
 func TestGPUSplitWalks(t *testing.T) {
 	seed := gpuTestSeed(t)
-	gpus := openTestGPUs(t, bwdPlan(t, bwdPacks[0].docs, 1, LayoutC, 2, 4), GPUOptions{})
+	var v5 GPUOptions // the plane walks split; ForPlan keeps the base's kernels
+	require.NoError(t, v5.SetKernels("v5"))
+	gpus := openTestGPUs(t, bwdPlan(t, bwdPacks[0].docs, 1, LayoutC, 2, 4), v5)
 	t.Run("forced", func(t *testing.T) {
 		for pi, pk := range bwdPacks[:2] {
 			for si, stage := range []Stage{StageCore, StageModule} {

@@ -38,20 +38,17 @@ type stager struct {
 	failed bool // a copy or a wait failed: close it rather than pool it
 }
 
-// newStager allocates the two chunks and their events in ctx.
-func newStager(ctx *loader.Context) (st *stager, err error) {
-	st = &stager{}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, st.close())
-		}
-	}()
+// newStager allocates the two chunks and their events in ctx; on error what
+// it made is released.
+func newStager(ctx *loader.Context) (*stager, error) {
+	st := &stager{}
 	for i := range st.buf {
+		var err error
 		if st.buf[i], err = ctx.AllocHost(stageChunkBytes); err != nil {
-			return nil, fmt.Errorf("pinned staging chunk: %w", err)
+			return nil, errors.Join(fmt.Errorf("pinned staging chunk: %w", err), st.close())
 		}
 		if st.done[i], err = ctx.NewEvent(loader.EventDisableTiming); err != nil {
-			return nil, fmt.Errorf("staging event: %w", err)
+			return nil, errors.Join(fmt.Errorf("staging event: %w", err), st.close())
 		}
 	}
 	return st, nil

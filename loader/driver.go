@@ -143,7 +143,7 @@ func newDriver(lib *library) *driver {
 
 // drv is the process's driver. Tests may replace it (not in parallel) to
 // point the package at a library that does not exist.
-var drv = newDriver(newLibrary(defaultLibraryNames))
+var drv = newDriver(newLibrary(libraryNames()))
 
 // ready opens the library and runs cuInit(0), once. Every exported entry
 // point calls it first.

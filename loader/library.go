@@ -3,6 +3,7 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/gdnkcp/gdnkcp/internal/dlib"
@@ -17,6 +18,21 @@ var ErrMissingSymbol = errors.New("loader: driver symbol not found")
 
 // defaultLibraryNames are the names tried, in order, to open the driver.
 var defaultLibraryNames = []string{"libcuda.so.1", "libcuda.so"}
+
+// EnvLibrary names the CUDA driver library to open in place of libcuda.so.1
+// and libcuda.so: a path, or a name dlopen resolves. It is read once, when
+// the package initialises. The tests point it at a stand-in driver
+// (internal/fakecuda) to fail device calls on machines without a GPU.
+const EnvLibrary = "GDNKCP_CUDA_LIBRARY"
+
+// libraryNames is what the driver is opened under: EnvLibrary's value where
+// it is set, else defaultLibraryNames.
+func libraryNames() []string {
+	if v := os.Getenv(EnvLibrary); v != "" {
+		return []string{v}
+	}
+	return defaultLibraryNames
+}
 
 // SymbolError says that the opened driver library lacks a function,
 // typically because the driver is older than the function.

@@ -1,0 +1,114 @@
+// Package fakecuda builds and drives a stand-in CUDA driver library for
+// host-side tests on machines without a GPU (csrc/fakecuda.c): the driver
+// functions package loader binds, with device memory in host memory, counted
+// handles, kernel launches that do nothing, every call counted, any call made
+// to fail once on demand, and a count of what is still held. Tests point the
+// loader at it through loader.EnvLibrary, in a child process (the loader
+// reads the variable once), and fail a run at every driver call to require
+// errors, not crashes, and nothing left behind.
+package fakecuda
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+
+	"github.com/ebitengine/purego"
+)
+
+//go:embed csrc/fakecuda.c
+var source string
+
+// ErrUnsupported is returned by Build where the fake cannot be built: no C
+// compiler (cc), or another platform than linux/amd64 and linux/arm64.
+var ErrUnsupported = errors.New("fakecuda: cannot build the fake CUDA driver here")
+
+// CUDA error codes a test injects (CUresult).
+const (
+	ErrorInvalidValue = 1
+	ErrorOutOfMemory  = 2
+	ErrorLaunchFailed = 719
+)
+
+// Build compiles the fake driver into dir and returns the library's path.
+func Build(dir string) (string, error) {
+	if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
+		return "", fmt.Errorf("%w: %s/%s", ErrUnsupported, runtime.GOOS, runtime.GOARCH)
+	}
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	src := filepath.Join(dir, "fakecuda.c")
+	so := filepath.Join(dir, "libfakecuda.so")
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
+		return "", fmt.Errorf("fakecuda: %w", err)
+	}
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-pthread", "-o", so, src).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("fakecuda: build %s: %v\n%s", src, err, out)
+	}
+	return so, nil
+}
+
+// Lib is the fake's controls, bound from the library at a path. dlopen gives
+// one handle a library, so they act on the driver the loader opened from the
+// same path.
+type Lib struct {
+	fail  func(name string, n int64, code int32)
+	calls func(name string) int64
+	live  func(what int32) int64
+}
+
+// Open binds the controls of the fake at path.
+func Open(path string) (*Lib, error) {
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return nil, fmt.Errorf("fakecuda: %w", err)
+	}
+	l := &Lib{}
+	for _, f := range []struct {
+		ptr  any
+		name string
+	}{{&l.fail, "fake_fail"}, {&l.calls, "fake_calls"}, {&l.live, "fake_live"}} {
+		addr, err := purego.Dlsym(h, f.name)
+		if err != nil {
+			return nil, fmt.Errorf("fakecuda: %s: %w", path, err)
+		}
+		purego.RegisterFunc(f.ptr, addr)
+	}
+	return l, nil
+}
+
+// Fail makes the nth call of the driver function name from now (1 for the
+// next) return code, once; n 0 disarms.
+func (l *Lib) Fail(name string, n int, code int) { l.fail(name, int64(n), int32(code)) }
+
+// Calls is how many times name was called, -1 where never.
+func (l *Lib) Calls(name string) int { return int(l.calls(name)) }
+
+// Held is what the fake's driver holds for its callers.
+type Held struct {
+	Allocs, Bytes int64 // device allocations and their bytes
+	HostBuffers   int64 // page-locked host buffers
+	Streams       int64
+	Events        int64
+	Modules       int64
+	Contexts      int64 // primary-context retains not released
+}
+
+// Held returns what is held now.
+func (l *Lib) Held() Held {
+	return Held{Allocs: l.live(0), Bytes: l.live(1), HostBuffers: l.live(2), Streams: l.live(3), Events: l.live(4),
+		Modules: l.live(5), Contexts: l.live(6)}
+}
+
+// BadFrees is how many frees named memory the fake never handed out (or
+// handed out and took back already).
+func (l *Lib) BadFrees() int { return int(l.live(7)) }
+
+// Failures is how many injected failures the fake has returned.
+func (l *Lib) Failures() int { return int(l.live(8)) }
