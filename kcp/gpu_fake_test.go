@@ -49,10 +49,11 @@ const fakeFaultSamples = 10
 
 // TestGPUFakeDriverFaults runs the GPU backend on internal/fakecuda's stand-in
 // driver, on any machine with a C compiler (in a child process: the loader
-// reads loader.EnvLibrary once): a module-stage plan over two ranks on the
-// one fake device, B1 (forward, backward) then B3 (checkpoint, recompute,
+// reads loader.EnvLibrary once): a module-stage plan over two ranks on one
+// fake device, B1 (forward, backward) then B3 (checkpoint, recompute,
 // backward; the first with every walk split between the widths on prioritised
-// side streams), once as it is and then with one driver call failing at a time,
+// side streams), then B1 with the ranks on two fake devices, once as it is and
+// then with one driver call failing at a time,
 // each of fakeFaultCalls at up to fakeFaultSamples of its occurrences. Every
 // failed run must return an error (no panic, no hang) that carries the
 // driver's error for that call, and leave nothing held: every device
@@ -68,7 +69,7 @@ func TestGPUFakeDriverFaults(t *testing.T) {
 		}
 		require.NoError(t, err)
 		cmd := exec.Command(os.Args[0], "-test.run=^TestGPUFakeDriverFaults$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), loader.EnvLibrary+"="+so, fakeChildEnv+"="+so)
+		cmd.Env = append(os.Environ(), loader.EnvLibrary+"="+so, fakeChildEnv+"="+so, "FAKECUDA_DEVICES=2")
 		out, err := cmd.CombinedOutput()
 		for _, l := range strings.Split(string(out), "\n") {
 			if _, msg, ok := strings.Cut(l, "fake driver:"); ok {
@@ -88,7 +89,10 @@ func TestGPUFakeDriverFaults(t *testing.T) {
 				err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 			}
 		}()
-		return fakeB1B3(p, in, dout)
+		if err := fakeB1B3(p, in, dout); err != nil {
+			return err
+		}
+		return fakeTwoDevices(p, in, dout)
 	}
 
 	held0 := fk.Held()
@@ -219,6 +223,30 @@ func fakeB1B3(p *Plan, in *Inputs, dout []float32) (err error) {
 	}
 	defer func() { err = errors.Join(err, f3.Close()) }()
 	_, err = f3.Backward(ctx, dout)
+	return err
+}
+
+// fakeTwoDevices is B1 of plan p with its two ranks on the fake's two
+// devices, exchanging through host memory (each device loads its own module).
+func fakeTwoDevices(p *Plan, in *Inputs, dout []float32) (err error) {
+	opts := GPUOptions{Options: Options{Stage: StageModule}, KeepDevice: true, Devices: []int{0, 1}, Comm: CommLoopback}
+	if err := opts.SetKernels("v5"); err != nil {
+		return err
+	}
+	g, err := NewGPU(p, opts)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, g.Close()) }()
+	if d := g.RankDevices(); !slices.Equal(d, []int{0, 1}) {
+		return fmt.Errorf("ranks on devices %v, want [0 1]", d)
+	}
+	f, err := g.Forward(context.Background(), in)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	_, err = f.Backward(context.Background(), dout)
 	return err
 }
 
