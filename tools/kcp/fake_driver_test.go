@@ -1,0 +1,118 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gdnkcp/gdnkcp/internal/fakecuda"
+	"github.com/gdnkcp/gdnkcp/loader"
+)
+
+// fakeChildEnv marks TestCLIOnFakeDriver's child process and holds the fake
+// driver's path.
+const fakeChildEnv = "GDNKCP_TEST_FAKECUDA_CHILD"
+
+// TestCLIOnFakeDriver runs the GPU commands the device scripts call
+// (scripts/split-walks.sh's `kcp bench` variants and CP run) on
+// internal/fakecuda's stand-in driver, on any machine with a C compiler (in a
+// child process: the loader reads loader.EnvLibrary once): each exits 0 with
+// the JSON the scripts read, the split walks where the flags ask for them;
+// `kcp devices` shows the fake device; and a `kcp run` whose device
+// allocation fails exits 1 with the driver's error, not a panic. The kernels
+// do not run (the fake's launches do nothing): the times and results are
+// not checked here.
+func TestCLIOnFakeDriver(t *testing.T) {
+	so := os.Getenv(fakeChildEnv)
+	if so == "" {
+		so, err := fakecuda.Build(t.TempDir())
+		if errors.Is(err, fakecuda.ErrUnsupported) {
+			t.Skipf("the fake CUDA driver: %v", err)
+		}
+		require.NoError(t, err)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCLIOnFakeDriver$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), loader.EnvLibrary+"="+so, fakeChildEnv+"="+so)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "the child process:\n%s", out)
+		return
+	}
+	fk, err := fakecuda.Open(so)
+	require.NoError(t, err)
+
+	stdout, stderr, code := execute("devices")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "Fake NVIDIA H200 (fakecuda)")
+
+	// scripts/split-walks.sh's variants, on its three documents scaled down to 10, 11 and 9 chunks (where
+	// sched.MixedWalk splits the tape walk as on the full pack).
+	bench := []struct {
+		mode, flags string
+		split       map[string]int // walks at vh 128 the JSON reports (nil: none)
+	}{
+		{"core+bwd", "", nil},
+		{"core+bwd", "--mixed-backward", map[string]int{"tape": 72}},
+		{"core+bwd", "--mixed-backward --split-priority", map[string]int{"tape": 72}},
+		{"core+bwd", "--mixed-backward --split state=24", map[string]int{"state": 72, "tape": 72}},
+		{"core", "", nil},
+		{"core", "--split state=24", map[string]int{"state": 72}},
+		{"core", "--split state=36", map[string]int{"state": 108}},
+	}
+	for _, b := range bench {
+		args := []string{"bench", "--docs", "640,704,576", "--kernels", "v5", "--modes", b.mode, "--reps", "1", "--json"}
+		args = append(args, strings.Fields(b.flags)...)
+		stdout, stderr, code := execute(args...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+		var rows []benchRow
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rows), "%v", args)
+		require.Len(t, rows, 1)
+		assert.Equal(t, b.mode, rows[0].Mode)
+		assert.Equal(t, b.split, rows[0].Split, "%v: split walks", args)
+		state := "state walk"
+		if b.mode == "core+bwd" {
+			state = "fwd state walk"
+			assert.Contains(t, rows[0].Stages, "bwd tape walk", "%v", args)
+		}
+		assert.Contains(t, rows[0].Stages, state, "%v", args)
+	}
+
+	// CP_PACK's run, scaled down: the fields its summary reads.
+	stdout, stderr, code = execute("run", "--backend", "gpu", "--pack", "P1@4096", "--cp", "4", "--layout", "Z", "--stage", "core",
+		"--mode", "b1", "--check=false", "--reps", "1", "--warmup", "0", "--json", "--no-progress", "--mixed-backward")
+	require.Equal(t, 0, code, stderr)
+	var rep struct {
+		GPU struct {
+			SlowestRank int     `json:"slowest_rank"`
+			SlowestMs   float64 `json:"slowest_ms"`
+			Ranks       []struct {
+				Rank   int `json:"rank"`
+				Stages []struct {
+					Stage string  `json:"stage"`
+					Ms    float64 `json:"ms"`
+				} `json:"stages"`
+			} `json:"ranks"`
+		} `json:"gpu"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	require.Len(t, rep.GPU.Ranks, 4)
+	var stages []string
+	for _, s := range rep.GPU.Ranks[1].Stages {
+		stages = append(stages, s.Stage)
+	}
+	assert.Contains(t, stages, "backward: offset walk")
+	assert.Contains(t, stages, "backward: tape walk")
+
+	// A device allocation that fails: exit 1, the driver's error, no panic.
+	fk.Fail("cuMemAlloc_v2", 40, fakecuda.ErrorOutOfMemory)
+	_, stderr, code = execute("run", "--backend", "gpu", "--pack", "P1@4096", "--cp", "2", "--no-progress")
+	fk.Fail("", 0, 0)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY")
+	assert.NotContains(t, stderr, "panic")
+	assert.Equal(t, 1, fk.Failures())
+}
