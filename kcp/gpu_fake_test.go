@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -17,10 +15,6 @@ import (
 	"github.com/gdnkcp/gdnkcp/loader"
 	"github.com/gdnkcp/gdnkcp/sched"
 )
-
-// fakeChildEnv marks the child process of TestGPUFakeDriverFaults and holds
-// the fake driver's path.
-const fakeChildEnv = "GDNKCP_TEST_FAKECUDA_CHILD"
 
 // fakeFaultCalls are the driver calls TestGPUFakeDriverFaults fails: every
 // call the GPU backend makes on its way that can fail, not the releases nor
@@ -61,22 +55,14 @@ const fakeFaultSamples = 10
 // The kernels do not run (the fake's launches do nothing), so no result is
 // checked; the GPU tests check those on a GPU.
 func TestGPUFakeDriverFaults(t *testing.T) {
-	so := os.Getenv(fakeChildEnv)
+	so := fakecuda.InChild()
 	if so == "" {
-		so, err := fakecuda.Build(t.TempDir())
-		if errors.Is(err, fakecuda.ErrUnsupported) {
-			t.Skipf("the fake CUDA driver: %v", err)
-		}
-		require.NoError(t, err)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestGPUFakeDriverFaults$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), loader.EnvLibrary+"="+so, fakeChildEnv+"="+so, "FAKECUDA_DEVICES=2")
-		out, err := cmd.CombinedOutput()
-		for _, l := range strings.Split(string(out), "\n") {
+		out := fakecuda.RunChild(t, "TestGPUFakeDriverFaults", "FAKECUDA_DEVICES=2")
+		for _, l := range strings.Split(out, "\n") {
 			if _, msg, ok := strings.Cut(l, "fake driver:"); ok {
 				t.Log("fake driver:" + msg)
 			}
 		}
-		require.NoError(t, err, "the child process:\n%s", tailLines(string(out), 60))
 		return
 	}
 	fk, err := fakecuda.Open(so)
@@ -288,10 +274,4 @@ func fakeSamples(n int) []int {
 		s = append(s, 1+i*(n-1)/(fakeFaultSamples-1))
 	}
 	return slices.Compact(s)
-}
-
-// tailLines is the last n lines of s.
-func tailLines(s string, n int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(l[max(0, len(l)-n):], "\n")
 }

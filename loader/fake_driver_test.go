@@ -31,6 +31,7 @@ func fakeDriver(t *testing.T) *fakecuda.Lib {
 // call made to fail once (an error naming the call and the CUDA error, the
 // next call working), and everything released at the end.
 func TestFakeDriver(t *testing.T) {
+	require.Equal(t, EnvLibrary, fakecuda.EnvLibrary, "fakecuda's copy of the variable's name")
 	fk := fakeDriver(t)
 	n, err := DeviceCount()
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"testing"
 
 	"github.com/ebitengine/purego"
 )
@@ -112,3 +113,37 @@ func (l *Lib) BadFrees() int { return int(l.live(7)) }
 
 // Failures is how many injected failures the fake has returned.
 func (l *Lib) Failures() int { return int(l.live(8)) }
+
+// EnvLibrary is loader.EnvLibrary's name (package loader's tests import this
+// one, so it cannot import loader; TestFakeDriver checks that they agree).
+const EnvLibrary = "GDNKCP_CUDA_LIBRARY"
+
+// childEnv marks a test's child process (RunChild) and holds the fake's path.
+const childEnv = "GDNKCP_TEST_FAKECUDA_CHILD"
+
+// InChild returns the fake driver's path in a child process RunChild
+// started, "" elsewhere.
+func InChild() string { return os.Getenv(childEnv) }
+
+// RunChild builds the fake driver and runs test (a test function's name)
+// again in a child process of the test binary, pointed at the fake through
+// EnvLibrary, with env added; t fails with the child's output where the child
+// fails, and is skipped where the fake cannot be built. It returns the
+// child's output. The child finds the fake's path with InChild.
+func RunChild(t testing.TB, test string, env ...string) string {
+	t.Helper()
+	so, err := Build(t.TempDir())
+	if errors.Is(err, ErrUnsupported) {
+		t.Skipf("the fake CUDA driver: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), EnvLibrary+"="+so, childEnv+"="+so), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s in a child process on the fake driver: %v\n%s", test, err, out)
+	}
+	return string(out)
+}

@@ -2,9 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -12,12 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gdnkcp/gdnkcp/internal/fakecuda"
-	"github.com/gdnkcp/gdnkcp/loader"
 )
-
-// fakeChildEnv marks TestCLIOnFakeDriver's child process and holds the fake
-// driver's path.
-const fakeChildEnv = "GDNKCP_TEST_FAKECUDA_CHILD"
 
 // TestCLIOnFakeDriver runs the GPU commands the device scripts call
 // (scripts/split-walks.sh's `kcp bench` variants and CP run) on
@@ -29,17 +21,9 @@ const fakeChildEnv = "GDNKCP_TEST_FAKECUDA_CHILD"
 // do not run (the fake's launches do nothing): the times and results are
 // not checked here.
 func TestCLIOnFakeDriver(t *testing.T) {
-	so := os.Getenv(fakeChildEnv)
+	so := fakecuda.InChild()
 	if so == "" {
-		so, err := fakecuda.Build(t.TempDir())
-		if errors.Is(err, fakecuda.ErrUnsupported) {
-			t.Skipf("the fake CUDA driver: %v", err)
-		}
-		require.NoError(t, err)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCLIOnFakeDriver$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), loader.EnvLibrary+"="+so, fakeChildEnv+"="+so)
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "the child process:\n%s", out)
+		fakecuda.RunChild(t, "TestCLIOnFakeDriver")
 		return
 	}
 	fk, err := fakecuda.Open(so)
