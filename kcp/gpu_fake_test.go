@@ -16,7 +16,7 @@ import (
 	"github.com/gdnkcp/gdnkcp/sched"
 )
 
-// fakeFaultCalls are the driver calls TestGPUFakeDriverFaults fails: every
+// fakeFaultCalls are the driver calls TestFakeDriverFaults fails: every
 // call the GPU backend makes on its way that can fail, not the releases nor
 // cuCtxSetCurrent, which releases make too (a failed free leaks by
 // definition; the fake counts what is still held).
@@ -28,7 +28,7 @@ var fakeFaultCalls = []string{
 	"cuEventSynchronize", "cuEventElapsedTime_v2", "cuLaunchKernel",
 }
 
-// fakeReleaseCalls are the releases TestGPUFakeDriverFaults fails: each
+// fakeReleaseCalls are the releases TestFakeDriverFaults fails: each
 // failure must reach the caller (a release's error is not dropped), with no
 // panic; what the failed release held stays held, so the rest is not
 // counted.
@@ -41,7 +41,7 @@ var fakeReleaseCalls = []string{
 // (all where there are fewer; else the first, the last and evenly between).
 const fakeFaultSamples = 10
 
-// TestGPUFakeDriverFaults runs the GPU backend on internal/fakecuda's stand-in
+// TestFakeDriverFaults runs the GPU backend on internal/fakecuda's stand-in
 // driver, on any machine with a C compiler (in a child process: the loader
 // reads loader.EnvLibrary once): a module-stage plan over two ranks on one
 // fake device, B1 (forward, backward) then B3 (checkpoint, recompute,
@@ -53,11 +53,12 @@ const fakeFaultSamples = 10
 // driver's error for that call, and leave nothing held: every device
 // allocation, host buffer, stream, event and module made is released.
 // The kernels do not run (the fake's launches do nothing), so no result is
-// checked; the GPU tests check those on a GPU.
-func TestGPUFakeDriverFaults(t *testing.T) {
+// checked; the GPU tests check those on a GPU. (Not named TestGPU...: the
+// device scripts run those, and this one needs no GPU.)
+func TestFakeDriverFaults(t *testing.T) {
 	so := fakecuda.InChild()
 	if so == "" {
-		out := fakecuda.RunChild(t, "TestGPUFakeDriverFaults", "FAKECUDA_DEVICES=2")
+		out := fakecuda.RunChild(t, "TestFakeDriverFaults", "FAKECUDA_DEVICES=2")
 		for _, l := range strings.Split(out, "\n") {
 			if _, msg, ok := strings.Cut(l, "fake driver:"); ok {
 				t.Log("fake driver:" + msg)
@@ -151,7 +152,7 @@ func TestGPUFakeDriverFaults(t *testing.T) {
 	t.Logf("fake driver: %d runs with a failing release, each reported", release)
 }
 
-// fakeB1B3 is the scenario TestGPUFakeDriverFaults fails, on the v5 kernels:
+// fakeB1B3 is the scenario TestFakeDriverFaults fails, on the v5 kernels:
 // B1 of plan p with
 // every walk split between the widths (GPUOptions.SplitHeads, on prioritised
 // side streams), then B3 at the rule's widths, every object closed whatever
