@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gdnkcp/gdnkcp/internal/fakecuda"
@@ -275,4 +276,100 @@ func fakeSamples(n int) []int {
 		s = append(s, 1+i*(n-1)/(fakeFaultSamples-1))
 	}
 	return slices.Compact(s)
+}
+
+// TestFakeDriverSplitStreams checks, on the fake driver's stream-order log
+// (in a child process, as TestFakeDriverFaults), how a split state walk is
+// launched (GPUForward's split, sched.Mixed's model): its vh = 128 launch,
+// grid (T, S, W/S), is issued before its vh = 64 launch, grid (2T, S, HV -
+// W/S); both start only after everything before them on the rank's stream
+// (an event recorded there, which each side stream waits for); and the
+// rank's stream waits for every side stream before its next launch (the
+// output). Without GPUOptions.SplitPriority the vh = 128 launch goes on the
+// rank's stream and the vh = 64 one on a side stream; with it both go on side
+// streams, the vh = 128 one at the context's greatest priority.
+func TestFakeDriverSplitStreams(t *testing.T) {
+	so := fakecuda.InChild()
+	if so == "" {
+		fakecuda.RunChild(t, "TestFakeDriverSplitStreams")
+		return
+	}
+	fk, err := fakecuda.Open(so)
+	require.NoError(t, err)
+	p := bwdPlan(t, []int{100, 70, 20}, 1, LayoutC, 2, 4) // one rank, three segments
+	in, _ := RandomInputs(p, StageCore, 6)
+	var base GPUOptions
+	require.NoError(t, base.SetKernels("v5"))
+	g, err := NewGPU(p, base)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, g.Close()) }()
+	for _, prio := range []bool{false, true} {
+		t.Run(fmt.Sprintf("priority=%v", prio), func(t *testing.T) {
+			o := GPUOptions{Options: Options{Stage: StageCore}, SplitPriority: prio}
+			o.SplitHeads[sched.State] = 3
+			gs, err := g.ForPlan(p, o)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, gs.Close()) }()
+			from := fk.LogLen()
+			f, err := gs.Forward(context.Background(), in)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+			require.Equal(t, 3*3, f.Split[0][sched.State], "state walks at vh 128: 3 heads of 3 segments")
+			ops := fk.Log(from)
+
+			var walk []int // the state walk's launches
+			for i, op := range ops {
+				if op.Kind == fakecuda.OpLaunch && op.Function == entryStatePlanes {
+					walk = append(walk, i)
+				}
+			}
+			require.Len(t, walk, 2, "the split state walk's launches")
+			w128, w64 := ops[walk[0]], ops[walk[1]]
+			assert.Equal(t, [3]uint32{1, 3, 3}, w128.Grid, "vh 128: (T, S, W/S), issued first")
+			assert.Equal(t, [3]uint32{2, 3, 1}, w64.Grid, "vh 64: (2T, S, HV - W/S)")
+			// The rank's stream: the prep's, the launch before the walk's.
+			prep := slices.IndexFunc(ops, func(op fakecuda.Op) bool { return op.Kind == fakecuda.OpLaunch && strings.HasPrefix(op.Function, "gdn_prep") })
+			require.GreaterOrEqual(t, prep, 0, "the prep's launch")
+			rank := ops[prep].Stream
+			next := slices.IndexFunc(ops[walk[1]+1:], func(op fakecuda.Op) bool { return op.Kind == fakecuda.OpLaunch })
+			require.GreaterOrEqual(t, next, 0, "a launch after the walk (the output)")
+			next += walk[1] + 1
+			assert.Equal(t, rank, ops[next].Stream, "the output on the rank's stream")
+
+			sides := []fakecuda.Op{w64}
+			if prio {
+				assert.NotEqual(t, rank, w128.Stream, "vh 128 on a side stream")
+				assert.Equal(t, -5, fk.StreamPriority(w128.Stream), "vh 128 at the greatest priority (the fake's range: 0 .. -5)")
+				assert.Zero(t, fk.StreamPriority(w64.Stream), "vh 64 at the default priority")
+				sides = append(sides, w128)
+			} else {
+				assert.Equal(t, rank, w128.Stream, "vh 128 on the rank's stream")
+			}
+			assert.NotEqual(t, rank, w64.Stream, "vh 64 on a side stream")
+			assert.NotEqual(t, w128.Stream, w64.Stream)
+			for _, side := range sides {
+				at := slices.IndexFunc(ops, func(op fakecuda.Op) bool { return op == side })
+				assert.True(t, fakeWaitsFor(ops, side.Stream, rank, prep, at),
+					"the side stream of %v waits for an event recorded on the rank's stream after the prep", side.Grid)
+				assert.True(t, fakeWaitsFor(ops, rank, side.Stream, at, next),
+					"the rank's stream waits for the side stream of %v before the output", side.Grid)
+			}
+		})
+	}
+}
+
+// fakeWaitsFor reports whether, in ops between indices lo and hi, stream
+// waiter waits for an event recorded on stream on after lo (and before the
+// wait).
+func fakeWaitsFor(ops []fakecuda.Op, waiter, on uintptr, lo, hi int) bool {
+	recorded := map[uintptr]bool{}
+	for _, op := range ops[lo+1 : hi] {
+		switch {
+		case op.Kind == fakecuda.OpRecord && op.Stream == on:
+			recorded[op.Event] = true
+		case op.Kind == fakecuda.OpWait && op.Stream == waiter && recorded[op.Event]:
+			return true
+		}
+	}
+	return false
 }

@@ -59,9 +59,13 @@ func Build(dir string) (string, error) {
 // one handle a library, so they act on the driver the loader opened from the
 // same path.
 type Lib struct {
-	fail  func(name string, n int64, code int32)
-	calls func(name string) int64
-	live  func(what int32) int64
+	fail     func(name string, n int64, code int32)
+	calls    func(name string) int64
+	live     func(what int32) int64
+	logLen   func() int64
+	logAt    func(i int64, a, b *uintptr, g *[3]uint32) int32
+	funcName func(fn uintptr, out *byte, n int32)
+	priority func(s uintptr) int32
 }
 
 // Open binds the controls of the fake at path.
@@ -74,7 +78,8 @@ func Open(path string) (*Lib, error) {
 	for _, f := range []struct {
 		ptr  any
 		name string
-	}{{&l.fail, "fake_fail"}, {&l.calls, "fake_calls"}, {&l.live, "fake_live"}} {
+	}{{&l.fail, "fake_fail"}, {&l.calls, "fake_calls"}, {&l.live, "fake_live"}, {&l.logLen, "fake_log_len"},
+		{&l.logAt, "fake_log_at"}, {&l.funcName, "fake_func_name"}, {&l.priority, "fake_stream_priority"}} {
 		addr, err := purego.Dlsym(h, f.name)
 		if err != nil {
 			return nil, fmt.Errorf("fakecuda: %s: %w", path, err)
@@ -113,6 +118,65 @@ func (l *Lib) BadFrees() int { return int(l.live(7)) }
 
 // Failures is how many injected failures the fake has returned.
 func (l *Lib) Failures() int { return int(l.live(8)) }
+
+// Op is one entry of the fake's stream-order log: a launch, an event record
+// or a stream's wait for an event, in the order the driver was called.
+type Op struct {
+	Kind     OpKind
+	Function string    // a launch's kernel
+	Grid     [3]uint32 // a launch's grid
+	Stream   uintptr   // the stream launched on, recorded on or made to wait
+	Event    uintptr   // the event recorded or waited for
+}
+
+// OpKind says what an Op is.
+type OpKind int
+
+// The kinds of Op.
+const (
+	OpLaunch OpKind = 1 // cuLaunchKernel
+	OpRecord OpKind = 2 // cuEventRecord
+	OpWait   OpKind = 3 // cuStreamWaitEvent
+)
+
+// Log returns the stream-order log from entry from on (at most 65,536
+// entries are kept from the library's start).
+func (l *Lib) Log(from int) []Op {
+	n := int(l.logLen())
+	ops := make([]Op, 0, max(0, n-from))
+	name := make([]byte, 64)
+	for i := from; i < n; i++ {
+		var a, b uintptr
+		var g [3]uint32
+		switch OpKind(l.logAt(int64(i), &a, &b, &g)) {
+		case OpLaunch:
+			l.funcName(a, &name[0], int32(len(name)))
+			ops = append(ops, Op{Kind: OpLaunch, Function: cstring(name), Grid: g, Stream: b})
+		case OpRecord:
+			ops = append(ops, Op{Kind: OpRecord, Event: a, Stream: b})
+		case OpWait:
+			ops = append(ops, Op{Kind: OpWait, Stream: a, Event: b})
+		}
+	}
+	return ops
+}
+
+// LogLen is the stream-order log's length: Log(LogLen()) later is what came
+// after.
+func (l *Lib) LogLen() int { return int(l.logLen()) }
+
+// StreamPriority is the priority stream s was created with
+// (cuStreamCreateWithPriority), 0 for other streams.
+func (l *Lib) StreamPriority(s uintptr) int { return int(l.priority(s)) }
+
+func cstring(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
 
 // EnvLibrary is loader.EnvLibrary's name (package loader's tests import this
 // one, so it cannot import loader; TestFakeDriver checks that they agree).

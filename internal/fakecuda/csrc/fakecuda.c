@@ -70,6 +70,31 @@ static CUresult enter(const char* name) {
 		return ret_;             \
 	} while (0)
 
+// ---- the stream-order log: launches, event records and stream waits, in call order ----
+enum { OP_LAUNCH = 1, OP_RECORD = 2, OP_WAIT = 3 };
+typedef struct {
+	int op;
+	uintptr_t a, b;      // launch: function, stream; record: event, stream; wait: stream, event
+	unsigned g[3];       // launch: grid
+} logent;
+#define MAXLOG 65536
+static logent oplog[MAXLOG];
+static long nlog;
+static void logop(int op, uintptr_t a, uintptr_t b, const unsigned* g) {
+	if (nlog >= MAXLOG) return;
+	logent* e = &oplog[nlog++];
+	e->op = op, e->a = a, e->b = b;
+	for (int i = 0; i < 3; i++) e->g[i] = g ? g[i] : 0;
+}
+// function names by handle (cuModuleGetFunction), stream priorities by handle
+#define MAXH 8192
+static uintptr_t fn_handle[MAXH];
+static char fn_name[MAXH][64];
+static int nfh;
+static uintptr_t prio_stream[MAXH];
+static int prio_value[MAXH];
+static int nprio;
+
 // ---- what is held ----
 static long live_allocs, live_bytes, live_host, live_streams, live_events, live_modules, live_ctx, bad_frees;
 static int initialized;
@@ -323,6 +348,7 @@ CUresult cuStreamCreateWithPriority(uintptr_t* s, unsigned flags, int prio) {
 	ENTER("cuStreamCreateWithPriority");
 	*s = next_handle++;
 	live_streams++;
+	if (nprio < MAXH) prio_stream[nprio] = *s, prio_value[nprio++] = prio;
 	RETURN(OK);
 }
 CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
@@ -346,6 +372,7 @@ CUresult cuStreamQuery(uintptr_t s) {
 }
 CUresult cuStreamWaitEvent(uintptr_t s, uintptr_t ev, unsigned flags) {
 	ENTER("cuStreamWaitEvent");
+	logop(OP_WAIT, s, ev, 0);
 	RETURN(OK);
 }
 
@@ -357,6 +384,7 @@ CUresult cuEventCreate(uintptr_t* ev, unsigned flags) {
 }
 CUresult cuEventRecord(uintptr_t ev, uintptr_t s) {
 	ENTER("cuEventRecord");
+	logop(OP_RECORD, ev, s, 0);
 	RETURN(OK);
 }
 CUresult cuEventSynchronize(uintptr_t ev) {
@@ -399,6 +427,11 @@ CUresult cuModuleGetFunction(uintptr_t* fn, uintptr_t mod, const char* name) {
 	ENTER("cuModuleGetFunction");
 	if (!name || !*name) RETURN(NOT_FOUND);
 	*fn = next_handle++;
+	if (nfh < MAXH) {
+		fn_handle[nfh] = *fn;
+		strncpy(fn_name[nfh], name, sizeof fn_name[0] - 1);
+		nfh++;
+	}
 	RETURN(OK);
 }
 CUresult cuFuncGetAttribute(int* v, int attr, uintptr_t fn) {
@@ -420,6 +453,8 @@ CUresult cuLaunchKernel(uintptr_t fn, unsigned gx, unsigned gy, unsigned gz, uns
                         unsigned shared, uintptr_t stream, void** params, void** extra) {
 	ENTER("cuLaunchKernel");
 	if (gx == 0 || gy == 0 || gz == 0 || bx * by * bz > 1024 || shared > 232448) RETURN(INVALID_VALUE);
+	const unsigned g[3] = {gx, gy, gz};
+	logop(OP_LAUNCH, fn, stream, g);
 	RETURN(OK);
 }
 
@@ -461,4 +496,46 @@ long fake_live(int what) {
 	}
 	UNLOCK;
 	return v;
+}
+
+// fake_log_len: the stream-order log's entries so far (launches, event records, stream waits; at most 65,536).
+long fake_log_len(void) {
+	LOCK;
+	long n = nlog;
+	UNLOCK;
+	return n;
+}
+// fake_log_at: entry i: its op (1 launch, 2 event record, 3 stream wait), a and b (launch: function, stream;
+// record: event, stream; wait: stream, event) and a launch's grid into g[3]; 0 past the end.
+int fake_log_at(long i, uintptr_t* a, uintptr_t* b, unsigned* g) {
+	LOCK;
+	if (i < 0 || i >= nlog) {
+		UNLOCK;
+		return 0;
+	}
+	logent e = oplog[i];
+	UNLOCK;
+	*a = e.a, *b = e.b;
+	for (int k = 0; k < 3; k++) g[k] = e.g[k];
+	return e.op;
+}
+// fake_func_name: the name cuModuleGetFunction gave function handle fn ("" where unknown) into out (n bytes).
+void fake_func_name(uintptr_t fn, char* out, int n) {
+	LOCK;
+	out[0] = 0;
+	for (int i = 0; i < nfh; i++)
+		if (fn_handle[i] == fn) {
+			strncpy(out, fn_name[i], (size_t)n - 1);
+			out[n - 1] = 0;
+		}
+	UNLOCK;
+}
+// fake_stream_priority: the priority stream s was created with (cuStreamCreateWithPriority), or 0.
+int fake_stream_priority(uintptr_t s) {
+	int p = 0;
+	LOCK;
+	for (int i = 0; i < nprio; i++)
+		if (prio_stream[i] == s) p = prio_value[i];
+	UNLOCK;
+	return p;
 }
