@@ -328,7 +328,9 @@ func TestFakeDriverSplitStreams(t *testing.T) {
 			assert.Equal(t, [3]uint32{1, 3, 3}, w128.Grid, "vh 128: (T, S, W/S), issued first")
 			assert.Equal(t, [3]uint32{2, 3, 1}, w64.Grid, "vh 64: (2T, S, HV - W/S)")
 			// The rank's stream: the prep's, the launch before the walk's.
-			prep := slices.IndexFunc(ops, func(op fakecuda.Op) bool { return op.Kind == fakecuda.OpLaunch && strings.HasPrefix(op.Function, "gdn_prep") })
+			prep := slices.IndexFunc(ops, func(op fakecuda.Op) bool {
+				return op.Kind == fakecuda.OpLaunch && strings.HasPrefix(op.Function, "gdn_prep")
+			})
 			require.GreaterOrEqual(t, prep, 0, "the prep's launch")
 			rank := ops[prep].Stream
 			next := slices.IndexFunc(ops[walk[1]+1:], func(op fakecuda.Op) bool { return op.Kind == fakecuda.OpLaunch })
