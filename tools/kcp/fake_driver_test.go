@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,7 +13,8 @@ import (
 )
 
 // TestCLIOnFakeDriver runs the GPU commands the device scripts call
-// (scripts/split-walks.sh's `kcp bench` variants and CP run) on
+// (scripts/split-walks.sh's `kcp bench` variants and CP run, width-sweep's
+// forced widths, knob-sweep's text report, ab-bits' dump) on
 // internal/fakecuda's stand-in driver, on any machine with a C compiler (in a
 // child process: the loader reads loader.EnvLibrary once): each exits 0 with
 // the JSON the scripts read, the split walks where the flags ask for them;
@@ -90,6 +92,27 @@ func TestCLIOnFakeDriver(t *testing.T) {
 	}
 	assert.Contains(t, stages, "backward: offset walk")
 	assert.Contains(t, stages, "backward: tape walk")
+
+	// scripts/width-sweep.sh's forced widths (both modes in one call), knob-sweep's text report and
+	// ab-bits.sh's dump.
+	for _, vh := range []string{"64", "128"} {
+		stdout, stderr, code := execute("bench", "--docs", "640,704,576", "--kernels", "v5", "--modes", "core,core+bwd", "--reps", "1",
+			"--warmup", "2", "--force-vh", vh, "--json")
+		require.Equal(t, 0, code, "--force-vh %s: %s", vh, stderr)
+		var rows []benchRow
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rows))
+		require.Len(t, rows, 2, "--force-vh %s: a row a mode", vh)
+	}
+	stdout, stderr, code = execute("bench", "--docs", "640", "--kernels", "v5", "--modes", "core", "--reps", "1", "--warmup", "2")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "median")
+	dump := t.TempDir()
+	_, stderr, code = execute("run", "--backend", "gpu", "--check=false", "--no-progress", "--seed", "7", "--pack", "P1@2048",
+		"--dump", dump)
+	require.Equal(t, 0, code, stderr)
+	for _, f := range []string{"meta.json", "o.npy", "dq.npy", "dconv_w.npy"} {
+		assert.FileExists(t, filepath.Join(dump, f))
+	}
 
 	// A device allocation that fails: exit 1, the driver's error, no panic.
 	fk.Fail("cuMemAlloc_v2", 40, fakecuda.ErrorOutOfMemory)
