@@ -452,7 +452,8 @@ CUresult cuFuncSetAttribute(uintptr_t fn, int attr, int v) {
 CUresult cuLaunchKernel(uintptr_t fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, uintptr_t stream, void** params, void** extra) {
 	ENTER("cuLaunchKernel");
-	if (gx == 0 || gy == 0 || gz == 0 || bx * by * bz > 1024 || shared > 232448) RETURN(INVALID_VALUE);
+	if (gx == 0 || gy == 0 || gz == 0 || gx > 2147483647u || gy > 65535 || gz > 65535 || bx * by * bz > 1024 || shared > 232448)
+		RETURN(INVALID_VALUE);  // an H200's limits
 	const unsigned g[3] = {gx, gy, gz};
 	logop(OP_LAUNCH, fn, stream, g);
 	RETURN(OK);
