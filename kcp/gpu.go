@@ -936,10 +936,21 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	return ng, nil
 }
 
-// checkGPUPlan reports a nil plan or head dims the kernels do not take.
+// maxRankSegments is the most segments a rank's walks take: they launch a
+// grid row a segment, and a grid's y extent is at most 65,535.
+const maxRankSegments = 65535
+
+// checkGPUPlan reports a nil plan, head dims the kernels do not take, and a
+// rank with more segments than a walk's grid has rows.
 func checkGPUPlan(plan *Plan) error {
 	if plan == nil {
 		return errors.New("kcp: gpu: plan is nil")
+	}
+	for r, rp := range plan.Ranks {
+		if n := len(rp.Segments); n > maxRankSegments {
+			return fmt.Errorf("kcp: gpu: rank %d holds %d segments; the GPU walks launch a grid row a segment, at most %d a rank: "+
+				"fewer documents a rank (more ranks, or longer documents)", r, n, maxRankSegments)
+		}
 	}
 	if c := plan.Config; c.DK != gpuD || c.DV != gpuD {
 		return fmt.Errorf("kcp: gpu: head dims DK = %d, DV = %d: the GPU kernels need DK = DV = %d (smaller dims run on the CPU backend)",

@@ -453,6 +453,12 @@ func TestGPUSharedMemorySizes(t *testing.T) {
 func TestNewGPUErrors(t *testing.T) {
 	p128, err := NewPlan(PlanConfig{Docs: []int{10}, Ranks: 1, Layout: LayoutC})
 	require.NoError(t, err)
+	ones := make([]int, maxRankSegments+1) // a one-token document a segment, one more than a grid has rows
+	for i := range ones {
+		ones[i] = 1
+	}
+	many, err := NewPlan(PlanConfig{Docs: ones, Ranks: 1, Layout: LayoutC, HQK: 1, HV: 1, DK: 128, DV: 128})
+	require.NoError(t, err)
 	for _, tc := range []struct {
 		name string
 		plan *Plan
@@ -463,6 +469,7 @@ func TestNewGPUErrors(t *testing.T) {
 		{"dk 16", smallPlan(t, []int{10}, 1, LayoutC, 16), GPUOptions{}, "need DK = DV = 128"},
 		{"force vh", p128, GPUOptions{Options: Options{ForceVH: 96}}, "ForceVH 96"},
 		{"stage", p128, GPUOptions{Options: Options{Stage: "attention"}}, "unknown stage"},
+		{"65,536 segments", many, GPUOptions{}, "rank 0 holds 65536 segments; the GPU walks launch a grid row a segment, at most 65535"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, err := NewGPU(tc.plan, tc.opts)
