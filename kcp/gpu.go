@@ -971,6 +971,12 @@ func newGPU(plan *Plan, gopts GPUOptions, fleet *gpuFleet) (*GPU, error) {
 		return nil, err
 	}
 	dev := fleet.device(fleet.order[0])
+	for k, n := range gopts.SplitHeads {
+		if kind := sched.WalkKind(k); n > 0 && !splitSupported(dev.ks, kind) {
+			return nil, fmt.Errorf("kcp: gpu: GPUOptions.SplitHeads[%s] = %d: these kernels' %s walk runs at one width only (the v5 plane walks split: SetKernels(\"v5\"))",
+				kind, n, kind)
+		}
+	}
 	o := gopts.Options
 	if o.Profile == (sched.Profile{}) {
 		prof, err := sched.NewProfile(dev.profile.Variant, dev.profile.SMs)

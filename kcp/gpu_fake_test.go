@@ -287,7 +287,8 @@ func fakeSamples(n int) []int {
 // rank's stream waits for every side stream before its next launch (the
 // output). Without GPUOptions.SplitPriority the vh = 128 launch goes on the
 // rank's stream and the vh = 64 one on a side stream; with it both go on side
-// streams, the vh = 128 one at the context's greatest priority.
+// streams, the vh = 128 one at the context's greatest priority. First, NewGPU
+// and ForPlan refuse SplitHeads on the fp32 kernels, whose walks cannot split.
 func TestFakeDriverSplitStreams(t *testing.T) {
 	so := fakecuda.InChild()
 	if so == "" {
@@ -298,6 +299,17 @@ func TestFakeDriverSplitStreams(t *testing.T) {
 	require.NoError(t, err)
 	p := bwdPlan(t, []int{100, 70, 20}, 1, LayoutC, 2, 4) // one rank, three segments
 	in, _ := RandomInputs(p, StageCore, 6)
+	// The fp32 kernels' walks cannot split: NewGPU and ForPlan say so before anything runs.
+	fp32, err := NewGPU(p, GPUOptions{})
+	require.NoError(t, err)
+	var o32 GPUOptions
+	o32.SplitHeads[sched.Tape] = 1
+	_, err = fp32.ForPlan(p, o32)
+	require.ErrorContains(t, err, "GPUOptions.SplitHeads[tape] = 1: these kernels' tape walk runs at one width only")
+	require.NoError(t, fp32.Close())
+	_, err = NewGPU(p, o32)
+	require.ErrorContains(t, err, "runs at one width only")
+
 	var base GPUOptions
 	require.NoError(t, base.SetKernels("v5"))
 	g, err := NewGPU(p, base)
