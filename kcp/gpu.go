@@ -610,16 +610,16 @@ type GPUOptions struct {
 	// default until measured on the GPU (docs/perf-notes.md, "Walks split
 	// between the widths"). ForceVH and LaunchOrder turn it off, and so do
 	// kernel sets whose walks cannot split (SplitHeads). A split walk's
-	// dispatch orders take 4 T (2 S HV - W) bytes of device memory (S
-	// segments, W walks at vh = 128, T column sets), fewer than a vh = 64
-	// launch's order; the peak differs by no more than that.
+	// dispatch orders (4 T (2 S HV - W) bytes: S segments, W walks at vh =
+	// 128, T column sets) go in the table every walk reserves at its vh = 64
+	// size, so the peak device memory is the same split or not.
 	MixedBackward bool
 	// SplitHeads[k], where not 0, runs walk k of every rank split between
 	// the widths with that many value heads of every chain at vh = 128 and
 	// the rest at vh = 64, whatever the width rule or MixedBackward say: for
 	// measuring splits. Only the v5 plane walks split (another kernel set
-	// is an error at the walk); 0 < SplitHeads[k] < HV, and not with
-	// ForceVH. The bits are those of either width.
+	// is an error from NewGPU and ForPlan); 0 < SplitHeads[k] < HV, and not
+	// with ForceVH. The bits are those of either width.
 	SplitHeads [sched.NumWalkKinds]int
 	// SplitPriority launches a split walk's two halves on two side streams
 	// that wait for the same event, the vh = 128 half's at the context's
