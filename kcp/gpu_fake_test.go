@@ -154,17 +154,12 @@ func TestFakeDriverFaults(t *testing.T) {
 }
 
 // fakeB1B3 is the scenario TestFakeDriverFaults fails, on the v5 kernels:
-// B1 of plan p with
-// every walk split between the widths (GPUOptions.SplitHeads, on prioritised
-// side streams), then B3 at the rule's widths, every object closed whatever
-// happens.
+// B1 of plan p with every walk split between the widths
+// (GPUOptions.SplitHeads, on prioritised side streams), then B3 at the rule's
+// widths, every object closed whatever happens.
 func fakeB1B3(p *Plan, in *Inputs, dout []float32) (err error) {
 	ctx := context.Background()
-	opts := GPUOptions{Options: Options{Stage: StageModule}, KeepDevice: true}
-	if err := opts.SetKernels("v5"); err != nil {
-		return err
-	}
-	g, err := NewGPU(p, opts)
+	g, err := fakeV5(p, GPUOptions{})
 	if err != nil {
 		return err
 	}
@@ -176,17 +171,7 @@ func fakeB1B3(p *Plan, in *Inputs, dout []float32) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, gs.Close()) }()
-	b1 := func(g *GPU) (*GPUForward, error) { // forward and backward; the forward for the caller to close
-		f, err := g.Forward(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := f.Backward(ctx, dout); err != nil {
-			return nil, errors.Join(err, f.Close())
-		}
-		return f, nil
-	}
-	fs, err := b1(gs)
+	fs, err := fakeForwardBackward(gs, in, dout)
 	if err != nil {
 		return err
 	}
@@ -196,7 +181,7 @@ func fakeB1B3(p *Plan, in *Inputs, dout []float32) (err error) {
 			return fmt.Errorf("rank %d: the state walk did not run split", r)
 		}
 	}
-	f, err := b1(g)
+	f, err := fakeForwardBackward(g, in, dout)
 	if err != nil {
 		return err
 	}
@@ -217,11 +202,7 @@ func fakeB1B3(p *Plan, in *Inputs, dout []float32) (err error) {
 // fakeTwoDevices is B1 of plan p with its two ranks on the fake's two
 // devices, exchanging through host memory (each device loads its own module).
 func fakeTwoDevices(p *Plan, in *Inputs, dout []float32) (err error) {
-	opts := GPUOptions{Options: Options{Stage: StageModule}, KeepDevice: true, Devices: []int{0, 1}, Comm: CommLoopback}
-	if err := opts.SetKernels("v5"); err != nil {
-		return err
-	}
-	g, err := NewGPU(p, opts)
+	g, err := fakeV5(p, GPUOptions{Devices: []int{0, 1}, Comm: CommLoopback})
 	if err != nil {
 		return err
 	}
@@ -229,13 +210,34 @@ func fakeTwoDevices(p *Plan, in *Inputs, dout []float32) (err error) {
 	if d := g.RankDevices(); !slices.Equal(d, []int{0, 1}) {
 		return fmt.Errorf("ranks on devices %v, want [0 1]", d)
 	}
-	f, err := g.Forward(context.Background(), in)
+	f, err := fakeForwardBackward(g, in, dout)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, f.Close()) }()
-	_, err = f.Backward(context.Background(), dout)
-	return err
+	return f.Close()
+}
+
+// fakeV5 opens plan p on the v5 kernels in the module stage, keeping the
+// forward's device buffers, with o's devices and exchange.
+func fakeV5(p *Plan, o GPUOptions) (*GPU, error) {
+	o.Options, o.KeepDevice = Options{Stage: StageModule}, true
+	if err := o.SetKernels("v5"); err != nil {
+		return nil, err
+	}
+	return NewGPU(p, o)
+}
+
+// fakeForwardBackward is g's forward and its backward; the forward is the
+// caller's to close.
+func fakeForwardBackward(g *GPU, in *Inputs, dout []float32) (*GPUForward, error) {
+	f, err := g.Forward(context.Background(), in)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Backward(context.Background(), dout); err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return f, nil
 }
 
 // fakeCallCounts is the calls so far of each of calls (default
