@@ -182,6 +182,11 @@ func cstring(b []byte) string {
 // one, so it cannot import loader; TestFakeDriver checks that they agree).
 const EnvLibrary = "GDNKCP_CUDA_LIBRARY"
 
+// EnvAlways, set, makes RunChild run its test where a CUDA driver is
+// installed too (by default it skips there: the GPU tests run on such
+// machines, and their time is scarce).
+const EnvAlways = "GDNKCP_FAKECUDA_ALWAYS"
+
 // childEnv marks a test's child process (RunChild) and holds the fake's path.
 const childEnv = "GDNKCP_TEST_FAKECUDA_CHILD"
 
@@ -192,10 +197,15 @@ func InChild() string { return os.Getenv(childEnv) }
 // RunChild builds the fake driver and runs test (a test function's name)
 // again in a child process of the test binary, pointed at the fake through
 // EnvLibrary, with env added; t fails with the child's output where the child
-// fails, and is skipped where the fake cannot be built. It returns the
+// fails, and is skipped where the fake cannot be built or (without
+// EnvAlways) where a real driver is installed. It returns the
 // child's output. The child finds the fake's path with InChild.
 func RunChild(t testing.TB, test string, env ...string) string {
 	t.Helper()
+	if h, err := purego.Dlopen("libcuda.so.1", purego.RTLD_LAZY); err == nil && os.Getenv(EnvAlways) == "" {
+		_ = purego.Dlclose(h)
+		t.Skipf("a CUDA driver is installed: the GPU tests cover this machine, and the device time is theirs (%s=1 runs the fake-driver tests anyway)", EnvAlways)
+	}
 	so, err := Build(t.TempDir())
 	if errors.Is(err, ErrUnsupported) {
 		t.Skipf("the fake CUDA driver: %v", err)
