@@ -76,7 +76,7 @@ func splitSupported(ks kernelSet, k sched.WalkKind) bool {
 // walkSplit is how rk's walk k over chains (its walked segments' chunk
 // counts, in list order) runs split between the widths, or nil where it
 // runs at one width: GPUOptions.SplitHeads[k] heads of every chain at vh =
-// 128 where set (an error where the kernels cannot split); else, for the
+// 128 where set (newGPU refused it for kernels that cannot split); else, for the
 // offset and tape walks under GPUOptions.MixedBackward (and neither ForceVH
 // nor LaunchOrder), sched.MixedWalk's split where the width rule's cost rule
 // puts it sched.MixedMarginPercent under the better single width. Model
@@ -92,11 +92,7 @@ func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind, chains32 []int32) (*sched
 		return nil, nil
 	}
 	if !splitSupported(ks, k) {
-		if forced > 0 {
-			return nil, fmt.Errorf("rank %d: GPUOptions.SplitHeads[%s] = %d: this kernel set's %s walk runs at one width only (the v5 plane walks split)",
-				rk.rank, k, forced, k)
-		}
-		return nil, nil
+		return nil, nil // the model's only: newGPU refuses SplitHeads for these kernels
 	}
 	chains := make([]int, len(chains32))
 	for i, c := range chains32 {

@@ -1,11 +1,16 @@
-// fakecuda.c (package internal/fakecuda builds it): a stand-in CUDA driver library (libcuda) for host-side tests on machines without a GPU. It has
-// the driver functions and ABI versions package loader binds (loader/driver.go) and does what a host can:
-// device memory is host memory (256-byte aligned, so device pointers are real pointers and the copies and
-// memsets are memcpy / memset), streams, events, modules and functions are counted handles, kernel launches
-// are counted and do nothing. What it adds for tests: every call is counted by name, any call can be made to
-// fail once at its nth call after fake_fail (with a CUDA error code), and fake_live reports the device
-// memory, host buffers, streams, events, modules and primary contexts still held, so that a test can fail a
-// run at every call and require errors (not crashes) and nothing left behind. Thread-safe: one mutex.
+// fakecuda.c (package internal/fakecuda builds it): a stand-in CUDA driver library (libcuda) for host-side
+// tests on machines without a GPU. It has the driver functions and ABI versions package loader binds
+// (loader/driver.go) and does what a host can: device memory is host memory (256-byte aligned, so device
+// pointers are real pointers and the copies and memsets are memcpy / memset; a new allocation is filled
+// with 0xa5 bytes, finite bf16 and fp32 values that are not kcp's poison, so the host's checks of what it
+// downloads pass), streams, events, modules and functions are counted handles, kernel launches are checked
+// against an H200's limits, logged and do nothing. What it adds for tests: every call is counted by name,
+// any call can be made to fail once at its nth call after fake_fail (with a CUDA error code), fake_live
+// reports the device memory, host buffers, streams, events, modules and primary contexts still held (so that
+// a test can fail a run at every call and require errors, not crashes, and nothing left behind), and
+// fake_log_at reads the log of launches, event records and stream waits. Environment: FAKECUDA_DEVICES (the
+// device count, default 1, read by cuInit), FAKECUDA_TRACE (every allocation and free on stderr).
+// Thread-safe: one mutex.
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
