@@ -236,21 +236,33 @@ func tapePlanesSmem(vh int) int {
 	return 2*stage + 2*4*ChunkSize*vh + out + 1008
 }
 
-// KernelSets are the names SetKernels takes.
+// KernelSets are the kernel sets by name, slowest first; SetKernels and
+// GPUOptions.Kernels take them and KernelsAuto.
 var KernelSets = []string{"fp32", "tc", "mma", "v5"}
 
-// SetKernels selects a named kernel set: "fp32" (every kernel on the CUDA
-// cores), "tc" (the v3 tensor-core forward: TensorCoreWalks and
-// TensorCoreChunk; fp32 backward) or "mma" (the v4 kernels: MMAWalks,
-// MMAChunk, MMABackwardWalks and MMABackwardChunk) or "v5" (the v4
-// kernels with MMAForward5 and MMAGroupedGrads). It clears the other sets'
-// switches.
+// SetKernels selects a named kernel set and records its name in Kernels:
+// "fp32" (every kernel on the CUDA cores), "tc" (the v3 tensor-core
+// forward: TensorCoreWalks and TensorCoreChunk; fp32 backward) or "mma"
+// (the v4 kernels: MMAWalks, MMAChunk, MMABackwardWalks and
+// MMABackwardChunk) or "v5" (the v4 kernels with MMAForward5 and
+// MMAGroupedGrads), or KernelsAuto (no switch: NewGPU chooses). It clears
+// the other sets' switches; SplitGrads, which modifies v5, stays.
 func (o *GPUOptions) SetKernels(name string) error {
-	o.TensorCoreWalks, o.TensorCoreChunk = false, false
-	o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk = false, false, false, false
-	o.MMAForward5, o.MMAGroupedGrads = false, false
+	var set GPUOptions
+	if err := set.setSwitches(name); err != nil {
+		return err
+	}
+	o.TensorCoreWalks, o.TensorCoreChunk = set.TensorCoreWalks, set.TensorCoreChunk
+	o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk = set.MMAWalks, set.MMAChunk, set.MMABackwardWalks, set.MMABackwardChunk
+	o.MMAForward5, o.MMAGroupedGrads = set.MMAForward5, set.MMAGroupedGrads
+	o.Kernels = name
+	return nil
+}
+
+// setSwitches sets the switches of the set name on o, which has none set.
+func (o *GPUOptions) setSwitches(name string) error {
 	switch name {
-	case "fp32":
+	case KernelsAuto, "fp32":
 	case "tc":
 		o.TensorCoreWalks, o.TensorCoreChunk = true, true
 	case "mma":
@@ -259,7 +271,7 @@ func (o *GPUOptions) SetKernels(name string) error {
 		o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk = true, true, true, true
 		o.MMAForward5, o.MMAGroupedGrads = true, true
 	default:
-		return fmt.Errorf("kcp: kernel set %q: want one of %s", name, strings.Join(KernelSets, ", "))
+		return fmt.Errorf("kcp: kernel set %q: want one of %s or %s", name, strings.Join(KernelSets, ", "), KernelsAuto)
 	}
 	return nil
 }
@@ -516,11 +528,11 @@ func probeGPU(device int, blob string, es []gpuEntry) (*archdetect.Profile, erro
 	return p, nil
 }
 
-// GPUOptions configure the GPU backend. With every kernel switch below
-// unset (the zero value) it runs the fp32 CUDA-core kernels, the slowest set
-// (~60 ms for the 32K core forward on an H200, against ~3.2 ms for v5): set
-// the switches by name with SetKernels, and take the fastest set the device
-// and its blob allow from ChooseKernels, as `kcp run --kernels auto` does.
+// GPUOptions configure the GPU backend. The zero value runs Options' defaults
+// (the core stage) on device 0 with the fastest kernel set the device and its blob
+// allow (Kernels, KernelsAuto: v5 on an H200, ~3.2 ms for the 32K core
+// forward against ~60 ms for the fp32 CUDA-core set); Kernels or
+// SetKernels name another set.
 type GPUOptions struct {
 	// Options are the backend options shared with the CPU backend. A zero
 	// Options.Profile takes the width profile of the detected GPU
@@ -533,6 +545,16 @@ type GPUOptions struct {
 	// Blob forces a blob slot, e.g. "compute_80" to run the portable PTX
 	// path; empty: GDNKCP_BLOB, else the automatic choice.
 	Blob string
+	// Kernels names the kernel set: one of KernelSets, or KernelsAuto.
+	// Left empty with every kernel switch below unset it means KernelsAuto:
+	// NewGPU runs the fastest set the first device and its blob allow
+	// (ChooseKernels: v5 on an H200), and GPU.Kernels says which and why. A
+	// name with the switches unset runs that set (SetKernels sets the name
+	// and its switches together); switches set by hand with Kernels empty
+	// run as they are (GPU.Kernels reports KernelsCustom where they are
+	// not a named set). A name whose switches differ from those set is an
+	// error from NewGPU.
+	Kernels string
 	// KeepDevice keeps every rank's device buffers after Forward, in the
 	// returned GPUForward (for GPUForward.Backward, and for inspection);
 	// the caller then frees them with GPUForward.Close. Unset, Forward frees
@@ -799,7 +821,9 @@ type GPU struct {
 
 // NewGPU loads the GPU backend for plan: it checks the plan (head dims
 // DK = DV = 128) and the options, detects the device (archdetect.Detect),
-// loads the embedded blob (archdetect.Load), resolves every kernel of
+// settles the kernel set (GPUOptions.Kernels: where the options choose
+// none, ChooseKernels' fastest set for the first device; GPU.Kernels
+// reports it), loads the embedded blob (archdetect.Load), resolves every kernel of
 // GPUForwardEntries (or the tensor-core variants the options select) and of
 // GPUBackwardEntries (an error wrapping ErrMissingKernels names a missing
 // one, as when the blobs predate the kernels) and allows each its dynamic
@@ -825,7 +849,10 @@ func NewGPU(plan *Plan, opts GPUOptions) (*GPU, error) {
 	if _, err := resolveRanks(len(plan.Ranks), opts, devs); err != nil {
 		return nil, err
 	}
-	fleet, err := openFleet(devs, opts.Blob, opts.kernelSet())
+	if _, err := opts.kernelChoice(); err != nil {
+		return nil, err
+	}
+	fleet, opts, err := openFleet(devs, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -836,29 +863,36 @@ func NewGPU(plan *Plan, opts GPUOptions) (*GPU, error) {
 	return g, nil
 }
 
-// openFleet checks that devs exist and share one architecture, then loads
-// the blob on each (openGPUDevice). On error everything made is released.
-func openFleet(devs []int, blob string, ks kernelSet) (*gpuFleet, error) {
+// openFleet checks that devs exist, settles opts' kernel choice on the
+// first (resolveKernels), checks that they share one architecture, then
+// loads the blob opts.Blob chooses on each (openGPUDevice). It returns opts
+// with the kernel set's switches; on error everything made is released.
+func openFleet(devs []int, opts GPUOptions) (*gpuFleet, GPUOptions, error) {
 	n, err := loader.DeviceCount()
 	if err != nil {
-		return nil, fmt.Errorf("kcp: gpu: %w", err)
+		return nil, opts, fmt.Errorf("kcp: gpu: %w", err)
 	}
 	if err := checkOrdinals(devs, n); err != nil {
-		return nil, err
+		return nil, opts, err
 	}
+	opts, why, err := opts.resolveKernels(devs[0])
+	if err != nil {
+		return nil, opts, err
+	}
+	blob, ks := opts.Blob, opts.kernelSet()
 	if len(devs) > 1 {
 		var first *archdetect.Profile
 		for _, d := range devs {
 			p, err := probeGPU(d, blob, ks.allEntries())
 			if err != nil {
-				return nil, err
+				return nil, opts, err
 			}
 			if first == nil {
 				first = p
 				continue
 			}
 			if p.Major != first.Major || p.Minor != first.Minor || p.Target != first.Target {
-				return nil, fmt.Errorf("kcp: gpu: devices %d (%s, CC %d.%d, blob %s) and %d (%s, CC %d.%d, blob %s) differ in architecture: the ranks of one plan run the same kernels on one architecture",
+				return nil, opts, fmt.Errorf("kcp: gpu: devices %d (%s, CC %d.%d, blob %s) and %d (%s, CC %d.%d, blob %s) differ in architecture: the ranks of one plan run the same kernels on one architecture",
 					first.Ordinal, first.Name, first.Major, first.Minor, first.Target, p.Ordinal, p.Name, p.Major, p.Minor, p.Target)
 			}
 		}
@@ -870,11 +904,13 @@ func openFleet(devs []int, blob string, ks kernelSet) (*gpuFleet, error) {
 			for i := len(opened) - 1; i >= 0; i-- {
 				err = errors.Join(err, opened[i].release())
 			}
-			return nil, err
+			return nil, opts, err
 		}
 		opened = append(opened, dev)
 	}
-	return newFleet(opened), nil
+	f := newFleet(opened)
+	f.kernels, f.kernelsWhy = opts.switchesName(), why
+	return f, opts, nil
 }
 
 // ForPlan returns a GPU backend for another plan and options on the same
@@ -895,7 +931,8 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	if (opts.Device != 0 && opts.Device != g.gopts.Device) || (opts.Blob != "" && opts.Blob != g.gopts.Blob) ||
 		(len(opts.Devices) > 0 && !slices.Equal(opts.Devices, g.fleet.order)) ||
-		(opts.kernelFlags() != [9]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) {
+		(opts.kernelFlags() != [9]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) ||
+		(opts.Kernels != "" && opts.Kernels != g.fleet.kernels) {
 		return nil, errors.New("kcp: gpu: ForPlan keeps the devices, blob and kernels; make a new backend with NewGPU to change them")
 	}
 	if _, err := opts.Options.normalize(); err != nil {
@@ -1017,6 +1054,12 @@ func (g *GPU) Options() Options { return g.opts }
 // Profile returns the detected device and the blob loaded on it: the first
 // of Devices.
 func (g *GPU) Profile() *archdetect.Profile { return g.dev.profile }
+
+// Kernels returns the kernel set g runs (one of KernelSets, or
+// KernelsCustom for switches set by hand that are no named set) and why:
+// ChooseKernels' reason where GPUOptions chose none (KernelsAuto), else
+// "GPUOptions: " and the set. A GPU made by ForPlan runs its base's.
+func (g *GPU) Kernels() (set, why string) { return g.fleet.kernels, g.fleet.kernelsWhy }
 
 // Close releases the backend's reference to its devices; the blobs, the
 // contexts and the NCCL groups go with the last reference (a GPUForward

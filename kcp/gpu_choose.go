@@ -8,8 +8,12 @@ import (
 )
 
 // KernelsAuto is the kernel-set name that ChooseKernels resolves for a
-// device; SetKernels does not take it.
+// device: what NewGPU runs when GPUOptions choose no kernels.
 const KernelsAuto = "auto"
+
+// KernelsCustom is what GPU.Kernels reports for kernel switches set by hand
+// that are not one of KernelSets.
+const KernelsCustom = "custom"
 
 // kernelPreference is the order ChooseKernels tries the kernel sets in:
 // fastest first (docs/perf-notes.md: v5 5.6 ms, mma 5.9, tc 15.4, fp32 60 ms
@@ -60,4 +64,67 @@ func chooseKernels(p *archdetect.Profile) (string, string) {
 		return name, fmt.Sprintf("auto: %s (passed over: %s)", name, strings.Join(passed, "; "))
 	}
 	return "fp32", fmt.Sprintf("auto: fp32, though no kernel set fits (%s)", strings.Join(passed, "; "))
+}
+
+// kernelSwitches are o's kernel-set switches: SetKernels' eight (SplitGrads
+// modifies the v5 set and is not one of them).
+func (o GPUOptions) kernelSwitches() [8]bool {
+	return [8]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
+		o.MMAForward5, o.MMAGroupedGrads}
+}
+
+// switchesName is the name of KernelSets whose switches o has set, or
+// KernelsCustom.
+func (o GPUOptions) switchesName() string {
+	for _, name := range KernelSets {
+		var set GPUOptions
+		_ = set.setSwitches(name) // every name of KernelSets is one setSwitches takes (tested)
+		if set.kernelSwitches() == o.kernelSwitches() {
+			return name
+		}
+	}
+	return KernelsCustom
+}
+
+// kernelChoice reads the kernel choice of o: the set's name, or KernelsAuto
+// when o chooses none (Kernels empty or KernelsAuto, no switch set). A name
+// whose switches differ from those set, and a name SetKernels does not
+// take, are errors.
+func (o GPUOptions) kernelChoice() (string, error) {
+	none := o.kernelSwitches() == [8]bool{}
+	switch {
+	case o.Kernels == "" && none:
+		return KernelsAuto, nil
+	case o.Kernels == "":
+		return o.switchesName(), nil
+	}
+	var set GPUOptions
+	if err := set.setSwitches(o.Kernels); err != nil {
+		return "", fmt.Errorf("kcp: gpu: GPUOptions.Kernels: %w", err)
+	}
+	if !none && set.kernelSwitches() != o.kernelSwitches() {
+		return "", fmt.Errorf("kcp: gpu: GPUOptions.Kernels %q and the kernel switches set (those of %s) disagree: SetKernels sets both",
+			o.Kernels, o.switchesName())
+	}
+	return o.Kernels, nil
+}
+
+// resolveKernels settles o's kernel choice for NewGPU on device first
+// (which exists): KernelsAuto takes ChooseKernels' set. It returns o with the
+// set's name in Kernels and its switches set, and why the set runs.
+func (o GPUOptions) resolveKernels(first int) (GPUOptions, string, error) {
+	name, err := o.kernelChoice()
+	if err != nil {
+		return o, "", err
+	}
+	why := "GPUOptions: " + name
+	if name == KernelsAuto {
+		if name, why, err = ChooseKernels(first, o.Blob); err != nil {
+			return o, "", err
+		}
+	}
+	if name != KernelsCustom {
+		_ = o.SetKernels(name) // kernelChoice and ChooseKernels return names SetKernels takes
+	}
+	return o, why, nil
 }

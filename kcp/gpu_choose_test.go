@@ -83,3 +83,60 @@ func TestGPUChooseKernels(t *testing.T) {
 	require.NoError(t, err, "NewGPU with the chosen set %s", set)
 	require.NoError(t, g.Close())
 }
+
+// TestKernelChoice covers how GPUOptions choose a kernel set: nothing chosen
+// is KernelsAuto, a name alone or with its own switches is that set,
+// switches alone are their set or KernelsCustom, and a name that is no set
+// or disagrees with the switches is an error.
+func TestKernelChoice(t *testing.T) {
+	named := func(name string, split bool) GPUOptions {
+		var o GPUOptions
+		require.NoError(t, o.SetKernels(name))
+		o.SplitGrads = split
+		return o
+	}
+	for _, c := range []struct {
+		name string
+		o    GPUOptions
+		want string
+		err  string
+	}{
+		{"zero", GPUOptions{}, KernelsAuto, ""},
+		{"auto by name", GPUOptions{Kernels: KernelsAuto}, KernelsAuto, ""},
+		{"auto by SetKernels", named(KernelsAuto, false), KernelsAuto, ""},
+		{"split grads alone", GPUOptions{SplitGrads: true}, KernelsAuto, ""},
+		{"fp32 by name", GPUOptions{Kernels: "fp32"}, "fp32", ""},
+		{"v5 by name", GPUOptions{Kernels: "v5"}, "v5", ""},
+		{"v5 by SetKernels", named("v5", true), "v5", ""},
+		{"tc by SetKernels", named("tc", false), "tc", ""},
+		{"mma switches", GPUOptions{MMAWalks: true, MMAChunk: true, MMABackwardWalks: true, MMABackwardChunk: true}, "mma", ""},
+		{"custom switches", GPUOptions{MMAWalks: true}, KernelsCustom, ""},
+		{"unknown name", GPUOptions{Kernels: "v6"}, "", `GPUOptions.Kernels: kcp: kernel set "v6": want one of fp32, tc, mma, v5 or auto`},
+		{"custom is no name", GPUOptions{Kernels: KernelsCustom, MMAWalks: true}, "", `kernel set "custom"`},
+		{"name and other switches", GPUOptions{Kernels: "v5", TensorCoreWalks: true}, "",
+			`GPUOptions.Kernels "v5" and the kernel switches set (those of custom) disagree`},
+		{"fp32 with mma switches", func() GPUOptions { o := named("mma", false); o.Kernels = "fp32"; return o }(), "",
+			`GPUOptions.Kernels "fp32" and the kernel switches set (those of mma) disagree`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := c.o.kernelChoice()
+			if c.err != "" {
+				require.ErrorContains(t, err, c.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, c.want, got)
+		})
+	}
+	// SetKernels and switchesName agree on every set, and SetKernels keeps
+	// SplitGrads.
+	for _, name := range KernelSets {
+		o := named(name, true)
+		require.Equal(t, name, o.switchesName())
+		require.Equal(t, name, o.Kernels)
+		require.True(t, o.SplitGrads, name)
+	}
+	o := named("v5", false)
+	require.NoError(t, o.SetKernels("fp32"))
+	require.Equal(t, [8]bool{}, o.kernelSwitches(), "SetKernels clears the other sets' switches")
+}

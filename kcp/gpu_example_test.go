@@ -55,3 +55,32 @@ func ExampleChooseKernels() {
 	}
 	fmt.Printf("output %.1e, dq %.1e\n", kcp.RelErr(f.Output().O, ref.O), kcp.RelErr(grads.Gradients().DQ, refGrads.DQ))
 }
+
+// Run the GDN core forward of a packed batch on the GPU with the zero
+// GPUOptions: the fastest kernel set the device and its blob allow, which
+// GPU.Kernels names. (Not run as a test: it needs a CUDA GPU.)
+func ExampleNewGPU() {
+	plan, err := kcp.NewPlan(kcp.PlanConfig{Docs: []int{4096, 900, 3000}, Ranks: 1, Layout: kcp.LayoutC,
+		HQK: 16, HV: 48, DK: 128, DV: 128})
+	if err != nil {
+		panic(err)
+	}
+	g, err := kcp.NewGPU(plan, kcp.GPUOptions{})
+	if errors.Is(err, loader.ErrNoDriver) || loader.IsCode(err, loader.ErrorNoDevice) {
+		fmt.Println("no CUDA GPU here: use kcp.NewCPU")
+		return
+	}
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	set, why := g.Kernels()
+	fmt.Println(set, "-", why) // e.g. "v5 - auto: v5 (the fastest set; ...)" on an H200
+	in, _ := kcp.RandomInputs(plan, kcp.StageCore, 1)
+	f, err := g.Forward(context.Background(), in)
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	fmt.Println("output tokens:", len(f.Output().O)/(48*128))
+}

@@ -302,9 +302,9 @@ func TestFakeDriverSplitStreams(t *testing.T) {
 	p := bwdPlan(t, []int{100, 70, 20}, 1, LayoutC, 2, 4) // one rank, three segments
 	in, _ := RandomInputs(p, StageCore, 6)
 	// The fp32 kernels' walks cannot split: NewGPU and ForPlan say so before anything runs.
-	fp32, err := NewGPU(p, GPUOptions{})
+	fp32, err := NewGPU(p, GPUOptions{Kernels: "fp32"})
 	require.NoError(t, err)
-	var o32 GPUOptions
+	o32 := GPUOptions{Kernels: "fp32"}
 	o32.SplitHeads[sched.Tape] = 1
 	_, err = fp32.ForPlan(p, o32)
 	require.ErrorContains(t, err, "GPUOptions.SplitHeads[tape] = 1: these kernels' tape walk runs at one width only")
@@ -388,4 +388,76 @@ func fakeWaitsFor(ops []fakecuda.Op, waiter, on uintptr, lo, hi int) bool {
 		}
 	}
 	return false
+}
+
+// TestFakeDriverKernels checks, on the fake driver (an H200's attributes;
+// in a child process, as TestFakeDriverFaults), which kernels NewGPU runs
+// for each way GPUOptions choose them: the zero value takes ChooseKernels'
+// set (v5), a name its set, switches alone theirs; ForPlan keeps the base's
+// and refuses another name; a bad choice fails before the driver is asked
+// for anything.
+func TestFakeDriverKernels(t *testing.T) {
+	so := fakecuda.InChild()
+	if so == "" {
+		fakecuda.RunChild(t, "TestFakeDriverKernels")
+		return
+	}
+	fk, err := fakecuda.Open(so)
+	require.NoError(t, err)
+	p := bwdPlan(t, []int{100, 70}, 2, LayoutC, 2, 4)
+	auto, autoWhy, err := ChooseKernels(0, "")
+	require.NoError(t, err)
+	require.Equal(t, "v5", auto, autoWhy)
+	for _, c := range []struct {
+		name      string
+		o         GPUOptions
+		set, why  string
+		state     string // the state walk's entry
+		splitable bool
+	}{
+		{"zero", GPUOptions{}, "v5", autoWhy, entryStatePlanes, true},
+		{"auto", GPUOptions{Kernels: KernelsAuto, SplitGrads: true}, "v5", autoWhy, entryStatePlanes, true},
+		{"fp32", GPUOptions{Kernels: "fp32"}, "fp32", "GPUOptions: fp32", entryState, false},
+		{"mma", GPUOptions{Kernels: "mma"}, "mma", "GPUOptions: mma", entryStateMMA, false},
+		{"custom", GPUOptions{TensorCoreWalks: true}, KernelsCustom, "GPUOptions: custom", entryStateTC, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := NewGPU(p, c.o)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, g.Close()) }()
+			set, why := g.Kernels()
+			require.Equal(t, [2]string{c.set, c.why}, [2]string{set, why})
+			require.Equal(t, c.state, g.dev.ks.state)
+			require.Equal(t, c.o.SplitGrads, g.gopts.SplitGrads)
+			var split GPUOptions
+			split.SplitHeads[sched.State] = 1
+			gs, err := g.ForPlan(p, split)
+			if !c.splitable {
+				require.ErrorContains(t, err, "runs at one width only")
+			} else {
+				require.NoError(t, err)
+				require.Equal(t, [2]string{set, why}, func() [2]string { s, w := gs.Kernels(); return [2]string{s, w} }())
+				require.NoError(t, gs.Close())
+			}
+			other := "tc"
+			if set == "tc" {
+				other = "fp32"
+			}
+			_, err = g.ForPlan(p, GPUOptions{Kernels: other})
+			require.ErrorContains(t, err, "ForPlan keeps the devices, blob and kernels")
+			if set != KernelsCustom {
+				same, err := g.ForPlan(p, GPUOptions{Kernels: set})
+				require.NoError(t, err)
+				require.NoError(t, same.Close())
+			}
+		})
+	}
+	calls := fk.Calls("cuDeviceGetAttribute")
+	_, err = NewGPU(p, GPUOptions{Kernels: "v5", TensorCoreChunk: true})
+	require.ErrorContains(t, err, `GPUOptions.Kernels "v5" and the kernel switches set (those of custom) disagree`)
+	_, err = NewGPU(p, GPUOptions{Kernels: "fast"})
+	require.ErrorContains(t, err, `GPUOptions.Kernels: kcp: kernel set "fast"`)
+	require.Equal(t, calls, fk.Calls("cuDeviceGetAttribute"), "refused before the driver is asked")
+	held := fk.Held()
+	require.Zero(t, held.Allocs+held.Modules+held.Streams, "everything released: %+v", held)
 }

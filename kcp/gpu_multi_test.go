@@ -54,6 +54,7 @@ func needGPUs(t *testing.T, n int, nccl bool) {
 // test when the blobs lack the kernels.
 func openMulti(t *testing.T, plan *Plan, opts GPUOptions) *GPU {
 	t.Helper()
+	opts = fp32Unless(opts)
 	g, err := NewGPU(plan, opts)
 	if errors.Is(err, ErrMissingKernels) {
 		t.Skipf("needs blobs with the GDN forward and backward kernels: %v", err)
@@ -303,7 +304,7 @@ func TestGPUMultiProcessPerRank(t *testing.T) {
 // for rank r on device r over cm, on which run does the work. A failure
 // before the backend runs aborts cm, so that the peer stops waiting.
 func processRank(ctx context.Context, r int, cm comm.Communicator, p *Plan, run func(*GPU) ([]rankResult, error)) ([]rankResult, error) {
-	base, err := NewGPU(p, GPUOptions{Device: r, Communicator: cm, Timeout: multiTimeout})
+	base, err := NewGPU(p, GPUOptions{Kernels: "fp32", Device: r, Communicator: cm, Timeout: multiTimeout})
 	if err != nil {
 		cm.Abort(err)
 		return nil, err
@@ -450,7 +451,7 @@ func TestGPUMultiFaults(t *testing.T) {
 	require.NoError(t, warm.Close())
 
 	t.Run("nccl/forward", func(t *testing.T) {
-		g, err := NewGPU(p2, GPUOptions{Options: module, Devices: []int{0, 1}, Timeout: multiTimeout,
+		g, err := NewGPU(p2, GPUOptions{Kernels: "fp32", Options: module, Devices: []int{0, 1}, Timeout: multiTimeout,
 			fault: faultAt(1, "prep", injected)})
 		require.NoError(t, err)
 		defer func() { require.NoError(t, g.Close()) }()
@@ -478,7 +479,7 @@ func TestGPUMultiFaults(t *testing.T) {
 	t.Run("nccl/backward", func(t *testing.T) {
 		// A new backend after the aborted one: its forward runs, its
 		// backward fails at rank 0's tape walk.
-		g, err := NewGPU(p2, GPUOptions{Options: module, Devices: []int{0, 1}, Timeout: multiTimeout, KeepDevice: true,
+		g, err := NewGPU(p2, GPUOptions{Kernels: "fp32", Options: module, Devices: []int{0, 1}, Timeout: multiTimeout, KeepDevice: true,
 			fault: faultAt(0, "tape walk", injected)})
 		require.NoError(t, err)
 		defer func() { require.NoError(t, g.Close()) }()
@@ -499,7 +500,7 @@ func TestGPUMultiFaults(t *testing.T) {
 	})
 
 	t.Run("loopback", func(t *testing.T) {
-		g, err := NewGPU(p0, GPUOptions{Devices: []int{0, 1}, Timeout: multiTimeout})
+		g, err := NewGPU(p0, GPUOptions{Kernels: "fp32", Devices: []int{0, 1}, Timeout: multiTimeout})
 		require.NoError(t, err)
 		defer func() { require.NoError(t, g.Close()) }()
 		base := devMemLive.Load()
@@ -541,7 +542,7 @@ func TestGPUMultiFaults(t *testing.T) {
 		start := time.Now()
 		for r := range 2 {
 			wg.Go(func() {
-				g, err := NewGPU(p2, GPUOptions{Options: module, Device: r, Communicator: comms[r], Timeout: multiTimeout,
+				g, err := NewGPU(p2, GPUOptions{Kernels: "fp32", Options: module, Device: r, Communicator: comms[r], Timeout: multiTimeout,
 					fault: faultAt(1, "prep", injected)})
 				if err != nil {
 					comms[r].Abort(err)

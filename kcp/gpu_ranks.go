@@ -207,6 +207,8 @@ type gpuFleet struct {
 	order  []int                 // the device ordinals, in GPUOptions.Devices order
 	devs   map[int]*gpuDevice    // by ordinal; each holds one reference of the fleet's
 	groups map[string]*ncclGroup // by the ranks' device list, e.g. "[0 1]"
+
+	kernels, kernelsWhy string // the kernel set every device runs (GPU.Kernels)
 }
 
 // newFleet takes over one reference of each device.

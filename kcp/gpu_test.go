@@ -53,9 +53,19 @@ type testGPU struct {
 	g    *GPU
 }
 
+// fp32Unless is opts with the fp32 kernel set where they choose no kernels:
+// the GPU tests' baseline set (GPUOptions' zero value takes KernelsAuto,
+// which TestNewGPUKernels and the v5 tests cover).
+func fp32Unless(opts GPUOptions) GPUOptions {
+	if k, err := opts.kernelChoice(); err == nil && k == KernelsAuto {
+		opts.Kernels = "fp32"
+	}
+	return opts
+}
+
 // openTestGPUs loads the default blob and, unless it already is the PTX, the
 // compute_80 PTX (the portable path the Blackwell blobs use), once each, for
-// plan and opts; later plans reuse them through ForPlan. It skips the test
+// plan and opts (fp32Unless); later plans reuse them through ForPlan. It skips the test
 // without a driver, a GPU or kernels in the blobs.
 func openTestGPUs(t *testing.T, plan *Plan, opts GPUOptions) []testGPU {
 	t.Helper()
@@ -64,7 +74,7 @@ func openTestGPUs(t *testing.T, plan *Plan, opts GPUOptions) []testGPU {
 	}
 	var out []testGPU
 	for _, blob := range []string{"", "compute_80"} {
-		o := opts
+		o := fp32Unless(opts)
 		o.Blob = blob
 		g, err := NewGPU(plan, o)
 		if err != nil {

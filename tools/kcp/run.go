@@ -527,13 +527,7 @@ func runGPUStep(ctx context.Context, g *kcp.GPU, mode string, in *kcp.Inputs, do
 func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, name string, stage kcp.Stage, prof sched.Profile, rule sched.Rule,
 	opts kcp.Options, in *kcp.Inputs, dout []float32, bar *runBar) (rep *runReport, err error) {
 	kopts := kcp.GPUOptions{Options: opts, Device: o.device, Blob: o.blob, KeepDevice: true}
-	kernels, kernelsWhy := o.kernels, ""
-	if kernels == kcp.KernelsAuto {
-		if kernels, kernelsWhy, err = kcp.ChooseKernels(pl.firstDevice(o.device), o.blob); err != nil {
-			return nil, gpuOpenError(err)
-		}
-	}
-	if err := kopts.SetKernels(kernels); err != nil {
+	if err := kopts.SetKernels(o.kernels); err != nil { // auto: NewGPU chooses on the first rank's device
 		return nil, fmt.Errorf("--kernels: %w", err)
 	}
 	kopts.SplitGrads, kopts.MixedBackward, kopts.SplitPriority = o.splitGrads, o.mixedBackward, o.splitPriority
@@ -553,6 +547,10 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 	}
 	defer func() { _ = g.Close() }() // the run's own errors matter more
 	prof = g.Options().Profile       // as the GPU decides widths (LeanForward set by the backend)
+	kernels, kernelsWhy := g.Kernels()
+	if o.kernels != kcp.KernelsAuto {
+		kernelsWhy = ""
+	}
 	ctx := context.Background()
 	t0 := time.Now()
 	var steps []*gpuStep
