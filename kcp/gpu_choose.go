@@ -38,6 +38,16 @@ func ChooseKernels(device int, blob string) (set, why string, err error) {
 	return set, why, nil
 }
 
+// KernelsFor is ChooseKernels on a device already detected (archdetect.Detect
+// or DetectAll): the set NewGPU runs there when GPUOptions choose none, and
+// why.
+func KernelsFor(p *archdetect.Profile) (set, why string) {
+	if p == nil || p.Blob == nil {
+		return "fp32", "auto: fp32 (no blob detected)"
+	}
+	return chooseKernels(p)
+}
+
 // chooseKernels is ChooseKernels on a detected profile.
 func chooseKernels(p *archdetect.Profile) (string, string) {
 	var passed []string

@@ -59,8 +59,14 @@ func TestChooseKernels(t *testing.T) {
 			assert.Equal(t, c.want, set, why)
 			assert.Contains(t, why, c.reason)
 			assert.Contains(t, why, "auto: "+c.want)
+			set2, why2 := KernelsFor(p)
+			assert.Equal(t, [2]string{set, why}, [2]string{set2, why2}, "KernelsFor is chooseKernels")
 		})
 	}
+	set, why := KernelsFor(nil)
+	assert.Equal(t, [2]string{"fp32", "auto: fp32 (no blob detected)"}, [2]string{set, why})
+	set, _ = KernelsFor(&archdetect.Profile{Name: "no blob"})
+	assert.Equal(t, "fp32", set)
 }
 
 // TestGPUChooseKernels resolves auto on the GPU present: on a device that

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gdnkcp/gdnkcp/archdetect"
+	"github.com/gdnkcp/gdnkcp/kcp"
 	"github.com/gdnkcp/gdnkcp/loader"
 	"github.com/gdnkcp/gdnkcp/sched"
 )
@@ -65,6 +66,8 @@ type deviceJSON struct {
 	Forced      bool   `json:"forced"`
 	Variant     string `json:"variant"`
 	RuleNote    string `json:"rule_note"`
+	Kernels     string `json:"kernels"`     // the kernel set kcp run and kcp.NewGPU take here by default
+	KernelsWhy  string `json:"kernels_why"` // and why (kcp.KernelsFor)
 }
 
 func newDevicesCmd() *cobra.Command {
@@ -72,11 +75,12 @@ func newDevicesCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "devices [--json] [--blob SLOT]",
-		Short: "Show every GPU, the kernel blob gdnkcp would load on it and why, and its width-rule variant",
+		Short: "Show every GPU, the kernel blob and kernel set gdnkcp would run on it and why, and its width-rule variant",
 		Long: `devices shows NVML's view of every GPU (where NVML answers without a CUDA context: cgo
 builds with libnvidia-ml.so.1), then the CUDA driver's: per device its compute capability, SM
 count and memory, the blob archdetect would load (exact cubin, family build or PTX fallback)
-and why, and the width-rule variant package sched applies. Without a driver it says so and
+and why, the kernel set kcp run (--kernels auto) and kcp.NewGPU take there and why, and the
+width-rule variant package sched applies. Without a driver it says so and
 exits 0. --blob (or the ` + archdetect.EnvBlob + ` environment variable) forces a blob slot: ` +
 			strings.Join(archdetect.Slots, ", ") + ".",
 		Args: cobra.NoArgs,
@@ -135,6 +139,7 @@ func gatherDevices(opts archdetect.Options) (devicesJSON, error) {
 		if r, rerr := sched.RulesFor(p.Variant); rerr == nil {
 			d.RuleNote = r.Note
 		}
+		d.Kernels, d.KernelsWhy = kcp.KernelsFor(p)
 		dj.Devices = append(dj.Devices, d)
 	}
 	if err != nil {
@@ -187,6 +192,7 @@ func writeDevicesText(w io.Writer, dj devicesJSON) error {
 			}
 			fmt.Fprintf(tw, "  GPU %d: %s (CC %s, %s, %d SMs, %s)\n", d.Ordinal, d.Name, d.CC, d.Arch, d.SMs, gib(d.MemBytes))
 			fmt.Fprintf(tw, "    blob:\t%s (%s, built as %s%s): %s\n", d.Blob, d.BlobKind, d.BuiltAs, forced, d.Reason)
+			fmt.Fprintf(tw, "    kernels:\t%s: %s\n", d.Kernels, d.KernelsWhy)
 			fmt.Fprintf(tw, "    width rule:\tvariant %s, %d SMs: %s\n", d.Variant, d.SMs, d.RuleNote)
 		}
 		if dj.DriverError != "" {

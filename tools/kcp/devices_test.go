@@ -22,15 +22,27 @@ func fakeDevices(t *testing.T, all func(archdetect.Options) ([]*archdetect.Profi
 	detectAll, nvmlInfo = all, nvml
 }
 
+// h200 is an H200 as archdetect sees it, with the embedded manifest's blob
+// for its slot (or opts.Blob's), so that its kernel choice is the real one.
 func h200(opts archdetect.Options) ([]*archdetect.Profile, error) {
+	m, err := ptx.Default().Manifest()
+	if err != nil {
+		return nil, err
+	}
+	slot := "sm_90a"
+	if opts.Blob != "" {
+		slot = opts.Blob
+	}
+	b, ok := m.Blob(slot)
+	if !ok {
+		return nil, fmt.Errorf("no embedded blob %s", slot)
+	}
 	p := &archdetect.Profile{
-		Ordinal: 0, Name: "NVIDIA H200", Arch: "Hopper", Major: 9, Minor: 0, SMs: 132, MemBytes: 150 << 30,
-		Blob:   &ptx.Blob{Target: "sm_90a", Kind: "cubin", BuiltAs: "sm_90a"},
-		Target: "sm_90a", Reason: "exact cubin sm_90a for compute capability 9.0", Variant: "sm_90a",
+		Ordinal: 0, Name: "NVIDIA H200", Arch: "Hopper", Major: 9, Minor: 0, SMs: 132, MemBytes: 150 << 30, SharedOptin: 232448,
+		Blob: b, Target: slot, Reason: "exact cubin sm_90a for compute capability 9.0", Variant: "sm_90a",
 	}
 	if opts.Blob != "" {
-		p.Blob = &ptx.Blob{Target: opts.Blob, Kind: "ptx", BuiltAs: opts.Blob}
-		p.Target, p.Forced, p.Reason = opts.Blob, true, "forced by option"
+		p.Forced, p.Reason = true, "forced by option"
 	}
 	return []*archdetect.Profile{p}, nil
 }
@@ -95,6 +107,7 @@ func TestDevicesOneGPU(t *testing.T) {
 	assert.Contains(t, stdout, "GPU 0: NVIDIA H200 (CC 9.0, Hopper, 132 SMs, 150.0 GiB)")
 	assert.Contains(t, stdout, "sm_90a (cubin, built as sm_90a): exact cubin sm_90a")
 	assert.Contains(t, stdout, "variant sm_90a, 132 SMs: Hopper")
+	assert.Regexp(t, `kernels: +v5: auto: v5 \(the fastest set; blob sm_90a has it and NVIDIA H200 allows its shared memory\)`, stdout)
 
 	stdout, _, code = execute("devices", "--json", "--blob", "compute_80")
 	require.Equal(t, 0, code)
@@ -106,6 +119,8 @@ func TestDevicesOneGPU(t *testing.T) {
 	assert.True(t, d.Forced)
 	assert.Equal(t, "sm_90a", d.Variant)
 	assert.Contains(t, d.RuleNote, "measured on an H200")
+	assert.Equal(t, "v5", d.Kernels, d.KernelsWhy)
+	assert.Contains(t, d.KernelsWhy, "blob compute_80 has it")
 	assert.Equal(t, "580.159.04", dj.NVML.DriverVersion)
 }
 
