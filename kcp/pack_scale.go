@@ -1,10 +1,15 @@
 package kcp
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+)
 
-// ScalePack returns pack p with its documents scaled to about tokens tokens in
+// ScalePack returns pack p with its documents scaled to tokens tokens in
 // all, keeping their proportions (largest-remainder rounding, every document
-// at least one token). The name gets an "@tokens" suffix.
+// at least one token). The name gets an "@tokens" suffix. Documents must
+// have at least one token each, and neither p nor the result more than
+// MaxTokens.
 func ScalePack(p Pack, tokens int) (Pack, error) {
 	if len(p.Docs) == 0 {
 		return Pack{}, fmt.Errorf("kcp: scale pack %s: no documents", p.Name)
@@ -12,16 +17,28 @@ func ScalePack(p Pack, tokens int) (Pack, error) {
 	if tokens < len(p.Docs) {
 		return Pack{}, fmt.Errorf("kcp: scale pack %s to %d tokens: fewer tokens than its %d documents", p.Name, tokens, len(p.Docs))
 	}
+	if tokens > MaxTokens {
+		return Pack{}, fmt.Errorf("kcp: scale pack %s to %d tokens: more than %d", p.Name, tokens, MaxTokens)
+	}
 	total := 0
-	for _, d := range p.Docs {
-		total += d
+	for i, d := range p.Docs {
+		if d < 1 {
+			return Pack{}, fmt.Errorf("kcp: scale pack %s: document %d has %d tokens, need at least 1", p.Name, i, d)
+		}
+		if total += d; d > MaxTokens || total > MaxTokens {
+			return Pack{}, fmt.Errorf("kcp: scale pack %s: more than %d tokens", p.Name, MaxTokens)
+		}
 	}
 	docs := make([]int, len(p.Docs))
 	rem := make([]int, len(p.Docs))
 	sum := 0
 	for i, d := range p.Docs {
-		docs[i] = max(1, d*tokens/total)
-		rem[i] = d * tokens % total
+		// d tokens / total in 128 bits: both factors reach 2^40. The quotient
+		// is at most tokens, as d <= total.
+		hi, lo := bits.Mul64(uint64(d), uint64(tokens))
+		q, r := bits.Div64(hi, lo, uint64(total))
+		docs[i] = max(1, int(q))
+		rem[i] = int(r)
 		sum += docs[i]
 	}
 	// Documents raised to one token may overshoot: take back from the
