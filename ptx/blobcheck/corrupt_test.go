@@ -186,6 +186,16 @@ var corruptions = []corruption{
 	// cubin.
 	{name: "truncated cubin", file: cub90, edit: func(t *testing.T, d []byte) []byte { return d[:len(d)/2] },
 		blob: cub90, check: CheckELFTruncated, evidence: "file is 3204 bytes"},
+	{name: "section headers at an offset that wraps", file: cub90, edit: func(t *testing.T, d []byte) []byte {
+		d = clone(d)
+		binary.LittleEndian.PutUint64(d[0x28:], ^uint64(0)) // e_shoff 2^64 - 1: offset + size wraps to below the file size
+		return d
+	}, blob: cub90, check: CheckELFTruncated, evidence: "section headers (20 of 64 bytes at 18446744073709551615) run past its end"},
+	{name: "program headers at an offset that wraps", file: cub90, edit: func(t *testing.T, d []byte) []byte {
+		d = clone(d)
+		binary.LittleEndian.PutUint64(d[0x20:], ^uint64(0)-63) // e_phoff
+		return d
+	}, blob: cub90, check: CheckELFTruncated, evidence: "program headers (5 of 56 bytes at 18446744073709551552) run past its end"},
 	{name: "cubin cut inside the header", file: cub90, edit: func(t *testing.T, d []byte) []byte { return d[:40] },
 		blob: cub90, check: CheckELFTruncated, evidence: "file is 40 bytes, an ELF64 header needs 64"},
 	{name: "not an ELF", file: cub90, edit: func(t *testing.T, d []byte) []byte { d = clone(d); d[1] = 'X'; return d },

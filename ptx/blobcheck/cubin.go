@@ -325,14 +325,17 @@ func checkExtents(data []byte) error {
 	phoff := binary.LittleEndian.Uint64(data[0x20:])
 	phentsize, phnum := uint64(binary.LittleEndian.Uint16(data[0x36:])), uint64(binary.LittleEndian.Uint16(data[0x38:]))
 	shentsize, shnum := uint64(binary.LittleEndian.Uint16(data[0x3a:])), uint64(binary.LittleEndian.Uint16(data[0x3c:]))
-	if phnum > 0 && phoff+phentsize*phnum > size {
-		return issuef(CheckELFTruncated, "file is %d bytes, program headers end at %d", size, phoff+phentsize*phnum)
+	// Offsets are compared before they are added to: a hostile header's
+	// offset near 2^64 would wrap the sum past the check (the table sizes are
+	// products of 16-bit fields: no overflow).
+	if phnum > 0 && (phoff > size || phentsize*phnum > size-phoff) {
+		return issuef(CheckELFTruncated, "file is %d bytes, program headers (%d of %d bytes at %d) run past its end", size, phnum, phentsize, phoff)
 	}
 	if shnum == 0 || shentsize != 64 {
 		return issuef(CheckELFHeader, "%d section headers of %d bytes, want section headers of 64 bytes", shnum, shentsize)
 	}
-	if shoff+shentsize*shnum > size {
-		return issuef(CheckELFTruncated, "file is %d bytes, section headers end at %d", size, shoff+shentsize*shnum)
+	if shoff > size || shentsize*shnum > size-shoff {
+		return issuef(CheckELFTruncated, "file is %d bytes, section headers (%d of %d bytes at %d) run past its end", size, shnum, shentsize, shoff)
 	}
 	for i := uint64(0); i < shnum; i++ {
 		h := data[shoff+i*shentsize:]
