@@ -143,6 +143,12 @@ func blobManifestFailures(b *ptx.Blob, name string) []Failure {
 		if n := e.ParamBytes(); n > MaxParamBytes {
 			bad("entry %s: %d parameter bytes, limit %d", e.Name, n, MaxParamBytes)
 		}
+		switch r := e.Resources; {
+		case r != nil && b.Kind == ptx.KindPTX:
+			bad("entry %s: resources on a PTX blob (ptxas reports them for cubins; PTX is assembled at load)", e.Name)
+		case r != nil && (r.Registers < 0 || r.SpillStores < 0 || r.SpillLoads < 0 || r.StackFrame < 0 || r.SharedStatic < 0):
+			bad("entry %s: negative resources %+v", e.Name, *r)
+		}
 	}
 	return out
 }

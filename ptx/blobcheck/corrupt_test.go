@@ -329,6 +329,12 @@ var corruptions = []corruption{
 	{name: "entries differ between blobs", raw: func(t *testing.T, m *ptx.Manifest, files map[string][]byte) {
 		m.Blobs[2].Entries = m.Blobs[2].Entries[:1]
 	}, blob: "probe.sm_103a.cubin", check: CheckManifest, evidence: "entries differ from probe.sm_90a.cubin: names [probe_axpy], want [probe_axpy probe_mixed]"},
+	{name: "resources on a PTX entry", raw: func(t *testing.T, m *ptx.Manifest, files map[string][]byte) {
+		m.Blobs[4].Entries[0].Resources = &ptx.Resources{Registers: 10}
+	}, blob: ptx80, check: CheckManifest, evidence: "entry probe_axpy: resources on a PTX blob"},
+	{name: "negative resources", raw: func(t *testing.T, m *ptx.Manifest, files map[string][]byte) {
+		m.Blobs[0].Entries[0].Resources.SpillStores = -4
+	}, blob: cub90, check: CheckManifest, evidence: "entry probe_axpy: negative resources", others: true},
 	{name: "manifest layout not aligned", raw: func(t *testing.T, m *ptx.Manifest, files map[string][]byte) {
 		m.Blobs[0].Entries[1].Params[5].Offset = 44
 	}, blob: cub90, check: CheckManifest, evidence: "entry probe_mixed: parameter 5 (probe_mixed_param_5): offset 44, want 48", others: true},

@@ -2,12 +2,16 @@ package blobcheck
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gdnkcp/gdnkcp/ptx"
 )
 
 // fuzzSeeds adds the probe blobs (testdata/probe: real nvcc output, a few KB
@@ -103,6 +107,92 @@ func TestCubinMutations(t *testing.T) {
 			}()
 			_, _ = ParseCubin(d)
 			_, _ = CubinText(d)
+		}()
+	}
+}
+
+// FuzzCheckManifest runs the whole check (CheckFiles, what ptxcheck DIR runs)
+// on the probe blobs under arbitrary manifest JSON: a manifest that decodes
+// must give a report (failures, or a pass), never a panic.
+func FuzzCheckManifest(f *testing.F) {
+	m, files := probeFixture(&testing.T{})
+	seed, err := json.Marshal(m)
+	require.NoError(f, err)
+	f.Add(seed)
+	f.Add([]byte(`{"blobs":[{"target":"sm_90a","kind":"cubin","file":"probe.sm_90a.cubin","entries":[{"name":"probe_axpy","params":[{"type":"b8","size":-8,"align":0,"offset":-1}]}]}]}`))
+	f.Add([]byte(`{"blobs":[{"target":"","kind":"","file":"","entries":null}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m ptx.Manifest
+		if json.Unmarshal(data, &m) != nil {
+			return
+		}
+		r := CheckFiles("fuzz", &m, reader(files))
+		require.True(t, strings.HasPrefix(r.Summary(), "ptxcheck: fuzz: "), r.Summary())
+	})
+}
+
+// TestManifestMutations is FuzzCheckManifest's fixed-seed stand-in in plain
+// `go test`: 5,000 manifests of the probe blobs with fields set to boundary
+// values (negative, zero and huge sizes, offsets, alignments and registers;
+// empty, foreign and path-like names; entries and blobs dropped or
+// duplicated), each checked without a panic and, as every one differs from
+// the blobs, with a failure.
+func TestManifestMutations(t *testing.T) {
+	base, files := probeFixture(t)
+	raw, err := json.Marshal(base)
+	require.NoError(t, err)
+	r := rand.New(rand.NewSource(2))
+	ints := []int{-1 << 62, -4096, -1, 0, 1, 3, 7, 4097, 1 << 31, 1<<62 + 1}
+	strs := []string{"", "sm_90a", "sm_107a", "compute_80", "cubin", "ptx", "u64", "b8", "f128", "../x", "probe_axpy", "\x00"}
+	for it := range 5000 {
+		var m ptx.Manifest
+		require.NoError(t, json.Unmarshal(raw, &m))
+		for range 1 + r.Intn(3) {
+			b := &m.Blobs[r.Intn(len(m.Blobs))]
+			e := &b.Entries[r.Intn(len(b.Entries))]
+			switch r.Intn(9) {
+			case 0:
+				b.Target = strs[r.Intn(len(strs))]
+			case 1:
+				b.Kind, b.BuiltAs = strs[r.Intn(len(strs))], strs[r.Intn(len(strs))]
+			case 2:
+				b.File = strs[r.Intn(len(strs))]
+			case 3:
+				b.Size = ints[r.Intn(len(ints))]
+			case 4:
+				p := &e.Params[r.Intn(len(e.Params))]
+				p.Size, p.Align, p.Offset = ints[r.Intn(len(ints))], ints[r.Intn(len(ints))], ints[r.Intn(len(ints))]
+			case 5:
+				e.Params[r.Intn(len(e.Params))].Type = strs[r.Intn(len(strs))]
+			case 6:
+				if e.Resources != nil {
+					e.Resources.Registers, e.Resources.SharedStatic = ints[r.Intn(len(ints))], ints[r.Intn(len(ints))]
+				} else {
+					e.Resources = &ptx.Resources{Registers: ints[r.Intn(len(ints))]}
+				}
+			case 7:
+				e.Name = strs[r.Intn(len(strs))]
+			default:
+				if r.Intn(2) == 0 {
+					b.Entries = b.Entries[:r.Intn(len(b.Entries))+0]
+				} else {
+					m.Blobs = append(m.Blobs, m.Blobs[r.Intn(len(m.Blobs))])
+				}
+			}
+			if len(b.Entries) == 0 {
+				break
+			}
+		}
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("mutation %d: panic %v", it, p)
+				}
+			}()
+			rep := CheckFiles("probe", &m, reader(files))
+			if got, err := json.Marshal(m); err == nil && string(got) != string(raw) {
+				require.False(t, rep.OK(), "mutation %d changed the manifest and passed:\n%s\nwas\n%s", it, got, raw)
+			}
 		}()
 	}
 }
