@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -59,12 +60,7 @@ const fakeFaultSamples = 10
 func TestFakeDriverFaults(t *testing.T) {
 	so := fakecuda.InChild()
 	if so == "" {
-		out := fakecuda.RunChild(t, "TestFakeDriverFaults", "FAKECUDA_DEVICES=2")
-		for _, l := range strings.Split(out, "\n") {
-			if _, msg, ok := strings.Cut(l, "fake driver:"); ok {
-				t.Log("fake driver:" + msg)
-			}
-		}
+		fakeRelay(t, "TestFakeDriverFaults", "FAKECUDA_DEVICES=2")
 		return
 	}
 	fk, err := fakecuda.Open(so)
@@ -153,12 +149,23 @@ func TestFakeDriverFaults(t *testing.T) {
 	t.Logf("fake driver: %d runs with a failing release, each reported", release)
 }
 
+// fakeRelay runs test in a child process on the fake driver
+// (fakecuda.RunChild, with env) and logs the child's "fake driver:" lines.
+func fakeRelay(t *testing.T, test string, env ...string) {
+	t.Helper()
+	out := fakecuda.RunChild(t, test, env...)
+	for _, l := range strings.Split(out, "\n") {
+		if _, msg, ok := strings.Cut(l, "fake driver:"); ok {
+			t.Log("fake driver:" + msg)
+		}
+	}
+}
+
 // fakeB1B3 is the scenario TestFakeDriverFaults fails, on the v5 kernels:
 // B1 of plan p with every walk split between the widths
 // (GPUOptions.SplitHeads, on prioritised side streams), then B3 at the rule's
 // widths, every object closed whatever happens.
 func fakeB1B3(p *Plan, in *Inputs, dout []float32) (err error) {
-	ctx := context.Background()
 	g, err := fakeV5(p, GPUOptions{})
 	if err != nil {
 		return err
@@ -186,6 +193,12 @@ func fakeB1B3(p *Plan, in *Inputs, dout []float32) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
+	return fakeB3(g, in, dout)
+}
+
+// fakeB3 is g's B3: checkpoint, recompute, backward, the recompute closed.
+func fakeB3(g *GPU, in *Inputs, dout []float32) (err error) {
+	ctx := context.Background()
 	ck, err := g.ForwardCheckpoint(ctx, in)
 	if err != nil {
 		return err
@@ -460,4 +473,79 @@ func TestFakeDriverKernels(t *testing.T) {
 	require.Equal(t, calls, fk.Calls("cuDeviceGetAttribute"), "refused before the driver is asked")
 	held := fk.Held()
 	require.Zero(t, held.Allocs+held.Modules+held.Streams, "everything released: %+v", held)
+}
+
+// TestFakeDriverRandomPlans runs the GPU backend's host side on the fake
+// driver (in a child process, as TestFakeDriverFaults) over 80 random plans:
+// 1-6 documents of 1-300 tokens, 1-8 ranks (empty ranks included), every
+// layout, both stages, value heads 2-6 over 1-2 QK heads, walk widths by the
+// rule, forced to 64 or 128, or split (SplitHeads, MixedBackward), launch or
+// dispatch order: forward, backward, checkpoint, recompute and backward
+// again. Each must run without an error (the fake checks every launch's grid,
+// block and shared memory against an H200's limits), and leave nothing held.
+// The kernels do not run, so no value is checked.
+func TestFakeDriverRandomPlans(t *testing.T) {
+	so := fakecuda.InChild()
+	if so == "" {
+		fakeRelay(t, "TestFakeDriverRandomPlans")
+		return
+	}
+	fk, err := fakecuda.Open(so)
+	require.NoError(t, err)
+	held0 := fk.Held()
+	r := rand.New(rand.NewPCG(29, 12))
+	heads := [][2]int{{1, 2}, {1, 3}, {2, 4}, {2, 6}, {1, 1}}
+	launches := 0
+	for it := range 80 {
+		docs := make([]int, 1+r.IntN(6))
+		for i := range docs {
+			docs[i] = 1 + r.IntN(300)
+		}
+		R, layout, hd := 1+r.IntN(8), Layouts()[r.IntN(3)], heads[r.IntN(len(heads))]
+		stage := []Stage{StageCore, StageModule}[r.IntN(2)]
+		p, err := NewPlan(PlanConfig{Docs: docs, Ranks: R, Layout: layout, HQK: hd[0], HV: hd[1], DK: 128, DV: 128})
+		require.NoError(t, err)
+		o := GPUOptions{Kernels: "v5", Options: Options{Stage: stage}, KeepDevice: true, LaunchOrder: r.IntN(4) == 0}
+		switch r.IntN(4) {
+		case 0:
+			o.ForceVH = []int{64, 128}[r.IntN(2)]
+		case 1:
+			if hd[1] > 1 {
+				for k := range o.SplitHeads {
+					o.SplitHeads[k] = 1 + r.IntN(hd[1]-1)
+				}
+				o.SplitPriority = r.IntN(2) == 0
+			}
+		case 2:
+			o.MixedBackward = true
+		}
+		what := fmt.Sprintf("plan %d: docs %v, R %d, layout %s, heads %v, %s, options %+v", it, docs, R, layout, hd, stage, o.SplitHeads)
+		in, dout := RandomInputs(p, stage, uint64(it))
+		from := fk.LogLen()
+		err = func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+				}
+			}()
+			g, err := NewGPU(p, o)
+			if err != nil {
+				return err
+			}
+			defer func() { err = errors.Join(err, g.Close()) }()
+			f, err := fakeForwardBackward(g, in, dout)
+			if err != nil {
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			return fakeB3(g, in, dout)
+		}()
+		require.NoError(t, err, what)
+		require.Equal(t, held0, fk.Held(), "%s: held after the run", what)
+		launches += fk.LogLen() - from
+	}
+	require.Zero(t, fk.BadFrees())
+	t.Logf("fake driver: 80 random plans, forward, backward, checkpoint, recompute: %d log entries, nothing held", launches)
 }
