@@ -477,8 +477,8 @@ func TestFakeDriverKernels(t *testing.T) {
 
 // TestFakeDriverRandomPlans runs the GPU backend's host side on the fake
 // driver (in a child process, as TestFakeDriverFaults) over 80 random plans:
-// 1-6 documents of 1-300 tokens, 1-8 ranks (empty ranks included), every
-// layout, both stages, value heads 2-6 over 1-2 QK heads, walk widths by the
+// 1-6 documents of 1-300 tokens, 1-8 ranks (empty ranks included) on one fake
+// device or two, every layout, both stages, value heads 2-6 over 1-2 QK heads, walk widths by the
 // rule, forced to 64 or 128, or split (SplitHeads, MixedBackward), launch or
 // dispatch order: forward, backward, checkpoint, recompute and backward
 // again. Each must run without an error (the fake checks every launch's grid,
@@ -487,7 +487,7 @@ func TestFakeDriverKernels(t *testing.T) {
 func TestFakeDriverRandomPlans(t *testing.T) {
 	so := fakecuda.InChild()
 	if so == "" {
-		fakeRelay(t, "TestFakeDriverRandomPlans")
+		fakeRelay(t, "TestFakeDriverRandomPlans", "FAKECUDA_DEVICES=2")
 		return
 	}
 	fk, err := fakecuda.Open(so)
@@ -506,6 +506,9 @@ func TestFakeDriverRandomPlans(t *testing.T) {
 		p, err := NewPlan(PlanConfig{Docs: docs, Ranks: R, Layout: layout, HQK: hd[0], HV: hd[1], DK: 128, DV: 128})
 		require.NoError(t, err)
 		o := GPUOptions{Kernels: "v5", Options: Options{Stage: stage}, KeepDevice: true, LaunchOrder: r.IntN(4) == 0}
+		if r.IntN(3) == 0 {
+			o.Devices, o.Comm = []int{0, 1}, CommLoopback // the ranks in two blocks over two fake devices
+		}
 		switch r.IntN(4) {
 		case 0:
 			o.ForceVH = []int{64, 128}[r.IntN(2)]
@@ -519,7 +522,8 @@ func TestFakeDriverRandomPlans(t *testing.T) {
 		case 2:
 			o.MixedBackward = true
 		}
-		what := fmt.Sprintf("plan %d: docs %v, R %d, layout %s, heads %v, %s, options %+v", it, docs, R, layout, hd, stage, o.SplitHeads)
+		what := fmt.Sprintf("plan %d: docs %v, R %d, layout %s, heads %v, %s, split %v, devices %v", it, docs, R, layout, hd, stage,
+			o.SplitHeads, o.Devices)
 		in, dout := RandomInputs(p, stage, uint64(it))
 		from := fk.LogLen()
 		err = func() (err error) {
