@@ -70,6 +70,18 @@ func TestFakeDriver(t *testing.T) {
 	require.NoError(t, s.Synchronize())
 	assert.Equal(t, fakecuda.Held{Allocs: 1, Bytes: 256, Streams: 1, Events: 1, Contexts: 1}, fk.Held())
 
+	// The fake's stream-order log keeps 65,536 entries and counts the rest; ClearLog empties both.
+	fk.ClearLog()
+	require.Equal(t, [2]int{0, 0}, [2]int{fk.LogLen(), fk.LogDropped()})
+	require.NoError(t, ev.Record(s))
+	require.Equal(t, []fakecuda.Op{{Kind: fakecuda.OpRecord, Stream: s.Handle(), Event: ev.Handle()}}, fk.Log(0))
+	for range 65536 {
+		require.NoError(t, ev.Record(s))
+	}
+	require.Equal(t, [2]int{65536, 1}, [2]int{fk.LogLen(), fk.LogDropped()}, "one record past the log's end, counted")
+	fk.ClearLog()
+	require.Equal(t, [2]int{0, 0}, [2]int{fk.LogLen(), fk.LogDropped()})
+
 	// Each call fails once where the fake is told to, with the call and the code in the error; the same
 	// call then works again.
 	failing := []struct {

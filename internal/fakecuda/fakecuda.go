@@ -63,6 +63,8 @@ type Lib struct {
 	calls    func(name string) int64
 	live     func(what int32) int64
 	logLen   func() int64
+	dropped  func() int64
+	clearLog func()
 	logAt    func(i int64, a, b *uintptr, g *[3]uint32) int32
 	funcName func(fn uintptr, out *byte, n int32)
 	priority func(s uintptr) int32
@@ -79,6 +81,7 @@ func Open(path string) (*Lib, error) {
 		ptr  any
 		name string
 	}{{&l.fail, "fake_fail"}, {&l.calls, "fake_calls"}, {&l.live, "fake_live"}, {&l.logLen, "fake_log_len"},
+		{&l.dropped, "fake_log_dropped"}, {&l.clearLog, "fake_log_clear"},
 		{&l.logAt, "fake_log_at"}, {&l.funcName, "fake_func_name"}, {&l.priority, "fake_stream_priority"}} {
 		addr, err := purego.Dlsym(h, f.name)
 		if err != nil {
@@ -140,7 +143,8 @@ const (
 )
 
 // Log returns the stream-order log from entry from on (at most 65,536
-// entries are kept from the library's start).
+// entries are kept from the library's start or the last ClearLog; LogDropped
+// counts the rest).
 func (l *Lib) Log(from int) []Op {
 	n := int(l.logLen())
 	ops := make([]Op, 0, max(0, n-from))
@@ -164,6 +168,15 @@ func (l *Lib) Log(from int) []Op {
 // LogLen is the stream-order log's length: Log(LogLen()) later is what came
 // after.
 func (l *Lib) LogLen() int { return int(l.logLen()) }
+
+// LogDropped is how many entries came after the log was full (65,536) and
+// were not kept, since the start or ClearLog: a test that reads the log
+// checks it is 0.
+func (l *Lib) LogDropped() int { return int(l.dropped()) }
+
+// ClearLog empties the stream-order log and its dropped count (function
+// names and stream priorities are kept).
+func (l *Lib) ClearLog() { l.clearLog() }
 
 // StreamPriority is the priority stream s was created with
 // (cuStreamCreateWithPriority), 0 for other streams.

@@ -8,7 +8,8 @@
 // any call can be made to fail once at its nth call after fake_fail (with a CUDA error code), fake_live
 // reports the device memory, host buffers, streams, events, modules and primary contexts still held (so that
 // a test can fail a run at every call and require errors, not crashes, and nothing left behind), and
-// fake_log_at reads the log of launches, event records and stream waits. Environment: FAKECUDA_DEVICES (the
+// fake_log_at reads the log of launches, event records and stream waits (65,536 kept, fake_log_dropped
+// counts the rest, fake_log_clear empties it). Environment: FAKECUDA_DEVICES (the
 // device count, default 1, read by cuInit), FAKECUDA_TRACE (every allocation and free on stderr).
 // Thread-safe: one mutex.
 #include <pthread.h>
@@ -84,9 +85,12 @@ typedef struct {
 } logent;
 #define MAXLOG 65536
 static logent oplog[MAXLOG];
-static long nlog;
+static long nlog, nlog_dropped;  // entries kept; entries past MAXLOG, counted and not kept
 static void logop(int op, uintptr_t a, uintptr_t b, const unsigned* g) {
-	if (nlog >= MAXLOG) return;
+	if (nlog >= MAXLOG) {
+		nlog_dropped++;
+		return;
+	}
 	logent* e = &oplog[nlog++];
 	e->op = op, e->a = a, e->b = b;
 	for (int i = 0; i < 3; i++) e->g[i] = g ? g[i] : 0;
@@ -504,12 +508,26 @@ long fake_live(int what) {
 	return v;
 }
 
-// fake_log_len: the stream-order log's entries so far (launches, event records, stream waits; at most 65,536).
+// fake_log_len: the stream-order log's entries so far (launches, event records, stream waits; at most 65,536:
+// later ones are counted by fake_log_dropped).
 long fake_log_len(void) {
 	LOCK;
 	long n = nlog;
 	UNLOCK;
 	return n;
+}
+// fake_log_dropped: the entries that did not fit since the start or the last fake_log_clear.
+long fake_log_dropped(void) {
+	LOCK;
+	long n = nlog_dropped;
+	UNLOCK;
+	return n;
+}
+// fake_log_clear: empties the log (and the dropped count).
+void fake_log_clear(void) {
+	LOCK;
+	nlog = 0, nlog_dropped = 0;
+	UNLOCK;
 }
 // fake_log_at: entry i: its op (1 launch, 2 event record, 3 stream wait), a and b (launch: function, stream;
 // record: event, stream; wait: stream, event) and a launch's grid into g[3]; 0 past the end.
