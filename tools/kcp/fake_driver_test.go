@@ -73,9 +73,11 @@ func TestCLIOnFakeDriver(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	var rep struct {
 		GPU struct {
-			SlowestRank int     `json:"slowest_rank"`
-			SlowestMs   float64 `json:"slowest_ms"`
-			Ranks       []struct {
+			Kernels       string  `json:"kernels"`
+			KernelsChoice string  `json:"kernels_choice"`
+			SlowestRank   int     `json:"slowest_rank"`
+			SlowestMs     float64 `json:"slowest_ms"`
+			Ranks         []struct {
 				Rank   int `json:"rank"`
 				Stages []struct {
 					Stage string  `json:"stage"`
@@ -86,6 +88,9 @@ func TestCLIOnFakeDriver(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 	require.Len(t, rep.GPU.Ranks, 4)
+	// --kernels auto (the default): NewGPU's choice, and why.
+	assert.Equal(t, "v5", rep.GPU.Kernels)
+	assert.Contains(t, rep.GPU.KernelsChoice, "auto: v5 (the fastest set")
 	var stages []string
 	for _, s := range rep.GPU.Ranks[1].Stages {
 		stages = append(stages, s.Stage)
