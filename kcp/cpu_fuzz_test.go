@@ -3,32 +3,10 @@ package kcp
 import (
 	"context"
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
-
-// requireCloseOrNoise requires got within 1e-10 of want, relative to want's
-// norm, or, where want is rounding noise around zero (the naive recurrence's
-// dg of documents of one token: e^g multiplies a zero state, and its sums
-// leave ~1e-17 where the chunked backend gives exact zeros), within an RMS
-// of 1e-14 of it.
-func requireCloseOrNoise(t *testing.T, name string, got, want []float64) {
-	t.Helper()
-	require.Len(t, got, len(want), name)
-	var num, den float64
-	for i := range got {
-		d := got[i] - want[i]
-		num += d * d
-		den += want[i] * want[i]
-	}
-	require.False(t, math.IsNaN(num) || math.IsNaN(den), "%s: NaN", name)
-	if num <= 1e-28*float64(len(got)) {
-		return
-	}
-	require.Less(t, math.Sqrt(num/den), 1e-10, "%s: relative error", name)
-}
 
 // FuzzCPUBackend runs the CP backend on arbitrary small packs (up to eight
 // documents of 1-256 tokens from docs, one byte each), rank counts 1-8, every
@@ -77,9 +55,9 @@ func FuzzCPUBackend(f *testing.F) {
 		where := func(name string) string {
 			return fmt.Sprintf("%s (docs %v, R %d, layout %s, %s)", name, lens, R, p.Config.Layout, stage)
 		}
-		requireCloseOrNoise(t, where("o"), outs[0].Out.O, ref.O)
+		requireClose(t, where("o"), outs[0].Out.O, ref.O, 1e-10)
 		for i, n := range grads[0].Tensors() {
-			requireCloseOrNoise(t, where(n.Name), n.Data, refG.Tensors()[i].Data)
+			requireClose(t, where(n.Name), n.Data, refG.Tensors()[i].Data, 1e-10)
 		}
 		requireBitwise(t, "o at vh 64 and 128", outs[0].Out.O, outs[1].Out.O)
 		for i, n := range grads[0].Tensors() {

@@ -91,7 +91,9 @@ func Forward(h Head, s0 *mat.Dense, opt Options) (o, sFinal *mat.Dense, err erro
 //	Dk   = Dᵀ k_t,   xk = Xᵀ k_t,   u = b (v_t - a xk)
 //	dv_t = b Dk
 //	dbeta_t = Dk · (v_t - a xk)
-//	dg_t = <D, S_t> - b (Dk · v_t)              (= a <D, (I - b k kᵀ) X>)
+//	dg_t = a (<D, X> - b (Dk · xk))             (= a <D, (I - b k kᵀ) X> = <D, S_t> - b (Dk · v_t), without
+//	                                             that form's cancellation: exactly 0 where X is, as for a
+//	                                             document's first token)
 //	dk_t = D u - a b X Dk                       (then through the l2norm)
 //	D   <- a (D - b k_t Dkᵀ)                    (= a (I - b k kᵀ) D, the adjoint of S_{t-1})
 //
@@ -198,7 +200,7 @@ func backward(what string, h Head, s0, dO, dSFinal *mat.Dense, opt Options, outp
 			gr.DBeta[i] = mat.Dot(&dkD, &u) // Dk · (v - a xk)
 			u.ScaleVec(b, &u)               // u = b (v - a xk)
 			gr.DV.RowView(i).(*mat.VecDense).ScaleVec(b, &dkD)
-			gr.DG[i] = frobenius(d, st) - b*mat.Dot(&dkD, vi)
+			gr.DG[i] = a * (frobenius(d, x) - b*mat.Dot(&dkD, &xk))
 
 			dki.MulVec(d, &u)   // D u
 			xdk.MulVec(x, &dkD) // X Dk
