@@ -115,7 +115,7 @@ func TestCubinMutations(t *testing.T) {
 // on the probe blobs under arbitrary manifest JSON: a manifest that decodes
 // must give a report (failures, or a pass), never a panic.
 func FuzzCheckManifest(f *testing.F) {
-	m, files := probeFixture(&testing.T{})
+	m, files := probeFixture(f)
 	seed, err := json.Marshal(m)
 	require.NoError(f, err)
 	f.Add(seed)

@@ -52,7 +52,7 @@ var probeSlots = []struct{ file, target, kind, builtAs string }{
 }
 
 // probeFixture returns a manifest for the probe blobs and their bytes.
-func probeFixture(t *testing.T) (*ptx.Manifest, map[string][]byte) {
+func probeFixture(t testing.TB) (*ptx.Manifest, map[string][]byte) {
 	t.Helper()
 	m := &ptx.Manifest{Generator: "blobcheck test", Sources: map[string]string{}}
 	files := map[string][]byte{}

@@ -237,7 +237,7 @@ func (b *fakeBackend) step(_ context.Context, mode string, in *kcp.Inputs, dout 
 
 // fakeSpec is a small matrix: one pack, layouts C and D, rules A and B,
 // modes B1 and B3, CP 3, 3 timed repetitions after 1 warm-up, tiny heads.
-func fakeSpec(t *testing.T) *sweepSpec {
+func fakeSpec(t testing.TB) *sweepSpec {
 	t.Helper()
 	p1, err := kcp.PackByName("P1")
 	require.NoError(t, err)
@@ -256,7 +256,7 @@ func corruptDB3(c fakeCell) []int {
 	return nil
 }
 
-func fakeReport(t *testing.T, ref *sweepReport, compare string) *sweepReport {
+func fakeReport(t testing.TB, ref *sweepReport, compare string) *sweepReport {
 	t.Helper()
 	spec := fakeSpec(t)
 	m, err := runSweep(context.Background(), spec, &fakeEngine{corrupt: corruptDB3}, nil, nil)
