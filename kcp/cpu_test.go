@@ -199,6 +199,16 @@ func TestCPUBadInput(t *testing.T) {
 	nan.G = append([]float32(nil), in.G...)
 	nan.G[5] = float32(math.NaN())
 	require.ErrorContains(t, nan.Validate(p, StageCore, true), "g [T, HV]: element 5")
+	grow := *in
+	grow.G = append([]float32(nil), in.G...)
+	grow.G[9] = 0.25
+	for _, finite := range []bool{true, false} {
+		require.ErrorContains(t, grow.Validate(p, StageCore, finite), "g [T, HV]: element 9 ([2 1]) is 0.25: g is a log-decay, at most 0")
+	}
+	_, err = be.Forward(context.Background(), &grow)
+	require.ErrorContains(t, err, "g is a log-decay")
+	grow.G[9] = 0
+	require.NoError(t, grow.Validate(p, StageCore, true), "g = 0: no decay")
 	act, err := be.Forward(context.Background(), in)
 	require.NoError(t, err)
 	_, err = act.Backward(context.Background(), dout[:3])

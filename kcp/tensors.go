@@ -113,9 +113,11 @@ func (in *Inputs) tensors() []([]float32) {
 	return [][]float32{in.Q, in.K, in.V, in.G, in.Beta, in.ConvW}
 }
 
-// Validate checks every tensor's length against the plan and stage, and,
-// when checkFinite is set, that no element is NaN or Inf. Errors name the
-// tensor and its expected shape.
+// Validate checks every tensor's length against the plan and stage, that g,
+// a log-decay, is nowhere above 0 (DESIGN.md §2: the kernels take
+// exp(gamma) <= 1, and fp32 overflows where a chunk's growth passes
+// e^88), and, when checkFinite is set, that no element is NaN or Inf. Errors
+// name the tensor, its expected shape and the element.
 func (in *Inputs) Validate(p *Plan, stage Stage, checkFinite bool) error {
 	if in == nil {
 		return fmt.Errorf("kcp: inputs are nil")
@@ -131,6 +133,12 @@ func (in *Inputs) Validate(p *Plan, stage Stage, checkFinite bool) error {
 	}
 	if stage == StageCore && in.ConvW != nil {
 		return fmt.Errorf("kcp: conv_w is set but the stage is core (conv weights belong to the module stage)")
+	}
+	gs := p.InputShapes(stage)[3]
+	for i, v := range in.G {
+		if v > 0 {
+			return fmt.Errorf("kcp: g %s: element %d (%s) is %v: g is a log-decay, at most 0", gs.Dims, i, index(gs.Shape, i), v)
+		}
 	}
 	return nil
 }
