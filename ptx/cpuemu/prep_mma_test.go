@@ -48,6 +48,7 @@ type prepMMACase struct {
 	nokt       bool // also run gdn_prep_mma with kt null: gcum, w, u must be the same bits
 	twin       bool // the second segment's inputs are the first's: its outputs must be the first's bits
 	seed       uint64
+	gMin       float32 // g drawn in (gMin, 0] instead of [-0.3, -0.01) (0: the default)
 }
 
 // prepMMACases: chunks of 1, 8, 63 and 64 rows (segments 1, 63, 64, 65, 200)
@@ -69,6 +70,11 @@ var prepMMACases = []prepMMACase{
 	// two chunks of equal inputs in neighbouring blocks, which the emulator runs in opposite thread orders:
 	// a missing barrier between warps (P4's named barriers, say) gives them different bits
 	{name: "twin_chunks", lens: []int{64, 64}, hqk: 1, hv: 3, vPad: 0, nokt: true, twin: true, seed: 26},
+	// strong decay: g in (-5, 0] on every token, a chunk's gamma down to ~-160, where gcum's fp32 ulp (~1.5e-5)
+	// is the decays' relative error; it holds prepMMATol. (Probed, 2026-12-05: one token in five at g in
+	// [-160, 0) put Kt at 1.5e-5, at [-1000, 0) 7.5e-5: the in-chunk cumsum's fp32 differences, not a kernel
+	// slip; such a token zeroes the state before it anyway.)
+	{name: "strong_decay", lens: []int{64, 40}, hqk: 1, hv: 2, seed: 27, gMin: -5},
 }
 
 // TestMMAPrepOnCPU runs gdn_prep_mma and gdn_prep_fwd on the cases above:
@@ -131,6 +137,9 @@ func runPrepMMA(t *testing.T, c *prepMMACase) {
 				continue
 			}
 			g[tk*HV+h] = float32(-0.01 - 0.29*rng.Float64())
+			if c.gMin != 0 {
+				g[tk*HV+h] = c.gMin * float32(rng.Float64())
+			}
 			beta[tk*HV+h] = float32(0.02 + 0.96*rng.Float64())
 			for x := 0; x < dHead; x++ {
 				vbuf[c.vOff+tk*vStride+h*dHead+x] = bf16.Float32ToBF16(float32(rng.NormFloat64()))
