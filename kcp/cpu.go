@@ -2,6 +2,7 @@ package kcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -40,10 +41,20 @@ func NewCPU(plan *Plan, opts Options) (*CPU, error) {
 }
 
 // Plan returns the backend's plan.
-func (c *CPU) Plan() *Plan { return c.plan }
+func (c *CPU) Plan() *Plan {
+	if c == nil {
+		return nil
+	}
+	return c.plan
+}
 
 // Options returns the backend's options with defaults filled in.
-func (c *CPU) Options() Options { return c.opts }
+func (c *CPU) Options() Options {
+	if c == nil {
+		return Options{}
+	}
+	return c.opts
+}
 
 // Activations is what a forward keeps for the backward (upstream's B1), or
 // what Recompute rebuilds from a Checkpoint. It references the Inputs it was
@@ -102,6 +113,9 @@ type cpuHead struct {
 
 // Forward runs the forward over every rank and keeps what the backward needs.
 func (c *CPU) Forward(ctx context.Context, in *Inputs) (*Activations, error) {
+	if c == nil || c.plan == nil {
+		return nil, errors.New("kcp: cpu: nil backend")
+	}
 	if err := in.Validate(c.plan, c.opts.Stage, false); err != nil {
 		return nil, err
 	}
@@ -112,6 +126,9 @@ func (c *CPU) Forward(ctx context.Context, in *Inputs) (*Activations, error) {
 // ForwardCheckpoint runs the forward in checkpoint mode: it returns the output
 // and the handle, and keeps nothing else.
 func (c *CPU) ForwardCheckpoint(ctx context.Context, in *Inputs) (*Checkpoint, error) {
+	if c == nil || c.plan == nil {
+		return nil, errors.New("kcp: cpu: nil backend")
+	}
 	if err := in.Validate(c.plan, c.opts.Stage, false); err != nil {
 		return nil, err
 	}

@@ -1045,21 +1045,41 @@ func newGPU(plan *Plan, gopts GPUOptions, fleet *gpuFleet) (*GPU, error) {
 }
 
 // Plan returns the backend's plan.
-func (g *GPU) Plan() *Plan { return g.plan }
+func (g *GPU) Plan() *Plan {
+	if g == nil {
+		return nil
+	}
+	return g.plan
+}
 
 // Options returns the backend's options with defaults filled in (the width
 // profile is the detected GPU's unless one was given).
-func (g *GPU) Options() Options { return g.opts }
+func (g *GPU) Options() Options {
+	if g == nil {
+		return Options{}
+	}
+	return g.opts
+}
 
 // Profile returns the detected device and the blob loaded on it: the first
 // of Devices.
-func (g *GPU) Profile() *archdetect.Profile { return g.dev.profile }
+func (g *GPU) Profile() *archdetect.Profile {
+	if g == nil || g.dev == nil {
+		return nil
+	}
+	return g.dev.profile
+}
 
 // Kernels returns the kernel set g runs (one of KernelSets, or
 // KernelsCustom for switches set by hand that are no named set) and why:
 // ChooseKernels' reason where GPUOptions chose none (KernelsAuto), else
 // "GPUOptions: " and the set. A GPU made by ForPlan runs its base's.
-func (g *GPU) Kernels() (set, why string) { return g.fleet.kernels, g.fleet.kernelsWhy }
+func (g *GPU) Kernels() (set, why string) {
+	if g == nil || g.fleet == nil {
+		return "", ""
+	}
+	return g.fleet.kernels, g.fleet.kernelsWhy
+}
 
 // Close releases the backend's reference to its devices; the blobs, the
 // contexts and the NCCL groups go with the last reference (a GPUForward

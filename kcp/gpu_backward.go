@@ -127,7 +127,12 @@ type GPUGrads struct {
 // stage) the fp32 ones; the rows of the ranks that ran in this process
 // (Ranks), zeros elsewhere (DConvW whole). They are made on the first call
 // (the same *Grads after), in parallel.
-func (g *GPUGrads) Gradients() *Grads { return g.rows.gradients() }
+func (g *GPUGrads) Gradients() *Grads {
+	if g == nil || g.rows == nil {
+		return nil
+	}
+	return g.rows.gradients()
+}
 
 // newGrads allocates zero gradients of plan's shapes for stage.
 func newGrads(p *Plan, stage Stage) *Grads {
@@ -1096,7 +1101,12 @@ func (g *GPU) ForwardCheckpoint(ctx context.Context, in *Inputs) (*GPUCheckpoint
 }
 
 // Output is the forward's output in global order, as GPUForward.Output.
-func (ck *GPUCheckpoint) Output() *Output { return ck.out.output() }
+func (ck *GPUCheckpoint) Output() *Output {
+	if ck == nil || ck.out == nil {
+		return nil
+	}
+	return ck.out.output()
+}
 
 // Recompute rebuilds the forward's device state from the checkpoint, every
 // local rank (Ranks) on its own goroutine and stream on its device, with no

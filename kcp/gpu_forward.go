@@ -1322,4 +1322,9 @@ func (rr *rankRun) scatterOutput(o []bf16.BF16) error {
 // Output is the output in global order, the GPU's bf16 values as float64:
 // the rows of the ranks that ran in this process (Ranks), zeros elsewhere.
 // It is made on the first call (the same *Output after), in parallel.
-func (f *GPUForward) Output() *Output { return f.out.output() }
+func (f *GPUForward) Output() *Output {
+	if f == nil || f.out == nil {
+		return nil
+	}
+	return f.out.output()
+}

@@ -813,25 +813,40 @@ func (g *GPU) DeviceProfiles() []*archdetect.Profile {
 // indexed by rank: Devices[r*len(Devices)/R] (contiguous blocks), or, with
 // GPUOptions.Communicator, Device for this process's rank and -1 for the
 // others.
-func (g *GPU) RankDevices() []int { return slices.Clone(g.layout.devices) }
+func (g *GPU) RankDevices() []int {
+	if g == nil {
+		return nil
+	}
+	return slices.Clone(g.layout.devices)
+}
 
 // LocalRanks returns the ranks this backend runs, ascending: every rank of
 // the plan, or with GPUOptions.Communicator only Communicator.Rank().
-func (g *GPU) LocalRanks() []int { return slices.Clone(g.layout.local) }
+func (g *GPU) LocalRanks() []int {
+	if g == nil {
+		return nil
+	}
+	return slices.Clone(g.layout.local)
+}
 
 // Local reports whether this backend runs rank.
-func (g *GPU) Local(rank int) bool { return slices.Contains(g.layout.local, rank) }
+func (g *GPU) Local(rank int) bool { return slices.Contains(g.LocalRanks(), rank) }
 
 // Comm returns how the backend's ranks exchange: CommLoopback, CommNCCL, or
 // CommGiven when GPUOptions.Communicator is set.
-func (g *GPU) Comm() CommKind { return g.layout.kind }
+func (g *GPU) Comm() CommKind {
+	if g == nil {
+		return ""
+	}
+	return g.layout.kind
+}
 
 // DeviceExchange reports whether the backend's ranks exchange their state
 // summaries and adjoint offsets by all-gathering device memory: an NCCL
 // group (CommNCCL) or a given Communicator that can (a *comm.NCCLComm),
 // unless GPUOptions.HostExchange. Otherwise they go through host memory.
 func (g *GPU) DeviceExchange() bool {
-	if g.gopts.HostExchange {
+	if g == nil || g.gopts.HostExchange {
 		return false
 	}
 	switch g.layout.kind {

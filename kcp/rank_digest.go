@@ -82,6 +82,9 @@ func RankDigest(p *Plan, rank int, out *Output, g *Grads) (string, error) {
 // from the GPU's rows: RankDigest(plan, rank, f.Output(), nil). The rank
 // must have run in this process (Ranks).
 func (f *GPUForward) RankDigest(rank int) (string, error) {
+	if f == nil {
+		return "", errors.New("kcp: rank digest: empty result")
+	}
 	return outRowsDigest(f.plan, f.out, rank)
 }
 
