@@ -25,6 +25,9 @@ func (c *Context) Alloc(size int) (*Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("loader: Alloc(%d): size must be positive", size)
 	}
+	if err := c.alive(); err != nil {
+		return nil, fmt.Errorf("loader: Alloc(%d): %w", size, err)
+	}
 	var p uintptr
 	err := c.Do(func() error {
 		var e error
@@ -51,10 +54,20 @@ func (b *Buffer) Ptr() uintptr {
 }
 
 // Size returns the buffer's length in bytes.
-func (b *Buffer) Size() int { return b.size }
+func (b *Buffer) Size() int {
+	if b == nil {
+		return 0
+	}
+	return b.size
+}
 
 // Context returns the context that owns the memory.
-func (b *Buffer) Context() *Context { return b.ctx }
+func (b *Buffer) Context() *Context {
+	if b == nil {
+		return nil
+	}
+	return b.ctx
+}
 
 // View returns a Buffer for bytes [offset, offset+size) of b. It shares b's
 // memory: freeing b invalidates it, and freeing the view frees nothing.

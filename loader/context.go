@@ -24,6 +24,9 @@ type Context struct {
 // PrimaryContext retains the device's primary context
 // (cuDevicePrimaryCtxRetain). Close releases it.
 func (dev *Device) PrimaryContext() (*Context, error) {
+	if dev == nil {
+		return nil, errNilDevice
+	}
 	h, err := dev.d.primaryCtxRetain(dev.handle)
 	if err != nil {
 		return nil, fmt.Errorf("loader: device %d: %w", dev.Ordinal, err)
@@ -49,11 +52,21 @@ func Primary(ordinal int) (*Context, error) {
 }
 
 // Device returns the context's device.
-func (c *Context) Device() *Device { return c.dev }
+func (c *Context) Device() *Device {
+	if c == nil {
+		return nil
+	}
+	return c.dev
+}
 
 // Handle returns the raw CUcontext, for code that calls other CUDA
 // libraries (e.g. NCCL) inside Do.
-func (c *Context) Handle() uintptr { return c.handle }
+func (c *Context) Handle() uintptr {
+	if c == nil {
+		return 0
+	}
+	return c.handle
+}
 
 // alive returns ErrClosed (wrapped) once Close has run.
 func (c *Context) alive() error {
@@ -78,7 +91,7 @@ func (c *Context) Do(fn func() error) error {
 
 // Synchronize waits for all work in the context (cuCtxSynchronize).
 func (c *Context) Synchronize() error {
-	return c.Do(c.d.ctxSynchronize)
+	return c.Do(func() error { return c.d.ctxSynchronize() }) // not c.d's method value: c may be nil
 }
 
 // MemGetInfo returns the free and total device memory in bytes.

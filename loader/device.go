@@ -1,6 +1,9 @@
 package loader
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // DeviceAttribute is a CUdevice_attribute.
 type DeviceAttribute int32
@@ -42,6 +45,9 @@ type Device struct {
 	handle int32
 }
 
+// errNilDevice is what the methods of a nil *Device return.
+var errNilDevice = errors.New("loader: nil device")
+
 // DriverVersion returns cuDriverGetVersion, e.g. 13000 for CUDA 13.0.
 func DriverVersion() (int, error) {
 	return drv.lib.driverVersion()
@@ -50,6 +56,9 @@ func DriverVersion() (int, error) {
 // DriverVersion returns cuDriverGetVersion of the driver the device
 // belongs to, e.g. 13000 for CUDA 13.0.
 func (dev *Device) DriverVersion() (int, error) {
+	if dev == nil {
+		return 0, errNilDevice
+	}
 	return dev.d.lib.driverVersion()
 }
 
@@ -84,11 +93,17 @@ func GetDevice(ordinal int) (*Device, error) {
 
 // Name returns the device's name, e.g. "NVIDIA H200".
 func (dev *Device) Name() (string, error) {
+	if dev == nil {
+		return "", errNilDevice
+	}
 	return dev.d.deviceName(dev.handle)
 }
 
 // Attribute returns one device attribute.
 func (dev *Device) Attribute(attr DeviceAttribute) (int, error) {
+	if dev == nil {
+		return 0, errNilDevice
+	}
 	v, err := dev.d.deviceAttribute(attr, dev.handle)
 	if err != nil {
 		return 0, fmt.Errorf("loader: device %d attribute %d: %w", dev.Ordinal, attr, err)
@@ -120,14 +135,17 @@ func (dev *Device) SharedMemoryOptin() (int, error) {
 
 // TotalMem returns the device's memory in bytes.
 func (dev *Device) TotalMem() (uint64, error) {
+	if dev == nil {
+		return 0, errNilDevice
+	}
 	return dev.d.deviceTotalMem(dev.handle)
 }
 
 // CanAccessPeer reports whether this device can read and write peer's memory
 // once peer access is enabled.
 func (dev *Device) CanAccessPeer(peer *Device) (bool, error) {
-	if peer == nil {
-		return false, fmt.Errorf("loader: CanAccessPeer: nil peer device")
+	if dev == nil || peer == nil {
+		return false, fmt.Errorf("loader: CanAccessPeer: %w", errNilDevice)
 	}
 	return dev.d.deviceCanAccessPeer(dev.handle, peer.handle)
 }

@@ -42,7 +42,12 @@ func (c *Context) NewEvent(flags EventFlags) (*Event, error) {
 }
 
 // Handle returns the raw CUevent.
-func (e *Event) Handle() uintptr { return e.handle }
+func (e *Event) Handle() uintptr {
+	if e == nil {
+		return 0
+	}
+	return e.handle
+}
 
 func (e *Event) alive() error {
 	if e == nil {

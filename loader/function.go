@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -44,14 +45,30 @@ type Function struct {
 	sig    atomic.Pointer[[]ParamSpec]
 }
 
-// Name returns the entry's name.
-func (f *Function) Name() string { return f.name }
+// errNilFunction is what the methods of a nil *Function return.
+var errNilFunction = errors.New("loader: nil function")
+
+// Name returns the entry's name ("" for a nil function).
+func (f *Function) Name() string {
+	if f == nil {
+		return ""
+	}
+	return f.name
+}
 
 // Module returns the module the function lives in.
-func (f *Function) Module() *Module { return f.mod }
+func (f *Function) Module() *Module {
+	if f == nil {
+		return nil
+	}
+	return f.mod
+}
 
 // Attribute returns one function attribute (cuFuncGetAttribute).
 func (f *Function) Attribute(attr FuncAttribute) (int, error) {
+	if f == nil {
+		return 0, errNilFunction
+	}
 	if err := f.mod.alive(); err != nil {
 		return 0, err
 	}
@@ -97,6 +114,9 @@ func (f *Function) Attributes() (FuncAttributes, error) {
 // shared memory (cuFuncSetAttribute, attribute 8); needed above 48 KiB, up
 // to the device's opt-in limit minus the static shared memory.
 func (f *Function) SetMaxDynamicSharedMemory(bytes int) error {
+	if f == nil {
+		return errNilFunction
+	}
 	if err := f.mod.alive(); err != nil {
 		return err
 	}
@@ -117,6 +137,9 @@ func (f *Function) SetMaxDynamicSharedMemory(bytes int) error {
 // power-of-two alignments, aligned, non-overlapping, increasing offsets.
 // A nil signature removes the check.
 func (f *Function) SetSignature(sig []ParamSpec) error {
+	if f == nil {
+		return errNilFunction
+	}
 	if sig == nil {
 		f.sig.Store(nil)
 		return nil
@@ -142,6 +165,9 @@ func (f *Function) SetSignature(sig []ParamSpec) error {
 
 // Signature returns the recorded parameter layout, or nil.
 func (f *Function) Signature() []ParamSpec {
+	if f == nil {
+		return nil
+	}
 	if p := f.sig.Load(); p != nil {
 		return slices.Clone(*p)
 	}

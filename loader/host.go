@@ -58,7 +58,12 @@ func (h *HostBuffer) Bytes() []byte {
 }
 
 // Size returns the length in bytes.
-func (h *HostBuffer) Size() int { return h.size }
+func (h *HostBuffer) Size() int {
+	if h == nil {
+		return 0
+	}
+	return h.size
+}
 
 // Free releases the memory (cuMemFreeHost). Only the first call frees;
 // later calls return nil.

@@ -121,13 +121,29 @@ func LoadModule(ctx *Context, image []byte) (*Module, error) {
 
 // InfoLog returns the JIT info log of the load (for PTX: ptxas's register
 // and memory report; often empty for cubins).
-func (m *Module) InfoLog() string { return m.infoLog }
+func (m *Module) InfoLog() string {
+	if m == nil {
+		return ""
+	}
+	return m.infoLog
+}
 
 // Kind says what the image was.
-func (m *Module) Kind() ImageKind { return m.kind }
+func (m *Module) Kind() ImageKind {
+	if m == nil {
+		var k ImageKind
+		return k
+	}
+	return m.kind
+}
 
 // Context returns the module's context.
-func (m *Module) Context() *Context { return m.ctx }
+func (m *Module) Context() *Context {
+	if m == nil {
+		return nil
+	}
+	return m.ctx
+}
 
 func (m *Module) alive() error {
 	if m == nil {

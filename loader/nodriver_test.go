@@ -1,6 +1,8 @@
 package loader
 
 import (
+	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -73,4 +75,53 @@ func TestMissingSymbol(t *testing.T) {
 func TestNilBufferPtr(t *testing.T) {
 	var b *Buffer
 	require.Zero(t, b.Ptr())
+}
+
+// Nil handles answer with zero values or errors, never a panic: what a
+// caller's cleanup path may hold after a failed creation.
+func TestNilHandles(t *testing.T) {
+	var b *Buffer
+	require.Zero(t, b.Size())
+	require.Nil(t, b.Context())
+	var c *Context
+	require.Nil(t, c.Device())
+	require.Zero(t, c.Handle())
+	_, err := c.Alloc(16)
+	require.ErrorContains(t, err, "loader: Alloc(16): loader: nil context")
+	_, err = c.AllocHost(16)
+	require.ErrorContains(t, err, "nil context")
+	_, err = c.NewStream(StreamNonBlocking)
+	require.ErrorContains(t, err, "nil context")
+	_, err = c.NewEvent(0)
+	require.ErrorContains(t, err, "nil context")
+	_, _, err = c.StreamPriorities()
+	require.ErrorContains(t, err, "nil context")
+	require.ErrorContains(t, c.Synchronize(), "nil context")
+	require.NoError(t, c.Close())
+	var s *Stream
+	require.Zero(t, s.Handle())
+	require.Nil(t, s.Context())
+	require.ErrorContains(t, s.Synchronize(), "nil stream")
+	var e *Event
+	require.Zero(t, e.Handle())
+}
+
+// TestNilHandlesNoPanic calls every exported method of a nil *Buffer,
+// *HostBuffer, *Stream, *Event, *Module, *Function, *Device and *Context
+// with zero arguments: each returns (zero values or an error), none panics.
+// (Args is a builder made by NewArgs and not covered.)
+func TestNilHandlesNoPanic(t *testing.T) {
+	for _, v := range []any{(*Buffer)(nil), (*HostBuffer)(nil), (*Stream)(nil), (*Event)(nil), (*Module)(nil),
+		(*Function)(nil), (*Device)(nil), (*Context)(nil)} {
+		rv := reflect.ValueOf(v)
+		for i := range rv.NumMethod() {
+			name := fmt.Sprintf("%T.%s", v, rv.Type().Method(i).Name)
+			mt := rv.Method(i).Type()
+			args := make([]reflect.Value, mt.NumIn())
+			for j := range args {
+				args[j] = reflect.Zero(mt.In(j))
+			}
+			require.NotPanics(t, func() { rv.Method(i).Call(args) }, name)
+		}
+	}
 }

@@ -75,10 +75,20 @@ func (c *Context) NewStreamWithPriority(flags StreamFlags, priority int) (*Strea
 }
 
 // Handle returns the raw CUstream (usable as a cudaStream_t, e.g. by NCCL).
-func (s *Stream) Handle() uintptr { return s.handle }
+func (s *Stream) Handle() uintptr {
+	if s == nil {
+		return 0
+	}
+	return s.handle
+}
 
 // Context returns the stream's context.
-func (s *Stream) Context() *Context { return s.ctx }
+func (s *Stream) Context() *Context {
+	if s == nil {
+		return nil
+	}
+	return s.ctx
+}
 
 func (s *Stream) alive() error {
 	if s == nil {
