@@ -27,10 +27,18 @@ type Profile struct {
 }
 
 // CC returns the profile's compute capability.
-func (p *Profile) CC() CC { return CC{p.Major, p.Minor} }
+func (p *Profile) CC() CC {
+	if p == nil {
+		return CC{}
+	}
+	return CC{p.Major, p.Minor}
+}
 
 // String summarises the profile on one line.
 func (p *Profile) String() string {
+	if p == nil {
+		return "no GPU profile"
+	}
 	return fmt.Sprintf("GPU %d: %s (CC %d.%d, %s, %d SMs): blob %s, variant %s — %s",
 		p.Ordinal, p.Name, p.Major, p.Minor, p.Arch, p.SMs, p.Target, p.Variant, p.Reason)
 }

@@ -320,21 +320,44 @@ func NewLocalNCCLWith(ctxs []*loader.Context, opts NCCLOptions) ([]*NCCLComm, er
 	return comms, nil
 }
 
+// errNilNCCL is what the collectives of a nil *NCCLComm return.
+var errNilNCCL = errors.New("comm: nil NCCL communicator")
+
 // Rank returns this rank's index in the communicator.
-func (c *NCCLComm) Rank() int { return c.rank }
+func (c *NCCLComm) Rank() int {
+	if c == nil {
+		return 0
+	}
+	return c.rank
+}
 
 // Size returns the number of ranks.
-func (c *NCCLComm) Size() int { return c.size }
+func (c *NCCLComm) Size() int {
+	if c == nil {
+		return 0
+	}
+	return c.size
+}
 
 // Context returns the CUDA context the communicator runs in.
-func (c *NCCLComm) Context() *loader.Context { return c.ctx }
+func (c *NCCLComm) Context() *loader.Context {
+	if c == nil {
+		return nil
+	}
+	return c.ctx
+}
 
 // Stream returns the communicator's own stream, which AllGather, Barrier and AllGatherDevice with a nil
 // stream use.
-func (c *NCCLComm) Stream() *loader.Stream { return c.stream }
+func (c *NCCLComm) Stream() *loader.Stream {
+	if c == nil {
+		return nil
+	}
+	return c.stream
+}
 
 // Blocking reports whether the NCCL communicator is in blocking mode (see [NCCLOptions.Blocking]).
-func (c *NCCLComm) Blocking() bool { return c.blocking }
+func (c *NCCLComm) Blocking() bool { return c != nil && c.blocking }
 
 // timeout is the bound for a collective whose context has no deadline.
 func (c *NCCLComm) timeout() time.Duration {
@@ -353,6 +376,9 @@ func (c *NCCLComm) timeout() time.Duration {
 // ncclUint8: an all-gather copies bits, so the type only sets the unit. A zero-byte send calls no NCCL
 // function (every rank passes the same size, so all skip alike) but still counts in the sequence.
 func (c *NCCLComm) AllGatherDevice(ctx context.Context, send, recv *loader.Buffer, stream *loader.Stream) error {
+	if c == nil {
+		return errNilNCCL
+	}
 	if stream == nil {
 		stream = c.stream
 	}
@@ -419,11 +445,17 @@ func (c *NCCLComm) enqueueAllGather(send, recv uintptr, n int, stream *loader.St
 // len(recv) must be Size()*len(send); a wrong length is a local error that wraps [ErrMismatch] and, as
 // the other ranks cannot be told, aborts this rank's communicator.
 func (c *NCCLComm) AllGather(ctx context.Context, send, recv []byte) error {
+	if c == nil {
+		return errNilNCCL
+	}
 	return c.hostAllGather(ctx, "all-gather", send, recv)
 }
 
 // Barrier implements [Communicator.Barrier] as an all-gather of one byte per rank.
 func (c *NCCLComm) Barrier(ctx context.Context) error {
+	if c == nil {
+		return errNilNCCL
+	}
 	return c.hostAllGather(ctx, "barrier", []byte{1}, make([]byte, c.size))
 }
 
@@ -587,6 +619,9 @@ func (c *NCCLComm) keepReleaseErr(err error) {
 // when that collective returns), and aborts the other ranks of a [NewLocalNCCL] group the same way.
 // It does not wait for peers; ncclCommAbort itself is local but not instantaneous.
 func (c *NCCLComm) Abort(err error) {
+	if c == nil {
+		return
+	}
 	if err == nil {
 		err = errNoReason
 	}
@@ -625,6 +660,9 @@ func (c *NCCLComm) abortFrom(by int, err error) bool {
 // ranks in other processes, and aborting local peers could cut short a collective they are finishing.
 // A collective in flight on another goroutine is aborted and waited for. Idempotent.
 func (c *NCCLComm) Close() error {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -195,6 +195,9 @@ type RankPlan struct {
 
 // Walk returns the walk list of kind k (nil for an unknown kind).
 func (rp *RankPlan) Walk(k sched.WalkKind) []int {
+	if rp == nil {
+		return nil
+	}
 	switch k {
 	case sched.Summary:
 		return rp.Summary
@@ -236,8 +239,17 @@ type Plan struct {
 	widths sync.Map // widthKey -> sched.Decision
 }
 
-// Segment returns the segment ref names.
-func (p *Plan) Segment(ref SegRef) *Segment { return &p.Ranks[ref.Rank].Segments[ref.Seg] }
+// errNilPlan is what the methods of a nil *Plan that return an error return.
+var errNilPlan = errors.New("kcp: plan is nil")
+
+// Segment returns the segment ref names, or nil where the plan has none
+// (a nil plan, a rank or segment index out of range).
+func (p *Plan) Segment(ref SegRef) *Segment {
+	if p == nil || ref.Rank < 0 || ref.Rank >= len(p.Ranks) || ref.Seg < 0 || ref.Seg >= len(p.Ranks[ref.Rank].Segments) {
+		return nil
+	}
+	return &p.Ranks[ref.Rank].Segments[ref.Seg]
+}
 
 // split cuts n into m consecutive parts; part i has floor(n/m) + (1 if i < n
 // mod m) and starts at the returned offset.

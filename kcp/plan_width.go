@@ -21,6 +21,9 @@ type widthKey struct {
 // same decision. Width is safe for concurrent use. It returns an error for a
 // rank outside the plan, an unknown walk kind or rule, or an invalid profile.
 func (p *Plan) Width(rank int, walk sched.WalkKind, prof sched.Profile, rule sched.Rule) (sched.Decision, error) {
+	if p == nil {
+		return sched.Decision{}, errNilPlan
+	}
 	key := widthKey{rank, walk, rule, prof}
 	if d, ok := p.widths.Load(key); ok {
 		return d.(sched.Decision), nil
@@ -41,6 +44,9 @@ func (p *Plan) Width(rank int, walk sched.WalkKind, prof sched.Profile, rule sch
 // Decisions returns the width decision of every walk of every rank under prof
 // and rule, indexed [rank][walk kind], through the same memo as Width.
 func (p *Plan) Decisions(prof sched.Profile, rule sched.Rule) ([][sched.NumWalkKinds]sched.Decision, error) {
+	if p == nil {
+		return nil, errNilPlan
+	}
 	out := make([][sched.NumWalkKinds]sched.Decision, len(p.Ranks))
 	for r := range p.Ranks {
 		for _, k := range sched.WalkKinds() {

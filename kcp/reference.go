@@ -209,6 +209,9 @@ type Named struct {
 // Tensors lists the gradients by name (dq, dk, dv, dg, dbeta, and dconv_w
 // when set), in that order.
 func (g *Grads) Tensors() []Named {
+	if g == nil {
+		return nil
+	}
 	t := []Named{{"dq", g.DQ}, {"dk", g.DK}, {"dv", g.DV}, {"dg", g.DG}, {"dbeta", g.DBeta}}
 	if g.DConvW != nil {
 		t = append(t, Named{"dconv_w", g.DConvW})

@@ -66,6 +66,9 @@ type Grads struct {
 
 // ConvChannels is the number of conv channels, q|k|v: 2*HQK*DK + HV*DV.
 func (p *Plan) ConvChannels() int {
+	if p == nil {
+		return 0
+	}
 	c := p.Config
 	return 2*c.HQK*c.DK + c.HV*c.DV
 }
@@ -89,6 +92,9 @@ func (s TensorShape) Size() int {
 // InputShapes returns the shapes Inputs must have for this plan and stage,
 // in the order q, k, v, g, beta (, conv_w).
 func (p *Plan) InputShapes(stage Stage) []TensorShape {
+	if p == nil {
+		return nil
+	}
 	c, t := p.Config, p.Tokens
 	s := []TensorShape{
 		{"q", []int{t, c.HQK, c.DK}, "[T, H_qk, K]"},
@@ -105,6 +111,9 @@ func (p *Plan) InputShapes(stage Stage) []TensorShape {
 
 // OutputShape is the shape of the output o and of its gradient dout.
 func (p *Plan) OutputShape() TensorShape {
+	if p == nil {
+		return TensorShape{}
+	}
 	c := p.Config
 	return TensorShape{"o", []int{p.Tokens, c.HV, c.DV}, "[T, HV, V]"}
 }
@@ -121,6 +130,9 @@ func (in *Inputs) tensors() []([]float32) {
 func (in *Inputs) Validate(p *Plan, stage Stage, checkFinite bool) error {
 	if in == nil {
 		return fmt.Errorf("kcp: inputs are nil")
+	}
+	if p == nil {
+		return errNilPlan
 	}
 	if _, err := ParseStage(string(stage)); err != nil {
 		return err
@@ -169,6 +181,9 @@ func index(shape []int, i int) string {
 
 // CheckDOut checks dout's length against the plan (and finiteness when asked).
 func (p *Plan) CheckDOut(dout []float32, checkFinite bool) error {
+	if p == nil {
+		return errNilPlan
+	}
 	sh := p.OutputShape()
 	sh.Name = "dout"
 	return checkTensor(sh, dout, checkFinite)
@@ -177,6 +192,9 @@ func (p *Plan) CheckDOut(dout []float32, checkFinite bool) error {
 // RoundBF16 rounds every bf16 tensor of in (Q, K, V, ConvW) to the nearest
 // bf16 value, in place.
 func (in *Inputs) RoundBF16() {
+	if in == nil {
+		return
+	}
 	for _, t := range [][]float32{in.Q, in.K, in.V, in.ConvW} {
 		for i, v := range t {
 			t[i] = bf16.Round(v)

@@ -1,12 +1,12 @@
 package loader
 
 import (
-	"fmt"
-	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gdnkcp/gdnkcp/internal/niltest"
 )
 
 // useDriver points the package at another library for one test.
@@ -111,17 +111,6 @@ func TestNilHandles(t *testing.T) {
 // with zero arguments: each returns (zero values or an error), none panics.
 // (Args is a builder made by NewArgs and not covered.)
 func TestNilHandlesNoPanic(t *testing.T) {
-	for _, v := range []any{(*Buffer)(nil), (*HostBuffer)(nil), (*Stream)(nil), (*Event)(nil), (*Module)(nil),
-		(*Function)(nil), (*Device)(nil), (*Context)(nil)} {
-		rv := reflect.ValueOf(v)
-		for i := range rv.NumMethod() {
-			name := fmt.Sprintf("%T.%s", v, rv.Type().Method(i).Name)
-			mt := rv.Method(i).Type()
-			args := make([]reflect.Value, mt.NumIn())
-			for j := range args {
-				args[j] = reflect.Zero(mt.In(j))
-			}
-			require.NotPanics(t, func() { rv.Method(i).Call(args) }, name)
-		}
-	}
+	niltest.NoPanics(t, (*Buffer)(nil), (*HostBuffer)(nil), (*Stream)(nil), (*Event)(nil), (*Module)(nil),
+		(*Function)(nil), (*Device)(nil), (*Context)(nil))
 }

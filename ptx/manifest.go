@@ -5,6 +5,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -50,6 +51,9 @@ type Entry struct {
 
 // ParamBytes is the total size of the entry's parameter buffer.
 func (e *Entry) ParamBytes() int {
+	if e == nil {
+		return 0
+	}
 	n := 0
 	for _, p := range e.Params {
 		if end := p.Offset + p.Size; end > n {
@@ -75,6 +79,9 @@ type Blob struct {
 
 // Entry returns the named entry of the blob.
 func (b *Blob) Entry(name string) (*Entry, bool) {
+	if b == nil {
+		return nil, false
+	}
 	for i := range b.Entries {
 		if b.Entries[i].Name == name {
 			return &b.Entries[i], true
@@ -92,6 +99,9 @@ type Manifest struct {
 
 // Blob returns the blob built for the given target slot.
 func (m *Manifest) Blob(target string) (*Blob, bool) {
+	if m == nil {
+		return nil, false
+	}
 	for i := range m.Blobs {
 		if m.Blobs[i].Target == target {
 			return &m.Blobs[i], true
@@ -135,10 +145,18 @@ func Dir(path string) *Store {
 }
 
 // Name says where the store's files come from.
-func (s *Store) Name() string { return s.name }
+func (s *Store) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
 
 // Manifest reads and decodes the store's manifest.
 func (s *Store) Manifest() (*Manifest, error) {
+	if s == nil {
+		return nil, errNilStore
+	}
 	raw, err := fs.ReadFile(s.fsys, ManifestName)
 	if err != nil {
 		return nil, fmt.Errorf("ptx: %s: read manifest: %w", s.name, err)
@@ -152,6 +170,9 @@ func (s *Store) Manifest() (*Manifest, error) {
 
 // ReadFile returns the raw bytes of one file of the store.
 func (s *Store) ReadFile(name string) ([]byte, error) {
+	if s == nil {
+		return nil, errNilStore
+	}
 	raw, err := fs.ReadFile(s.fsys, name)
 	if err != nil {
 		return nil, fmt.Errorf("ptx: %s: %w", s.name, err)
@@ -161,6 +182,9 @@ func (s *Store) ReadFile(name string) ([]byte, error) {
 
 // Load returns the bytes of a manifest blob after checking its sha256.
 func (s *Store) Load(b *Blob) ([]byte, error) {
+	if b == nil {
+		return nil, errors.New("ptx: Load: nil blob")
+	}
 	raw, err := s.ReadFile(b.File)
 	if err != nil {
 		return nil, err
@@ -170,6 +194,9 @@ func (s *Store) Load(b *Blob) ([]byte, error) {
 	}
 	return raw, nil
 }
+
+// errNilStore is what the methods of a nil *Store return.
+var errNilStore = errors.New("ptx: nil blob store")
 
 // SHA256 returns the lower-case hex sha256 of data.
 func SHA256(data []byte) string {

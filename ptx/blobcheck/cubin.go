@@ -173,6 +173,9 @@ type Cubin struct {
 
 // Entry returns the named entry.
 func (c *Cubin) Entry(name string) (*CubinEntry, bool) {
+	if c == nil {
+		return nil, false
+	}
 	for i := range c.Entries {
 		if c.Entries[i].Name == name {
 			return &c.Entries[i], true

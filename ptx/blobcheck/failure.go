@@ -81,11 +81,14 @@ type Report struct {
 }
 
 // OK reports whether every check passed.
-func (r *Report) OK() bool { return len(r.Failures) == 0 }
+func (r *Report) OK() bool { return r != nil && len(r.Failures) == 0 }
 
 // Has reports whether some failure of the given blob has the given check and
 // evidence containing substr.
 func (r *Report) Has(blob, check, substr string) bool {
+	if r == nil {
+		return false
+	}
 	for _, f := range r.Failures {
 		if f.Blob == blob && f.Check == check && strings.Contains(f.Evidence, substr) {
 			return true
@@ -96,6 +99,9 @@ func (r *Report) Has(blob, check, substr string) bool {
 
 // Summary is the one-line outcome.
 func (r *Report) Summary() string {
+	if r == nil {
+		return "ptxcheck: no report"
+	}
 	entries := 0
 	for _, b := range r.Blobs {
 		entries += b.Entries
