@@ -84,8 +84,8 @@ on the CUDA cores).`,
 	f.StringVar(&o.blob, "blob", "", "force a blob slot (e.g. compute_80)")
 	f.IntVar(&o.reps, "reps", 20, "timed runs")
 	f.IntVar(&o.warmup, "warmup", 3, "untimed runs first")
-	f.Float64Var(&o.copyTBs, "copy-tbs", 4.24, "device copy bandwidth for the memory floor, TB/s (bytes read + written)")
-	f.Float64Var(&o.mmaTFLOPs, "mma-tflops", 758, "bf16 matrix rate for the compute floor, TFLOP/s")
+	f.Float64Var(&o.copyTBs, "copy-tbs", 0, "device copy bandwidth for the memory floor, TB/s (bytes read + written); 0: measured in this run (a 512 MiB device-to-device copy, the median of 5 after 2 warm-ups)")
+	f.Float64Var(&o.mmaTFLOPs, "mma-tflops", 758, "bf16 matrix rate for the compute floor, TFLOP/s (default: PyTorch's bf16 GEMM 8192^3 on the H200, scripts/ceilings.py, docs/perf-notes.md)")
 	f.BoolVar(&o.json, "json", false, "write JSON to stdout")
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at this width (64 or 128) instead of the plan's decision; 0: the decision")
 	f.BoolVar(&o.launchOrder, "launch-order", false, "v5: run the walks' CTAs in launch order instead of kcp's dispatch order (same bits; to measure what the order saves where segments differ in length)")
@@ -116,6 +116,8 @@ type benchRow struct {
 	// (segment, head) walks ran at vh 128.
 	Split     map[string]int `json:"split_walks_vh128,omitempty"`
 	MemFloor  float64        `json:"memory_floor_ms"`
+	CopyTBs   float64        `json:"copy_tbs"`          // the bandwidth the memory floor is over
+	CopyMeas  bool           `json:"copy_tbs_measured"` // measured in this run (--copy-tbs 0)
 	FlopFloor float64        `json:"compute_floor_ms"`
 	StateVH   int            `json:"state_walk_vh,omitempty"`
 	ForceVH   int            `json:"force_vh,omitempty"`
@@ -154,10 +156,14 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 			return fmt.Errorf("--modes: %q is not one of %s", m, benchModesHelp)
 		}
 	}
+	if o.copyTBs < 0 || o.mmaTFLOPs <= 0 {
+		return fmt.Errorf("--copy-tbs %g, --mma-tflops %g: want a positive rate (--copy-tbs 0: measure it)", o.copyTBs, o.mmaTFLOPs)
+	}
 	plan, err := kcp.NewPlan(kcp.PlanConfig{Docs: docs, Ranks: 1, Layout: kcp.LayoutC})
 	if err != nil {
 		return err
 	}
+	measured := o.copyTBs == 0
 	var rows []benchRow
 	for _, k := range strings.Split(o.kernels, ",") {
 		k = strings.TrimSpace(k)
@@ -172,11 +178,19 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 		if err := new(kcp.GPUOptions).SetKernels(k); err != nil {
 			return fmt.Errorf("--kernels: %w", err)
 		}
+		if o.copyTBs == 0 { // once, on the GPU the runs take (device 0)
+			if o.copyTBs, err = measureCopyTBs(0, copyBytes, 2, 5); err != nil {
+				return fmt.Errorf("measuring the device copy bandwidth (--copy-tbs 0): %w", err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "device copy bandwidth %.2f TB/s (bytes read + written; %d MiB device to device, median of 5)\n",
+				o.copyTBs, copyBytes>>20)
+		}
 		for _, m := range modes {
 			row, err := o.benchOne(cmd, plan, k, m)
 			if err != nil {
 				return err
 			}
+			row.CopyTBs, row.CopyMeas = o.copyTBs, measured
 			rows = append(rows, row)
 		}
 	}
@@ -352,11 +366,85 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 	return row, nil
 }
 
+// copyBytes is the size of the copy measureCopyTBs times: far past the
+// H200's 50 MB L2, so it measures device memory.
+const copyBytes = 512 << 20
+
+// measureCopyTBs times device-to-device copies of n bytes on device dev
+// (warm untimed, then reps timed with CUDA events) and returns the median
+// rate in TB/s of bytes read plus written. Everything it made is released.
+func measureCopyTBs(dev, n, warm, reps int) (tbs float64, err error) {
+	ctx, err := loader.Primary(dev)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, ctx.Close()) }()
+	src, err := ctx.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, src.Free()) }()
+	dst, err := ctx.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, dst.Free()) }()
+	if err := src.Memset32(0x3f800000); err != nil { // 1.0f: not zeros
+		return 0, err
+	}
+	s, err := ctx.NewStream(loader.StreamNonBlocking)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, s.Close()) }()
+	start, err := ctx.NewEvent(loader.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, start.Close()) }()
+	end, err := ctx.NewEvent(loader.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, end.Close()) }()
+	var ms []float64
+	for i := range warm + reps {
+		if err := start.Record(s); err != nil {
+			return 0, err
+		}
+		if err := dst.CopyDtoDAsync(src, s); err != nil {
+			return 0, err
+		}
+		if err := end.Record(s); err != nil {
+			return 0, err
+		}
+		if err := s.Synchronize(); err != nil {
+			return 0, err
+		}
+		t, err := loader.ElapsedMillis(start, end)
+		if err != nil {
+			return 0, err
+		}
+		if i >= warm {
+			ms = append(ms, float64(t))
+		}
+	}
+	med := stats.Median(ms)
+	if !(med > 0) {
+		return 0, fmt.Errorf("the copy of %d bytes timed at %g ms", n, med)
+	}
+	return 2 * float64(n) / (med * 1e-3) / 1e12, nil
+}
+
 func writeBench(w io.Writer, rows []benchRow) error {
 	var b strings.Builder
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%s, %s kernels, %d tokens in %d documents, blob %s, median of %d: %.3f ms (min %.3f); floors: memory %.3f ms, compute %.3f ms",
-			r.Mode, r.Kernels, r.Tokens, len(r.Docs), r.Blob, r.Reps, r.MedianMillis, r.MinMillis, r.MemFloor, r.FlopFloor)
+		how := "given"
+		if r.CopyMeas {
+			how = "measured"
+		}
+		fmt.Fprintf(&b, "%s, %s kernels, %d tokens in %d documents, blob %s, median of %d: %.3f ms (min %.3f); floors: memory %.3f ms (%.2f TB/s, %s), compute %.3f ms",
+			r.Mode, r.Kernels, r.Tokens, len(r.Docs), r.Blob, r.Reps, r.MedianMillis, r.MinMillis, r.MemFloor, r.CopyTBs, how, r.FlopFloor)
 		if r.PeakBytes > 0 {
 			fmt.Fprintf(&b, "; peak device memory %.2f GiB", float64(r.PeakBytes)/(1<<30))
 		}

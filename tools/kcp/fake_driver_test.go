@@ -59,6 +59,10 @@ func TestCLIOnFakeDriver(t *testing.T) {
 		require.Len(t, rows, 1)
 		assert.Equal(t, b.mode, rows[0].Mode)
 		assert.Equal(t, b.split, rows[0].Split, "%v: split walks", args)
+		// The memory floor's bandwidth, measured in the run: the fake times every copy at 0.125 ms.
+		assert.True(t, rows[0].CopyMeas, "%v", args)
+		assert.InDelta(t, 2*float64(copyBytes)/0.125e-3/1e12, rows[0].CopyTBs, 1e-9, "%v", args)
+		assert.Contains(t, stderr, "device copy bandwidth 8.59 TB/s")
 		state := "state walk"
 		if b.mode == "core+bwd" {
 			state = "fwd state walk"
@@ -119,12 +123,28 @@ func TestCLIOnFakeDriver(t *testing.T) {
 		assert.FileExists(t, filepath.Join(dump, f))
 	}
 
+	// The copy measurement's own failure: exit 1, saying what failed, nothing left held; a given
+	// bandwidth skips it.
+	held := fk.Held()
+	fk.Fail("cuMemcpyDtoDAsync_v2", 1, fakecuda.ErrorLaunchFailed)
+	_, stderr, code = execute("bench", "--docs", "640", "--kernels", "v5", "--modes", "core", "--reps", "1")
+	fk.Fail("", 0, 0)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "measuring the device copy bandwidth (--copy-tbs 0): ")
+	assert.Contains(t, stderr, "cuMemcpyDtoDAsync_v2")
+	assert.Equal(t, held, fk.Held(), "the measurement's buffers, stream and events released")
+	stdout, stderr, code = execute("bench", "--docs", "640", "--kernels", "v5", "--modes", "core", "--reps", "1", "--copy-tbs", "4")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "(4.00 TB/s, given)")
+	assert.NotContains(t, stderr, "device copy bandwidth")
+
 	// A device allocation that fails: exit 1, the driver's error, no panic.
+	failures := fk.Failures()
 	fk.Fail("cuMemAlloc_v2", 40, fakecuda.ErrorOutOfMemory)
 	_, stderr, code = execute("run", "--backend", "gpu", "--pack", "P1@4096", "--cp", "2", "--no-progress")
 	fk.Fail("", 0, 0)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY")
 	assert.NotContains(t, stderr, "panic")
-	assert.Equal(t, 1, fk.Failures())
+	assert.Equal(t, failures+1, fk.Failures(), "the one failure injected")
 }
