@@ -51,8 +51,12 @@ const (
 // (matrix products only; docs/perf-notes.md): the forward's 11.6 M, and
 // the backward's 28.3 M (dV'_local 2.1, tape walk 6.3, chunk gradients 19.9).
 const (
-	fwdChunkFlops = 11.6e6
-	bwdChunkFlops = 28.3e6
+	// defaultMMATFLOPs is the bf16 matrix rate the compute floor takes where
+	// cuBLAS cannot be measured: PyTorch's bf16 GEMM 8192^3 on the H200
+	// (scripts/ceilings.py, docs/perf-notes.md).
+	defaultMMATFLOPs = 758
+	fwdChunkFlops    = 11.6e6
+	bwdChunkFlops    = 28.3e6
 )
 
 func newBenchCmd() *cobra.Command {
@@ -85,7 +89,7 @@ on the CUDA cores).`,
 	f.IntVar(&o.reps, "reps", 20, "timed runs")
 	f.IntVar(&o.warmup, "warmup", 3, "untimed runs first")
 	f.Float64Var(&o.copyTBs, "copy-tbs", 0, "device copy bandwidth for the memory floor, TB/s (bytes read + written); 0: measured in this run (a 512 MiB device-to-device copy, the median of 5 after 2 warm-ups)")
-	f.Float64Var(&o.mmaTFLOPs, "mma-tflops", 758, "bf16 matrix rate for the compute floor, TFLOP/s (default: PyTorch's bf16 GEMM 8192^3 on the H200, scripts/ceilings.py, docs/perf-notes.md)")
+	f.Float64Var(&o.mmaTFLOPs, "mma-tflops", 0, "bf16 matrix rate for the compute floor, TFLOP/s; 0: measured in this run through cuBLAS (bf16 GEMMs of 8192^3, the median of 5 after 2 warm-ups; "+envCublas+" names the library), else 758 (PyTorch's on the H200, scripts/ceilings.py) where cuBLAS cannot run")
 	f.BoolVar(&o.json, "json", false, "write JSON to stdout")
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at this width (64 or 128) instead of the plan's decision; 0: the decision")
 	f.BoolVar(&o.launchOrder, "launch-order", false, "v5: run the walks' CTAs in launch order instead of kcp's dispatch order (same bits; to measure what the order saves where segments differ in length)")
@@ -116,8 +120,11 @@ type benchRow struct {
 	// (segment, head) walks ran at vh 128.
 	Split     map[string]int `json:"split_walks_vh128,omitempty"`
 	MemFloor  float64        `json:"memory_floor_ms"`
-	CopyTBs   float64        `json:"copy_tbs"`          // the bandwidth the memory floor is over
-	CopyMeas  bool           `json:"copy_tbs_measured"` // measured in this run (--copy-tbs 0)
+	CopyTBs   float64        `json:"copy_tbs"`                  // the bandwidth the memory floor is over
+	CopyMeas  bool           `json:"copy_tbs_measured"`         // measured in this run (--copy-tbs 0)
+	MMATFLOPs float64        `json:"mma_tflops"`                // the rate the compute floor is over
+	MMAMeas   bool           `json:"mma_tflops_measured"`       // measured in this run (--mma-tflops 0)
+	MMANote   string         `json:"mma_tflops_note,omitempty"` // why not, where it could not be
 	FlopFloor float64        `json:"compute_floor_ms"`
 	StateVH   int            `json:"state_walk_vh,omitempty"`
 	ForceVH   int            `json:"force_vh,omitempty"`
@@ -156,14 +163,14 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 			return fmt.Errorf("--modes: %q is not one of %s", m, benchModesHelp)
 		}
 	}
-	if o.copyTBs < 0 || o.mmaTFLOPs <= 0 {
+	if o.copyTBs < 0 || o.mmaTFLOPs < 0 {
 		return fmt.Errorf("--copy-tbs %g, --mma-tflops %g: want a positive rate (--copy-tbs 0: measure it)", o.copyTBs, o.mmaTFLOPs)
 	}
 	plan, err := kcp.NewPlan(kcp.PlanConfig{Docs: docs, Ranks: 1, Layout: kcp.LayoutC})
 	if err != nil {
 		return err
 	}
-	measured := o.copyTBs == 0
+	measured, mmaMeasured, mmaNote := o.copyTBs == 0, false, ""
 	var rows []benchRow
 	for _, k := range strings.Split(o.kernels, ",") {
 		k = strings.TrimSpace(k)
@@ -185,12 +192,22 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 			fmt.Fprintf(cmd.ErrOrStderr(), "device copy bandwidth %.2f TB/s (bytes read + written; %d MiB device to device, median of 5)\n",
 				o.copyTBs, copyBytes>>20)
 		}
+		if o.mmaTFLOPs == 0 { // once, as the copy
+			if o.mmaTFLOPs, err = measureGemmTFLOPs(0, 2, 5); err == nil {
+				mmaMeasured = true
+				fmt.Fprintf(cmd.ErrOrStderr(), "bf16 matrix rate %.0f TFLOP/s (cuBLAS GEMM %d^3, median of 5)\n", o.mmaTFLOPs, gemmDim)
+			} else {
+				o.mmaTFLOPs, mmaNote = defaultMMATFLOPs, fmt.Sprintf("not measured (%v): %g TFLOP/s, scripts/ceilings.py's on the H200", err, float64(defaultMMATFLOPs))
+				fmt.Fprintf(cmd.ErrOrStderr(), "bf16 matrix rate %s\n", mmaNote)
+			}
+		}
 		for _, m := range modes {
 			row, err := o.benchOne(cmd, plan, k, m)
 			if err != nil {
 				return err
 			}
 			row.CopyTBs, row.CopyMeas = o.copyTBs, measured
+			row.MMATFLOPs, row.MMAMeas, row.MMANote = o.mmaTFLOPs, mmaMeasured, mmaNote
 			rows = append(rows, row)
 		}
 	}
@@ -366,76 +383,6 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 	return row, nil
 }
 
-// copyBytes is the size of the copy measureCopyTBs times: far past the
-// H200's 50 MB L2, so it measures device memory.
-const copyBytes = 512 << 20
-
-// measureCopyTBs times device-to-device copies of n bytes on device dev
-// (warm untimed, then reps timed with CUDA events) and returns the median
-// rate in TB/s of bytes read plus written. Everything it made is released.
-func measureCopyTBs(dev, n, warm, reps int) (tbs float64, err error) {
-	ctx, err := loader.Primary(dev)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { err = errors.Join(err, ctx.Close()) }()
-	src, err := ctx.Alloc(n)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { err = errors.Join(err, src.Free()) }()
-	dst, err := ctx.Alloc(n)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { err = errors.Join(err, dst.Free()) }()
-	if err := src.Memset32(0x3f800000); err != nil { // 1.0f: not zeros
-		return 0, err
-	}
-	s, err := ctx.NewStream(loader.StreamNonBlocking)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { err = errors.Join(err, s.Close()) }()
-	start, err := ctx.NewEvent(loader.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { err = errors.Join(err, start.Close()) }()
-	end, err := ctx.NewEvent(loader.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { err = errors.Join(err, end.Close()) }()
-	var ms []float64
-	for i := range warm + reps {
-		if err := start.Record(s); err != nil {
-			return 0, err
-		}
-		if err := dst.CopyDtoDAsync(src, s); err != nil {
-			return 0, err
-		}
-		if err := end.Record(s); err != nil {
-			return 0, err
-		}
-		if err := s.Synchronize(); err != nil {
-			return 0, err
-		}
-		t, err := loader.ElapsedMillis(start, end)
-		if err != nil {
-			return 0, err
-		}
-		if i >= warm {
-			ms = append(ms, float64(t))
-		}
-	}
-	med := stats.Median(ms)
-	if !(med > 0) {
-		return 0, fmt.Errorf("the copy of %d bytes timed at %g ms", n, med)
-	}
-	return 2 * float64(n) / (med * 1e-3) / 1e12, nil
-}
-
 func writeBench(w io.Writer, rows []benchRow) error {
 	var b strings.Builder
 	for _, r := range rows {
@@ -443,8 +390,16 @@ func writeBench(w io.Writer, rows []benchRow) error {
 		if r.CopyMeas {
 			how = "measured"
 		}
-		fmt.Fprintf(&b, "%s, %s kernels, %d tokens in %d documents, blob %s, median of %d: %.3f ms (min %.3f); floors: memory %.3f ms (%.2f TB/s, %s), compute %.3f ms",
-			r.Mode, r.Kernels, r.Tokens, len(r.Docs), r.Blob, r.Reps, r.MedianMillis, r.MinMillis, r.MemFloor, r.CopyTBs, how, r.FlopFloor)
+		mhow := "given"
+		switch {
+		case r.MMAMeas:
+			mhow = "measured"
+		case r.MMANote != "":
+			mhow = "not measured"
+		}
+		fmt.Fprintf(&b, "%s, %s kernels, %d tokens in %d documents, blob %s, median of %d: %.3f ms (min %.3f); floors: memory %.3f ms (%.2f TB/s, %s), compute %.3f ms (%.0f TFLOP/s, %s)",
+			r.Mode, r.Kernels, r.Tokens, len(r.Docs), r.Blob, r.Reps, r.MedianMillis, r.MinMillis, r.MemFloor, r.CopyTBs, how, r.FlopFloor,
+			r.MMATFLOPs, mhow)
 		if r.PeakBytes > 0 {
 			fmt.Fprintf(&b, "; peak device memory %.2f GiB", float64(r.PeakBytes)/(1<<30))
 		}

@@ -13,7 +13,7 @@ import (
 // peak memory and the walk width (forced or decided), then the stages.
 func TestWriteBench(t *testing.T) {
 	base := benchRow{Kernels: "v5", Mode: "core", Tokens: 32768, Docs: []int{32768}, Blob: "sm_90a", Reps: 5,
-		MedianMillis: 6.35, MinMillis: 6.3, MemFloor: 0.256, FlopFloor: 0.376, PeakBytes: 4 << 30, CopyTBs: 4.24, CopyMeas: true,
+		MedianMillis: 6.35, MinMillis: 6.3, MemFloor: 0.256, FlopFloor: 0.376, PeakBytes: 4 << 30, CopyTBs: 4.24, CopyMeas: true, MMATFLOPs: 758,
 		Stages: map[string]float64{"prep": 1.3, "state walk": 3.2}, StageOrder: []string{"prep", "state walk"}}
 	for _, tc := range []struct {
 		name           string
@@ -42,7 +42,7 @@ func TestWriteBench(t *testing.T) {
 			var b strings.Builder
 			require.NoError(t, writeBench(&b, []benchRow{r}))
 			out := b.String()
-			assert.True(t, strings.HasPrefix(out, "core, v5 kernels, 32768 tokens in 1 documents, blob sm_90a, median of 5: 6.350 ms (min 6.300); floors: memory 0.256 ms (4.24 TB/s, measured), compute 0.376 ms"), out)
+			assert.True(t, strings.HasPrefix(out, "core, v5 kernels, 32768 tokens in 1 documents, blob sm_90a, median of 5: 6.350 ms (min 6.300); floors: memory 0.256 ms (4.24 TB/s, measured), compute 0.376 ms (758 TFLOP/s, given)"), out)
 			assert.Contains(t, out, tc.want)
 			assert.NotContains(t, strings.SplitN(out, "\n", 2)[0], tc.wantNot)
 			assert.Contains(t, out, "  prep                            1.300 ms\n  state walk                      3.200 ms\n")

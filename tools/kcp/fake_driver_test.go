@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -28,6 +30,9 @@ func TestCLIOnFakeDriver(t *testing.T) {
 		fakecuda.RunChild(t, "TestCLIOnFakeDriver")
 		return
 	}
+	// cuBLAS is not the fake's: the matrix-rate measurement finds none and falls back (whatever this
+	// machine has installed).
+	t.Setenv(envCublas, "/nonexistent/libcublas.so")
 	fk, err := fakecuda.Open(so)
 	require.NoError(t, err)
 
@@ -63,6 +68,10 @@ func TestCLIOnFakeDriver(t *testing.T) {
 		assert.True(t, rows[0].CopyMeas, "%v", args)
 		assert.InDelta(t, 2*float64(copyBytes)/0.125e-3/1e12, rows[0].CopyTBs, 1e-9, "%v", args)
 		assert.Contains(t, stderr, "device copy bandwidth 8.59 TB/s")
+		assert.False(t, rows[0].MMAMeas, "%v", args)
+		assert.Equal(t, float64(defaultMMATFLOPs), rows[0].MMATFLOPs, "%v", args)
+		assert.Contains(t, rows[0].MMANote, "not measured (cuBLAS library not found (tried /nonexistent/libcublas.so)")
+		assert.Contains(t, stderr, "bf16 matrix rate not measured")
 		state := "state walk"
 		if b.mode == "core+bwd" {
 			state = "fwd state walk"
@@ -123,6 +132,34 @@ func TestCLIOnFakeDriver(t *testing.T) {
 		assert.FileExists(t, filepath.Join(dump, f))
 	}
 
+	// The matrix rate through a fake cuBLAS (testdata/fakecublas.c): measured (the fake times every GEMM
+	// at 0.125 ms), its handle destroyed; a cuBLAS that fails falls back to the default with the reason.
+	cublas := filepath.Join(t.TempDir(), "libfakecublas.so")
+	out, err := exec.Command("cc", "-shared", "-fPIC", "-O1", "-o", cublas, "testdata/fakecublas.c").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Setenv(envCublas, cublas)
+	stdout, stderr, code = execute("bench", "--docs", "640", "--kernels", "v5", "--modes", "core", "--reps", "1", "--json")
+	require.Equal(t, 0, code, stderr)
+	var mrows []benchRow
+	require.NoError(t, json.Unmarshal([]byte(stdout), &mrows))
+	require.Len(t, mrows, 1)
+	assert.True(t, mrows[0].MMAMeas, "%s", stderr)
+	assert.InDelta(t, 2*float64(gemmDim*gemmDim*gemmDim)/0.125e-3/1e12, mrows[0].MMATFLOPs, 1e-6)
+	assert.Empty(t, mrows[0].MMANote)
+	assert.Contains(t, stderr, "bf16 matrix rate 8796 TFLOP/s")
+	lib, err := purego.Dlopen(cublas, purego.RTLD_NOW|purego.RTLD_GLOBAL) // the handle the bench opened
+	require.NoError(t, err)
+	var gemms, handles func() int32
+	purego.RegisterLibFunc(&gemms, lib, "fakecublas_gemms")
+	purego.RegisterLibFunc(&handles, lib, "fakecublas_handles")
+	assert.Equal(t, int32(7), gemms(), "2 warm-up and 5 timed GEMMs")
+	assert.Zero(t, handles(), "the cuBLAS handle destroyed")
+	t.Setenv("FAKECUBLAS_FAIL", "create")
+	_, stderr, code = execute("bench", "--docs", "640", "--kernels", "v5", "--modes", "core", "--reps", "1")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "bf16 matrix rate not measured (cublasCreate_v2: cublasStatus_t 1): 758 TFLOP/s")
+	t.Setenv(envCublas, "/nonexistent/libcublas.so")
+
 	// The copy measurement's own failure: exit 1, saying what failed, nothing left held; a given
 	// bandwidth skips it.
 	held := fk.Held()
@@ -136,6 +173,7 @@ func TestCLIOnFakeDriver(t *testing.T) {
 	stdout, stderr, code = execute("bench", "--docs", "640", "--kernels", "v5", "--modes", "core", "--reps", "1", "--copy-tbs", "4")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "(4.00 TB/s, given)")
+	assert.Contains(t, stdout, "(758 TFLOP/s, not measured)")
 	assert.NotContains(t, stderr, "device copy bandwidth")
 
 	// A device allocation that fails: exit 1, the driver's error, no panic.
