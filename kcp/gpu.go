@@ -915,7 +915,8 @@ func openFleet(devs []int, opts GPUOptions) (*gpuFleet, GPUOptions, error) {
 
 // ForPlan returns a GPU backend for another plan and options on the same
 // devices, blobs and kernels (no reload, no JIT). opts.Device, opts.Devices,
-// opts.Blob and the kernel choice must be left zero or equal g's; Options,
+// opts.Blob and the kernel choice must be left zero or equal g's (Kernels
+// may also be KernelsAuto: g's choice); Options,
 // KeepDevice, HostExchange, LaunchOrder, MixedBackward, SplitHeads and SplitPriority are opts'; Comm, Communicator, Timeout and StageHook are
 // opts' when set, else g's. The ranks of the new plan are placed on the
 // devices anew (a plan of another rank count spreads differently), and an
@@ -932,7 +933,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	if (opts.Device != 0 && opts.Device != g.gopts.Device) || (opts.Blob != "" && opts.Blob != g.gopts.Blob) ||
 		(len(opts.Devices) > 0 && !slices.Equal(opts.Devices, g.fleet.order)) ||
 		(opts.kernelFlags() != [9]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) ||
-		(opts.Kernels != "" && opts.Kernels != g.fleet.kernels) {
+		(opts.Kernels != "" && opts.Kernels != KernelsAuto && opts.Kernels != g.fleet.kernels) {
 		return nil, errors.New("kcp: gpu: ForPlan keeps the devices, blob and kernels; make a new backend with NewGPU to change them")
 	}
 	if _, err := opts.Options.normalize(); err != nil {

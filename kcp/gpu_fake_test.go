@@ -465,6 +465,10 @@ func TestFakeDriverKernels(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, same.Close())
 			}
+			auto, err := g.ForPlan(p, GPUOptions{Kernels: KernelsAuto}) // g's choice, whatever it was
+			require.NoError(t, err)
+			require.Equal(t, [2]string{set, why}, func() [2]string { s, w := auto.Kernels(); return [2]string{s, w} }())
+			require.NoError(t, auto.Close())
 		})
 	}
 	calls := fk.Calls("cuDeviceGetAttribute")
