@@ -50,16 +50,27 @@ type Mixed struct {
 
 // Grid128 is the vh = 128 launch's grid: (T, S, W/S).
 func (m *Mixed) Grid128() [3]int {
+	if m == nil || m.Tiles*m.Segments == 0 {
+		return [3]int{}
+	}
 	return [3]int{m.Tiles, m.Segments, len(m.Order128) / (m.Tiles * m.Segments)}
 }
 
 // Grid64 is the vh = 64 launch's grid: (2T, S, HV - W/S).
 func (m *Mixed) Grid64() [3]int {
+	if m == nil || m.Tiles*m.Segments == 0 {
+		return [3]int{}
+	}
 	return [3]int{2 * m.Tiles, m.Segments, len(m.Order64) / (2 * m.Tiles * m.Segments)}
 }
 
 // Walks128 is W, the (chain, head) walks at vh = 128.
-func (m *Mixed) Walks128() int { return len(m.Order128) / m.Tiles }
+func (m *Mixed) Walks128() int {
+	if m == nil || m.Tiles == 0 {
+		return 0
+	}
+	return len(m.Order128) / m.Tiles
+}
 
 // Better reports whether the split launch beats the better single width by
 // at least MixedMarginPercent by the model. A nil m is never better.

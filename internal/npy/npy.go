@@ -119,6 +119,9 @@ type Array struct {
 
 // Len returns the number of elements: the product of Shape (1 for a scalar).
 func (a *Array) Len() int {
+	if a == nil {
+		return 0
+	}
 	n := 1
 	for _, d := range a.Shape {
 		n *= d
@@ -129,6 +132,9 @@ func (a *Array) Len() int {
 // check returns an error if a's data does not match its shape and dtype, as for an Array built by hand
 // rather than read by this package.
 func (a *Array) check() error {
+	if a == nil {
+		return errors.New("npy: nil array")
+	}
 	size := itemSize(a.Dtype)
 	nelem, nbytes, msg := sizeOf(a.Shape, size)
 	if size != 0 && (msg != "" || nbytes != len(a.data) || nelem != a.Len()) {
