@@ -59,13 +59,10 @@ const fakeFaultSamples = 10
 // checked; the GPU tests check those on a GPU. (Not named TestGPU...: the
 // device scripts run those, and this one needs no GPU.)
 func TestFakeDriverFaults(t *testing.T) {
-	so := fakecuda.InChild()
-	if so == "" {
-		fakeRelay(t, "TestFakeDriverFaults", "FAKECUDA_DEVICES=2")
+	fk := fakeChild(t, "TestFakeDriverFaults", "FAKECUDA_DEVICES=2")
+	if fk == nil {
 		return
 	}
-	fk, err := fakecuda.Open(so)
-	require.NoError(t, err)
 	p := bwdPlan(t, []int{100, 70, 20}, 2, LayoutC, 2, 4)
 	in, dout := RandomInputs(p, StageModule, 5)
 	run := func() (err error) {
@@ -150,16 +147,25 @@ func TestFakeDriverFaults(t *testing.T) {
 	t.Logf("fake driver: %d runs with a failing release, each reported", release)
 }
 
-// fakeRelay runs test in a child process on the fake driver
-// (fakecuda.RunChild, with env) and logs the child's "fake driver:" lines.
-func fakeRelay(t *testing.T, test string, env ...string) {
+// fakeChild runs test on the fake driver in a child process
+// (fakecuda.RunChild, with env): in the parent it logs the child's "fake
+// driver:" lines and returns nil (the test then returns); in the child it
+// returns the fake's controls.
+func fakeChild(t *testing.T, test string, env ...string) *fakecuda.Lib {
 	t.Helper()
-	out := fakecuda.RunChild(t, test, env...)
-	for _, l := range strings.Split(out, "\n") {
-		if _, msg, ok := strings.Cut(l, "fake driver:"); ok {
-			t.Log("fake driver:" + msg)
+	so := fakecuda.InChild()
+	if so == "" {
+		out := fakecuda.RunChild(t, test, env...)
+		for _, l := range strings.Split(out, "\n") {
+			if _, msg, ok := strings.Cut(l, "fake driver:"); ok {
+				t.Log("fake driver:" + msg)
+			}
 		}
+		return nil
 	}
+	fk, err := fakecuda.Open(so)
+	require.NoError(t, err)
+	return fk
 }
 
 // fakeB1B3 is the scenario TestFakeDriverFaults fails, on the v5 kernels:
@@ -306,13 +312,10 @@ func fakeSamples(n int) []int {
 // streams, the vh = 128 one at the context's greatest priority. First, NewGPU
 // and ForPlan refuse SplitHeads on the fp32 kernels, whose walks cannot split.
 func TestFakeDriverSplitStreams(t *testing.T) {
-	so := fakecuda.InChild()
-	if so == "" {
-		fakecuda.RunChild(t, "TestFakeDriverSplitStreams")
+	fk := fakeChild(t, "TestFakeDriverSplitStreams")
+	if fk == nil {
 		return
 	}
-	fk, err := fakecuda.Open(so)
-	require.NoError(t, err)
 	p := bwdPlan(t, []int{100, 70, 20}, 1, LayoutC, 2, 4) // one rank, three segments
 	in, _ := RandomInputs(p, StageCore, 6)
 	// The fp32 kernels' walks cannot split: NewGPU and ForPlan say so before anything runs.
@@ -412,13 +415,10 @@ func fakeWaitsFor(ops []fakecuda.Op, waiter, on uintptr, lo, hi int) bool {
 // and refuses another name; a bad choice fails before the driver is asked
 // for anything.
 func TestFakeDriverKernels(t *testing.T) {
-	so := fakecuda.InChild()
-	if so == "" {
-		fakecuda.RunChild(t, "TestFakeDriverKernels")
+	fk := fakeChild(t, "TestFakeDriverKernels")
+	if fk == nil {
 		return
 	}
-	fk, err := fakecuda.Open(so)
-	require.NoError(t, err)
 	p := bwdPlan(t, []int{100, 70}, 2, LayoutC, 2, 4)
 	auto, autoWhy, err := ChooseKernels(0, "")
 	require.NoError(t, err)
@@ -491,13 +491,10 @@ func TestFakeDriverKernels(t *testing.T) {
 // block and shared memory against an H200's limits), and leave nothing held.
 // The kernels do not run, so no value is checked.
 func TestFakeDriverRandomPlans(t *testing.T) {
-	so := fakecuda.InChild()
-	if so == "" {
-		fakeRelay(t, "TestFakeDriverRandomPlans", "FAKECUDA_DEVICES=2")
+	fk := fakeChild(t, "TestFakeDriverRandomPlans", "FAKECUDA_DEVICES=2")
+	if fk == nil {
 		return
 	}
-	fk, err := fakecuda.Open(so)
-	require.NoError(t, err)
 	held0 := fk.Held()
 	r := rand.New(rand.NewPCG(29, 12))
 	heads := [][2]int{{1, 2}, {1, 3}, {2, 4}, {2, 6}, {1, 1}}
@@ -568,13 +565,10 @@ func TestFakeDriverRandomPlans(t *testing.T) {
 // and nothing held afterwards. Under -race it checks the host side's sharing
 // (the blobs, the dispatch-order and split caches, the stagers).
 func TestFakeDriverConcurrent(t *testing.T) {
-	so := fakecuda.InChild()
-	if so == "" {
-		fakeRelay(t, "TestFakeDriverConcurrent")
+	fk := fakeChild(t, "TestFakeDriverConcurrent")
+	if fk == nil {
 		return
 	}
-	fk, err := fakecuda.Open(so)
-	require.NoError(t, err)
 	held0 := fk.Held()
 	p2 := bwdPlan(t, []int{300, 70, 200}, 2, LayoutD, 2, 4)
 	p3 := bwdPlan(t, []int{300, 70, 200}, 3, LayoutZ, 2, 4)
