@@ -483,7 +483,11 @@ func walkDispatch(prof sched.Profile, chains []int32, hv, tiles int) ([]int32, e
 	}
 	slots := walkSlots(prof)
 	order, span, err := sched.DispatchOrder(c, hv, tiles, slots)
-	if err != nil || span >= sched.ListMakespan(c, hv, tiles, slots) {
+	if err != nil {
+		return nil, err
+	}
+	launch, err := sched.ListMakespan(c, hv, tiles, slots)
+	if err != nil || span >= launch {
 		return nil, err
 	}
 	return order, nil

@@ -38,6 +38,8 @@ func BenchmarkLPTJobs2(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		LPT(jobs, 296)
+		if _, err := LPT(jobs, 296); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -209,8 +209,12 @@ func Decide(kind WalkKind, chains []int, hv int, prof Profile, rule Rule) (Decis
 				return Decision{}, fmt.Errorf("sched: %s walk: %w", kind, err)
 			}
 		} else {
-			d.CostMakespan1 = ListMakespan(chains, hv, tiles, d.CostSlots)
-			d.CostMakespan2 = ListMakespan(chains, hv, 2*tiles, d.CostSlots)
+			var err1, err2 error
+			d.CostMakespan1, err1 = ListMakespan(chains, hv, tiles, d.CostSlots)
+			d.CostMakespan2, err2 = ListMakespan(chains, hv, 2*tiles, d.CostSlots)
+			if err := errors.Join(err1, err2); err != nil {
+				return Decision{}, fmt.Errorf("sched: %s walk: %w", kind, err)
+			}
 		}
 	}
 

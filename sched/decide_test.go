@@ -124,7 +124,7 @@ func TestSM90aCostRule(t *testing.T) {
 			// where they do not. LPT's list makespans, with the jobs sorted first,
 			// would get the 3-document pack wrong (1124 / 1812 over the same
 			// slots: vh = 128, measured 9% slower in launch order).
-			lm1, lm2 := ListMakespan(tc.chains, 48, 1, 132), ListMakespan(tc.chains, 48, 2, 132)
+			lm1, lm2 := mustList(t, tc.chains, 48, 1, 132), mustList(t, tc.chains, 48, 2, 132)
 			assert.LessOrEqual(t, tc.m1, lm1)
 			assert.LessOrEqual(t, tc.m2, lm2)
 			if tc.name == "3 documents, 120,908 tokens" {
@@ -133,8 +133,8 @@ func TestSM90aCostRule(t *testing.T) {
 				for _, c := range tc.chains {
 					j1, j2 = append(j1, rep(c, 48)...), append(j2, rep(c, 96)...)
 				}
-				assert.Equal(t, []int{1124, 1812}, []int{LPT(j1, 132), LPT(j2, 132)})
-				assert.Greater(t, 2*LPT(j2, 132), 3*LPT(j1, 132))
+				assert.Equal(t, []int{1124, 1812}, []int{mustLPT(t, j1, 132), mustLPT(t, j2, 132)})
+				assert.Greater(t, 2*mustLPT(t, j2, 132), 3*mustLPT(t, j1, 132))
 			}
 			// The summary and offset walks run twice the CTAs (P and Q columns),
 			// at the costs of the state and the tape walk.

@@ -42,7 +42,7 @@ func TestDispatchOrder(t *testing.T) {
 			}
 			length := func(cta int32) int { return c.chains[(int(cta)/c.perSegment)%len(c.chains)] }
 			assert.Equal(t, listMakespanOf(order, length, c.slots), span, "the makespan of the order returned")
-			launch := ListMakespan(c.chains, c.hv, c.perSegment, c.slots)
+			launch := mustList(t, c.chains, c.hv, c.perSegment, c.slots)
 			assert.LessOrEqual(t, span, launch, "above launch order's")
 			if c.launchSpan > 0 {
 				assert.Equal(t, c.launchSpan, launch)
@@ -76,7 +76,7 @@ func TestDispatchOrderRandom(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, order, again)
 		require.Equal(t, span, span2)
-		require.LessOrEqual(t, span, ListMakespan(chains, hv, per, slots), "chains %v hv %d per %d slots %d", chains, hv, per, slots)
+		require.LessOrEqual(t, span, mustList(t, chains, hv, per, slots), "chains %v hv %d per %d slots %d", chains, hv, per, slots)
 		total, longest := 0, 0
 		for _, c := range chains {
 			total += c * hv * per

@@ -8,7 +8,11 @@ import (
 
 func ExampleLPT() {
 	// Five jobs over two slots: 3+2+2 | 3+2 would be 7; the optimum is 6.
-	fmt.Println(sched.LPT([]int{3, 3, 2, 2, 2}, 2))
+	makespan, err := sched.LPT([]int{3, 3, 2, 2, 2}, 2)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(makespan)
 	// Output: 7
 }
 
@@ -40,7 +44,11 @@ func ExampleDispatchOrder() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(len(order), sched.ListMakespan(chains, 48, 2, 132), span)
+	launch, err := sched.ListMakespan(chains, 48, 2, 132)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(order), launch, span)
 	// Output: 288 1891 1686
 }
 

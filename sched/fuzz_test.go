@@ -75,6 +75,24 @@ func FuzzDecide(f *testing.F) {
 			}
 			require.GreaterOrEqual(t, span, max(longest, (total+sms-1)/sms))
 		}
+		// LPT and ListMakespan on signed lengths: an error on a bad argument, never a
+		// panic; otherwise a makespan of at least the longest job and the mean load.
+		signed := make([]int, len(chains))
+		total, longest := 0, 0
+		for i, c := range chains {
+			signed[i] = int(int16(c))
+			total, longest = total+max(signed[i], 0), max(longest, signed[i])
+		}
+		if m, err := LPT(signed, sms); err == nil {
+			require.GreaterOrEqual(t, m, max(longest, (total+sms-1)/sms), "LPT(%v, %d)", signed, sms)
+		} else {
+			require.Zero(t, m)
+		}
+		if m, err := ListMakespan(signed, hv, 1, sms); err == nil && hv > 0 && len(signed) > 0 {
+			require.GreaterOrEqual(t, m, max(longest, (hv*total+sms-1)/sms), "ListMakespan(%v, %d, 1, %d)", signed, hv, sms)
+		} else if err != nil {
+			require.Zero(t, m)
+		}
 		if hv <= 64 && len(chains) <= 8 {
 			_, _ = MixedWalk(chains, hv, 1+int(kind)%2, sms, ChunkCost{Narrow: 1 + int(rule)%5, Wide: 1 + int(variant)%9})
 		}

@@ -17,20 +17,22 @@ import (
 // 2*SM slots therefore cost a few heap operations per distinct job length, not
 // one per job.
 //
-// LPT does not modify jobs. It panics if slots < 1 or a job is negative: both
-// are programming errors (Decide validates its inputs before calling it).
-func LPT(jobs []int, slots int) int {
+// LPT does not modify jobs. It returns an error, and makespan 0, if slots < 1
+// or a job is negative.
+func LPT(jobs []int, slots int) (int, error) {
 	if slots < 1 {
-		panic(fmt.Sprintf("sched.LPT: %d slots, need at least 1", slots))
+		return 0, fmt.Errorf("sched: LPT: %d slots, need at least 1", slots)
+	}
+	for i, j := range jobs {
+		if j < 0 {
+			return 0, fmt.Errorf("sched: LPT: job %d is %d, need >= 0", i, j)
+		}
 	}
 	if len(jobs) == 0 {
-		return 0
+		return 0, nil
 	}
 	sorted := slices.Clone(jobs)
 	slices.SortFunc(sorted, func(a, b int) int { return b - a })
-	if sorted[len(sorted)-1] < 0 {
-		panic(fmt.Sprintf("sched.LPT: negative job %d", sorted[len(sorted)-1]))
-	}
 	var lp lptState
 	lp.reset(slots)
 	for i := 0; i < len(sorted); {
@@ -41,7 +43,7 @@ func LPT(jobs []int, slots int) int {
 		lp.place(sorted[i], j-i)
 		i = j
 	}
-	return lp.makespan
+	return lp.makespan, nil
 }
 
 // lptRepeated is LPT of every length in desc (sorted longest first, all >= 0)
@@ -134,16 +136,19 @@ func (s *lptState) down(i int) {
 // them out: in launch order (for each value head of hv, each chain of chains
 // in order, perSegment CTAs of that chain's length), each onto the least-loaded
 // of slots (the first to come free). This is LPT's placement without LPT's
-// sort, so it runs on the same bucket heap (lptState.place). It panics if
-// slots < 1 or a chain is negative (programming errors: Decide validates its
-// inputs first).
-func ListMakespan(chains []int, hv, perSegment, slots int) int {
-	if slots < 1 {
-		panic(fmt.Sprintf("sched.ListMakespan: %d slots, need at least 1", slots))
+// sort, so it runs on the same bucket heap (lptState.place). It returns an
+// error, and makespan 0, if slots < 1, hv or perSegment is negative, or a chain
+// is negative (hv or perSegment 0 launch nothing: makespan 0).
+func ListMakespan(chains []int, hv, perSegment, slots int) (int, error) {
+	switch {
+	case slots < 1:
+		return 0, fmt.Errorf("sched: list makespan: %d slots, need at least 1", slots)
+	case hv < 0 || perSegment < 0:
+		return 0, fmt.Errorf("sched: list makespan: %d heads x %d tiles a segment, need >= 0 each", hv, perSegment)
 	}
-	for _, c := range chains {
+	for i, c := range chains {
 		if c < 0 {
-			panic(fmt.Sprintf("sched.ListMakespan: negative chain %d", c))
+			return 0, fmt.Errorf("sched: list makespan: chain %d has %d chunks", i, c)
 		}
 	}
 	lp := lptPool.Get().(*lptState)
@@ -154,5 +159,5 @@ func ListMakespan(chains []int, hv, perSegment, slots int) int {
 			lp.place(c, perSegment)
 		}
 	}
-	return lp.makespan
+	return lp.makespan, nil
 }

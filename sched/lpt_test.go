@@ -62,7 +62,7 @@ func TestListMakespan(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.m, ListMakespan(tc.chains, tc.hv, tc.per, tc.slots))
+			assert.Equal(t, tc.m, mustList(t, tc.chains, tc.hv, tc.per, tc.slots))
 		})
 	}
 	seed := uint64(11)
@@ -76,10 +76,50 @@ func TestListMakespan(t *testing.T) {
 			chains[i] = next(700)
 		}
 		hv, per, slots := 1+next(50), 1+next(4), 1+next(140)
-		require.Equal(t, naiveList(chains, hv, per, slots), ListMakespan(chains, hv, per, slots), "%v hv %d per %d slots %d", chains, hv, per, slots)
+		require.Equal(t, naiveList(chains, hv, per, slots), mustList(t, chains, hv, per, slots), "%v hv %d per %d slots %d", chains, hv, per, slots)
 	}
-	assert.Panics(t, func() { ListMakespan([]int{1}, 1, 1, 0) })
-	assert.Panics(t, func() { ListMakespan([]int{-1}, 1, 1, 2) })
+}
+
+func TestListMakespanErrors(t *testing.T) {
+	tests := []struct {
+		name           string
+		chains         []int
+		hv, per, slots int
+		want           string
+	}{
+		{"no slot", []int{1}, 1, 1, 0, "0 slots, need at least 1"},
+		{"negative slots", []int{1}, 1, 1, -3, "-3 slots"},
+		{"negative chain", []int{4, -1}, 1, 1, 2, "chain 1 has -1 chunks"},
+		{"negative heads", []int{1}, -1, 1, 2, "-1 heads x 1 tiles"},
+		{"negative tiles", []int{1}, 1, -2, 2, "1 heads x -2 tiles"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := ListMakespan(tc.chains, tc.hv, tc.per, tc.slots)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Zero(t, m)
+		})
+	}
+	m, err := ListMakespan([]int{3}, 0, 1, 2)
+	require.NoError(t, err, "no head launches nothing")
+	assert.Zero(t, m)
+}
+
+// mustLPT is LPT, failing the test on an error.
+func mustLPT(t testing.TB, jobs []int, slots int) int {
+	t.Helper()
+	m, err := LPT(jobs, slots)
+	require.NoError(t, err)
+	return m
+}
+
+// mustList is ListMakespan, failing the test on an error.
+func mustList(t testing.TB, chains []int, hv, per, slots int) int {
+	t.Helper()
+	m, err := ListMakespan(chains, hv, per, slots)
+	require.NoError(t, err)
+	return m
 }
 
 // optimum is the smallest makespan of any assignment, by exhaustive search
@@ -137,7 +177,7 @@ func TestLPTHandCases(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			in := slices.Clone(tc.jobs)
-			assert.Equal(t, tc.want, LPT(tc.jobs, tc.slots))
+			assert.Equal(t, tc.want, mustLPT(t, tc.jobs, tc.slots))
 			assert.Equal(t, tc.want, naiveLPT(tc.jobs, tc.slots), "naive")
 			assert.Equal(t, in, tc.jobs, "LPT must not modify its input")
 		})
@@ -157,7 +197,7 @@ func TestLPTMatchesNaive(t *testing.T) {
 				jobs[i] = r.Intn(1000)
 			}
 		}
-		require.Equal(t, naiveLPT(jobs, slots), LPT(jobs, slots), "jobs %v slots %d", jobs, slots)
+		require.Equal(t, naiveLPT(jobs, slots), mustLPT(t, jobs, slots), "jobs %v slots %d", jobs, slots)
 	}
 }
 
@@ -192,7 +232,7 @@ func TestLPTAgainstBruteForce(t *testing.T) {
 			jobs[i] = 1 + r.Intn(20)
 		}
 		opt := optimum(jobs, m)
-		got := LPT(jobs, m)
+		got := mustLPT(t, jobs, m)
 		require.GreaterOrEqual(t, got, opt, "jobs %v m %d", jobs, m)
 		// Graham: LPT <= (4/3 - 1/(3m)) OPT, i.e. 3m*LPT <= (4m-1)*OPT.
 		require.LessOrEqual(t, 3*m*got, (4*m-1)*opt, "jobs %v m %d: LPT %d OPT %d", jobs, m, got, opt)
@@ -200,7 +240,24 @@ func TestLPTAgainstBruteForce(t *testing.T) {
 	}
 }
 
-func TestLPTPanicsOnProgrammingErrors(t *testing.T) {
-	assert.Panics(t, func() { LPT([]int{1}, 0) })
-	assert.Panics(t, func() { LPT([]int{1, -1}, 2) })
+func TestLPTErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		jobs  []int
+		slots int
+		want  string
+	}{
+		{"no slot", []int{1}, 0, "0 slots, need at least 1"},
+		{"no slot, no job", nil, 0, "0 slots"},
+		{"negative job", []int{1, -1}, 2, "job 1 is -1, need >= 0"},
+		{"negative job first", []int{-5, 3}, 1, "job 0 is -5"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := LPT(tc.jobs, tc.slots)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Zero(t, m)
+		})
+	}
 }
