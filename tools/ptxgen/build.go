@@ -23,8 +23,12 @@ import (
 // config is what the flags set.
 type config struct {
 	Src, Out, NVCC, Main, SM107 string
-	Timeout                     time.Duration
-	Log                         func(format string, args ...any)
+	// Targets, comma-separated slots, limits the build to those blobs and
+	// compute_80 (whose PTX gives every entry's parameter layout); empty
+	// builds every slot.
+	Targets string
+	Timeout time.Duration
+	Log     func(format string, args ...any)
 }
 
 // target is one blob to build.
@@ -62,6 +66,37 @@ func targets(native107 bool) []target {
 	}
 	return append(ts, target{Slot: "compute_80", Kind: ptx.KindPTX, BuiltAs: "compute_80", Arch: []string{"-ptx", "-arch=compute_80"},
 		Note: "portable PTX, JIT-compiled by the driver on compute capability 8.0 and newer"})
+}
+
+// pick keeps the targets of ts whose slot the comma-separated list names, and
+// compute_80 always (the parameter layouts come from its PTX), in ts's order.
+// An empty list keeps all of them; an unknown or repeated slot is an error.
+func pick(ts []target, list string) ([]target, error) {
+	if strings.TrimSpace(list) == "" {
+		return ts, nil
+	}
+	want := map[string]bool{"compute_80": true}
+	var known []string
+	for _, t := range ts {
+		known = append(known, t.Slot)
+	}
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		switch {
+		case !slices.Contains(known, s):
+			return nil, fmt.Errorf("-targets: unknown slot %q (slots: %s)", s, strings.Join(known, ", "))
+		case want[s] && s != "compute_80":
+			return nil, fmt.Errorf("-targets: slot %s named twice", s)
+		}
+		want[s] = true
+	}
+	var out []target
+	for _, t := range ts {
+		if want[t.Slot] {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // fileName is the blob's file name: gdnkcp.sm_90a.cubin, gdnkcp.compute_80.ptx.
@@ -255,7 +290,17 @@ func run(ctx context.Context, cfg config) (*ptx.Manifest, error) {
 	}
 
 	base := strings.TrimSuffix(cfg.Main, ".cu")
-	ts := targets(native107)
+	ts, err := pick(targets(native107), cfg.Targets)
+	if err != nil {
+		return nil, err
+	}
+	if len(ts) < len(targets(native107)) {
+		var slots []string
+		for _, t := range ts {
+			slots = append(slots, t.Slot)
+		}
+		logf("targets %s only (-targets): this manifest is not one to embed", strings.Join(slots, ", "))
+	}
 	m := &ptx.Manifest{Generator: generator(), Sources: srcs}
 	resources := map[string]map[string]*ptx.Resources{} // slot -> entry -> resources
 	// The targets compile concurrently (each nvcc is single-threaded and a

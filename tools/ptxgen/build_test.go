@@ -132,6 +132,57 @@ func TestRunWithFakeNVCC(t *testing.T) {
 	assert.True(t, strings.HasPrefix(m.Generator, "gdnkcp tools/ptxgen"))
 }
 
+func TestRunTargets(t *testing.T) {
+	cfg := setup(t)
+	cfg.Targets = "sm_90a"
+	m, err := run(context.Background(), cfg)
+	require.NoError(t, err)
+	var slots []string
+	for _, b := range m.Blobs {
+		slots = append(slots, b.Target)
+		require.Len(t, b.Entries, 2, b.Target)
+	}
+	assert.Equal(t, []string{"sm_90a", "compute_80"}, slots, "the slot named and the PTX, in manifest order")
+	files, err := filepath.Glob(filepath.Join(cfg.Out, "gdnkcp.*"))
+	require.NoError(t, err)
+	assert.Len(t, files, 2, "no other blob built: %v", files)
+	disk, err := ptx.Dir(cfg.Out).Manifest()
+	require.NoError(t, err)
+	assert.Len(t, disk.Blobs, 2)
+}
+
+func TestPickTargets(t *testing.T) {
+	all := targets(false)
+	tests := []struct {
+		list, want, err string
+	}{
+		{list: "", want: "sm_90a sm_100a sm_103a sm_107a compute_80"},
+		{list: "sm_90a", want: "sm_90a compute_80"},
+		{list: " sm_103a , sm_90a", want: "sm_90a sm_103a compute_80"},
+		{list: "compute_80", want: "compute_80"},
+		{list: "compute_80,sm_100a", want: "sm_100a compute_80"},
+		{list: "sm_89", err: `-targets: unknown slot "sm_89" (slots: sm_90a, sm_100a, sm_103a, sm_107a, compute_80)`},
+		{list: "sm_90a,", err: `unknown slot ""`},
+		{list: "sm_90a,sm_90a", err: "slot sm_90a named twice"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.list, func(t *testing.T) {
+			got, err := pick(all, tc.list)
+			if tc.err != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.err)
+				return
+			}
+			require.NoError(t, err)
+			var slots []string
+			for _, g := range got {
+				slots = append(slots, g.Slot)
+			}
+			assert.Equal(t, tc.want, strings.Join(slots, " "))
+		})
+	}
+}
+
 func TestRunFailures(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -149,6 +200,7 @@ func TestRunFailures(t *testing.T) {
 		}, want: "gdnkcp.cu does not #include extra.cu"},
 		{name: "no translation unit", prep: func(t *testing.T, cfg *config) { cfg.Main = "missing.cu" }, want: "the translation unit: open"},
 		{name: "bad -sm107", prep: func(t *testing.T, cfg *config) { cfg.SM107 = "maybe" }, want: "-sm107 \"maybe\""},
+		{name: "bad -targets", prep: func(t *testing.T, cfg *config) { cfg.Targets = "sm_70" }, want: `-targets: unknown slot "sm_70"`},
 		{name: "no nvcc", prep: func(t *testing.T, cfg *config) { cfg.NVCC = filepath.Join(t.TempDir(), "nvcc") }, want: "nvcc \""},
 	}
 	for _, tc := range tests {
