@@ -104,6 +104,22 @@ func TestEmbeddedWalksDoNotSpill(t *testing.T) {
 	require.NotZero(t, walks, "no walk entry with ptxas resources in the embedded manifest")
 }
 
+// TestEmbeddedBlobsEverySlot: the embedded manifest holds every slot that
+// tools/ptxgen builds (its targets; DESIGN.md §5), each entry in each blob, so
+// that a partial set (ptxgen -targets, made for timing) is never installed.
+func TestEmbeddedBlobsEverySlot(t *testing.T) {
+	m, err := Embedded().Manifest()
+	require.NoError(t, err)
+	var slots []string
+	for _, b := range m.Blobs {
+		slots = append(slots, b.Target)
+	}
+	assert.Equal(t, []string{"sm_90a", "sm_100a", "sm_103a", "sm_107a", "compute_80"}, slots)
+	for _, b := range m.Blobs {
+		assert.Len(t, b.Entries, len(m.Blobs[0].Entries), "%s: every blob holds every entry", b.Target)
+	}
+}
+
 // TestEmbeddedBlobsMatchSources holds the rule that the committed blobs are
 // built from the committed kernels: every source the embedded manifest
 // records has the same sha256 in ptx/src, and every .cu file of ptx/src is
