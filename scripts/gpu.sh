@@ -34,6 +34,12 @@ pack)
 	files=("${@:-kcp kcp.test ptxgen}")
 	tar -C .gpu -czf .gpu/pack.tgz ${files[@]}
 	ls -l .gpu/pack.tgz
+	# What a device call sends: the tracked and untracked-not-ignored files plus what it carries, 64 MiB at most.
+	tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+	total=$((tree + $(stat -c %s .gpu/pack.tgz)))
+	echo "gpu.sh pack: the working tree ($((tree >> 20)) MiB) and the pack come to $((total >> 20)) MiB of the 64 MiB a call sends"
+	# (63.8 MiB counted this way was refused on 2026-12-05: keep a margin)
+	[ "$total" -le $((60 << 20)) ] || echo "gpu.sh pack: over 60 MiB: the call may be refused as over 64 MiB; pack fewer binaries" >&2
 	echo 'carry=[".gpu/pack.tgz"]'
 	;;
 remote)
