@@ -108,6 +108,13 @@ using outmma::mma_terms;
 // row is stored at unit (col / 8) ^ (row % 8).
 __device__ __forceinline__ int swz(int row, int col) { return row * kD + (((col >> 3) ^ (row & 7)) << 3) + (col & 7); }
 
+// GDNKCP_DVL_ZFILL: copy_do zero-fills dO's rows from n on by cp.async's src-size (tc::cp_async16_zfill, row
+// 0's address for them: n >= 1), one instruction where the copy-or-zero-store branch (0) took ~20, and no
+// zero store for a later head's cp.async into the same double-buffered bytes to order against (mma.cuh).
+#ifndef GDNKCP_DVL_ZFILL
+#define GDNKCP_DVL_ZFILL 1
+#endif
+
 // copy_do issues the cp.async copies of the rows < n of the chunk's bf16 dO (row stride `stride` elements)
 // into the swizzled stage and zero-fills the rows >= n; thread tid owns the 16-byte units tid + 256 k.
 __device__ __forceinline__ void copy_do(bf16* dst, const bf16* src, long long stride, int n) {
@@ -115,7 +122,9 @@ __device__ __forceinline__ void copy_do(bf16* dst, const bf16* src, long long st
 	for (int k = 0; k < kC * 16 / kThreads; ++k) {
 		const int p = threadIdx.x + kThreads * k, r = p >> 4, cb = p & 15;
 		bf16* d = dst + swz(r, 8 * cb);
-		if (r < n)
+		if (GDNKCP_DVL_ZFILL)
+			tc::cp_async16_zfill(d, src + (r < n ? r : 0) * stride + 8 * cb, r < n);
+		else if (r < n)
 			tc::cp_async16(d, src + r * stride + 8 * cb);
 		else
 			*reinterpret_cast<float4*>(d) = make_float4(0.f, 0.f, 0.f, 0.f);

@@ -221,6 +221,14 @@ __device__ __forceinline__ void prep_norm_k(const PrepSmem& S, const bf16* k, in
 	}
 }
 
+// GDNKCP_PREP_ZFILL: prep_stage_head's v copies (16-byte aligned rows, vfast) zero-fill the rows from n on by
+// cp.async's src-size (tc::cp_async16_zfill) where a branch between the copy and a 16-byte zero store (0) took
+// ~20 instructions, and the later heads of a grouped CTA (prep_head_g) put no zero store before a cp.async
+// into the same VS bytes (the hazard ptxas orders with dummy shared loads; mma.cuh).
+#ifndef GDNKCP_PREP_ZFILL
+#define GDNKCP_PREP_ZFILL 1
+#endif
+
 // P0, value head h: its bf16 v rows into VS (one commit group), beta, and gamma (warp 0 loads the 64 g at
 // once, lane 0 sums them in token order: gdn_prep_fwd's bits).
 __device__ __forceinline__ void prep_stage_head(const PrepSmem& S, const bf16* v, int v_stride, const float* g,
@@ -232,7 +240,9 @@ __device__ __forceinline__ void prep_stage_head(const PrepSmem& S, const bf16* v
 		const int f = tid + kThreads * x, i = f / 16, d8 = 8 * (f % 16);
 		bf16* dst = S.VS + swz(i, d8);
 		const bf16* src = v + (long long)(t0 + i) * v_stride + h * kD + d8;
-		if (i >= n) {
+		if (GDNKCP_PREP_ZFILL && vfast) {  // the rows from n on: zeros by the copy itself, from row 0's address
+			tc::cp_async16_zfill(dst, i < n ? src : v + (long long)t0 * v_stride + h * kD + d8, i < n);
+		} else if (i >= n) {
 			*reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
 		} else if (vfast) {
 			tc::cp_async16(dst, src);
