@@ -290,11 +290,12 @@ func run(ctx context.Context, cfg config) (*ptx.Manifest, error) {
 	}
 
 	base := strings.TrimSuffix(cfg.Main, ".cu")
-	ts, err := pick(targets(native107), cfg.Targets)
+	all := targets(native107)
+	ts, err := pick(all, cfg.Targets)
 	if err != nil {
 		return nil, err
 	}
-	if len(ts) < len(targets(native107)) {
+	if len(ts) < len(all) {
 		var slots []string
 		for _, t := range ts {
 			slots = append(slots, t.Slot)
