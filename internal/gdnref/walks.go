@@ -380,3 +380,49 @@ func TapeWalk(s *Segment, dvLocal, dO, dEnd *mat.Dense, vh int) (*Tape, error) {
 	}
 	return tp, nil
 }
+
+// FoldedOutput returns the output's operands folded ahead of the state walk, for chunk ci of s:
+//
+//	Qeff   = Qg - P W      (Len x K)
+//	Ointra = P U           (Len x V),    P = Q Kᵀ ⊙ Γ ⊙ causal
+//
+// Since V' = U - W H, the output O = scale (Qg H + P V') is scale (Qeff H + Ointra): one product with the
+// chunk's start state H, where Output needs H, V' and P. Both depend only on the chunk's inputs, so a
+// chunk-parallel kernel (the prep) can form them before the walk, and the walk can finish O itself from
+// the H it holds (docs/perf-notes.md, "The output folded into the prep and the walk").
+func FoldedOutput(s *Segment, ci int) (qeff, ointra *mat.Dense, err error) {
+	if ci < 0 || ci >= len(s.Chunks) {
+		return nil, nil, fmt.Errorf("gdnref: FoldedOutput: chunk %d not within [0, %d)", ci, len(s.Chunks))
+	}
+	c := &s.Chunks[ci]
+	ws := getScratch()
+	defer putScratch(ws)
+	p := c.attention(ws)
+	qeff = mat.NewDense(c.Len, s.Dk, nil)
+	mulNN(qeff, p, c.W)
+	qeff.Sub(c.Qg, qeff)
+	ointra = mat.NewDense(c.Len, s.Dv, nil)
+	mulNN(ointra, p, c.U)
+	return qeff, ointra, nil
+}
+
+// OutputFolded computes the outputs of the segment (T x V) from FoldedOutput's operands and the chunks'
+// start states: O = scale (Qeff H + Ointra). It equals Output up to rounding.
+func OutputFolded(s *Segment, st *States) (*mat.Dense, error) {
+	if err := s.checkStates("OutputFolded", st); err != nil {
+		return nil, err
+	}
+	o := mat.NewDense(s.T, s.Dv, nil)
+	for ci := range s.Chunks {
+		c := &s.Chunks[ci]
+		qeff, ointra, err := FoldedOutput(s, ci)
+		if err != nil {
+			return nil, err
+		}
+		oc := rowsOf(o, c.Start, c.Start+c.Len)
+		mulNN(oc, qeff, st.H[ci])
+		addTo(oc, ointra)
+		scaleTo(oc, s.Scale, oc)
+	}
+	return o, nil
+}
