@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# fold-check.sh: the device call for ptx/staging/walk_folded.patch (docs/perf-notes.md, "The output folded into
+# the prep and the walk"): the output folded into the state walk, step 1 (gdn_fold_operands after the prep).
+#   here:  bash scripts/land-prep.sh          (the patch applied; kcp with --fold; a pack of kcp, kcp.test, ptxgen)
+#   there: run(command="bash scripts/fold-check.sh", carry=[".gpu/pack.tgz"])
+# 1. ptxgen on ptx/src into B (TARGETS, default sm_90a: that cubin and the compute_80 PTX; TARGETS= builds every
+#    target, the blobs to install); the registers and spills of the fold's entries and the plane walks (sm_90a),
+#    and every sm_90a entry whose spill stores grew against ptx/blobs;
+# 2. TESTS (default TestGPUFoldedOutput and the v5 forward) on B's blobs;
+# 3. kcp bench --modes core at DOCS (32768) and DOCS2 (40000,45000,35908) on B without and with --fold (and A, the
+#    committed blobs, as the control), ROUNDS rounds (default 2), medians of REPS (5); the stage table last.
+# B's blobs come back as $OUT/blobs-b.tar.gz, the logs as $OUT/logs-fold.tar.gz. Land step 1 (install B's blobs:
+# scripts/blobs-local.sh install, with every target built) only where the tests pass, nothing spills more and
+# the forward gets faster; the state walk's time with --fold decides step 2 (the operands formed in the prep).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/fold-check}
+mkdir -p "$out"
+export PATH=/usr/local/cuda/bin:$PATH
+[ -f .gpu/pack.tgz ] && tar -C .gpu -xzf .gpu/pack.tgz
+work=$(mktemp -d)
+mkdir -p "$work/logs" "$work/blobs-b"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+t0=$(date +%s)
+targets=${TARGETS-sm_90a}
+if ! .gpu/ptxgen -src ptx/src -out "$work/blobs-b" ${targets:+-targets "$targets"} >"$work/logs/ptxgen.log" 2>&1; then
+	echo "fold-check: ptxgen failed:"
+	{ grep -m 12 -E 'error|Error' "$work/logs/ptxgen.log" || tail -5 "$work/logs/ptxgen.log"; } | cut -c1-300
+	tar -C "$work" -czf "$out/logs-fold.tar.gz" logs
+	exit 1
+fi
+tar -C "$work/blobs-b" -czf "$out/blobs-b.tar.gz" .
+echo "fold-check: B's blobs in $(($(date +%s) - t0)) s"
+python3 - ptx/blobs/manifest.json "$work/blobs-b/manifest.json" <<'PY'
+import json, re, sys
+def entries(f):
+    for b in json.load(open(f))["blobs"]:
+        if b["target"] == "sm_90a":
+            return {e["name"]: e["resources"] for e in b["entries"]}
+    return {}
+a, b = entries(sys.argv[1]), entries(sys.argv[2])
+for n, r in sorted(b.items()):
+    if re.search(r"fold|state_walk_planes|output_mma16gn$", n):
+        print(f"fold-check: {n}: {r['registers']} regs, spill {r['spill_stores']}/{r['spill_loads']} bytes")
+grew = [f"{n}:{a.get(n, {}).get('spill_stores', 0)}->{r['spill_stores']}" for n, r in sorted(b.items())
+        if r["spill_stores"] > a.get(n, {}).get("spill_stores", 0)]
+print("fold-check: spill stores grew against ptx/blobs (sm_90a): " + (" ".join(grew) if grew else "none"))
+PY
+tests=${TESTS-'TestGPUFoldedOutput|TestGPUFoldEntries|TestGPUTensorCoreForward/v5'}
+if [ -n "$tests" ]; then
+	t1=$(date +%s)
+	(cd kcp && GDNKCP_BLOB_DIR=$work/blobs-b ../.gpu/kcp.test -test.run "$tests" -test.v -test.timeout 300s >"$work/logs/kcp-b.log" 2>&1)
+	echo "fold-check: kcp tests on B: rc=$? ($(($(date +%s) - t1)) s)"
+	grep -E "^(--- |FAIL|ok|panic)|folded vs unfolded" "$work/logs/kcp-b.log" | sort | uniq -c | sort -rn | head -12
+fi
+packs=("${DOCS:-32768}")
+[ -n "${DOCS2-40000,45000,35908}" ] && packs+=("${DOCS2-40000,45000,35908}")
+for r in $(seq 1 "${ROUNDS:-2}"); do
+	for p in "${packs[@]}"; do
+		for s in A B F; do
+			dir=$work/blobs-b flag=
+			[ "$s" = A ] && dir=ptx/blobs
+			[ "$s" = F ] && flag=--fold
+			# shellcheck disable=SC2086 # flag is a word or none
+			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels v5 --modes core \
+				--reps "${REPS:-5}" --warmup 2 $flag >"$work/logs/bench-$s-$p-$r.txt" 2>&1 ||
+				echo "fold-check: bench $s at $p, round $r: rc $? (logs/bench-$s-$p-$r.txt)"
+		done
+	done
+done
+tar -C "$work" -czf "$out/logs-fold.tar.gz" logs
+echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep stage includes gdn_fold_operands)"
+PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-2}" "${packs[*]}" <<'PY'
+import collections, sys
+from benchparse import stages
+logs, rounds, packs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+rows = collections.OrderedDict()
+for p in packs:
+    for r in range(1, rounds + 1):
+        for s in "ABF":
+            for mode, stage, ms in stages(f"{logs}/bench-{s}-{p}-{r}.txt"):
+                rows.setdefault((p, stage), collections.defaultdict(list))[s].append(ms)
+w = 7 * rounds
+print(f"{'pack':18s} {'stage':18s} " + " ".join(f"{s:>{w}s}" for s in "ABF"))
+for (p, stage), v in rows.items():
+    print(f"{p[:18]:18s} {stage[:18]:18s} " + " ".join(f"{' '.join(f'{x:.3f}' for x in v[s]):>{w}s}" for s in "ABF"))
+PY
