@@ -6,9 +6,9 @@
 # 1. ptxgen on ptx/src into B (TARGETS, default sm_90a: that cubin and the compute_80 PTX; TARGETS= builds every
 #    target, the blobs to install); the registers and spills of the fold's entries and the plane walks (sm_90a),
 #    and every sm_90a entry whose spill stores grew against ptx/blobs;
-# 2. TESTS (default TestGPUFoldedOutput and the v5 forward) on B's blobs;
-# 3. kcp bench --modes core at DOCS (32768) and DOCS2 (40000,45000,35908) on B without and with --fold (and A, the
-#    committed blobs, as the control), ROUNDS rounds (default 2), medians of REPS (5); the stage table last.
+# 2. TESTS (default TestGPUFoldedOutput, TestGPUFoldedBackward and TestGPUFoldEntries) on B's blobs;
+# 3. kcp bench --modes MODES (default core,core+bwd) at DOCS (32768) and DOCS2 (40000,45000,35908) on B without and with --fold (and A, the
+#    committed blobs, as the control), ROUNDS rounds (default 1: the call fits ~6 minutes), medians of REPS (5); the stage table last.
 # B's blobs come back as $OUT/blobs-b.tar.gz, the logs as $OUT/logs-fold.tar.gz. Land step 1 (install B's blobs:
 # scripts/blobs-local.sh install, with every target built) only where the tests pass, nothing spills more and
 # the forward gets faster; the state walk's time with --fold decides step 2 (the operands formed in the prep).
@@ -46,7 +46,7 @@ grew = [f"{n}:{a.get(n, {}).get('spill_stores', 0)}->{r['spill_stores']}" for n,
         if r["spill_stores"] > a.get(n, {}).get("spill_stores", 0)]
 print("fold-check: spill stores grew against ptx/blobs (sm_90a): " + (" ".join(grew) if grew else "none"))
 PY
-tests=${TESTS-'TestGPUFoldedOutput|TestGPUFoldEntries|TestGPUTensorCoreForward/v5'}
+tests=${TESTS-'TestGPUFoldedOutput|TestGPUFoldedBackward|TestGPUFoldEntries'}
 if [ -n "$tests" ]; then
 	t1=$(date +%s)
 	(cd kcp && GDNKCP_BLOB_DIR=$work/blobs-b ../.gpu/kcp.test -test.run "$tests" -test.v -test.timeout 300s >"$work/logs/kcp-b.log" 2>&1)
@@ -55,14 +55,14 @@ if [ -n "$tests" ]; then
 fi
 packs=("${DOCS:-32768}")
 [ -n "${DOCS2-40000,45000,35908}" ] && packs+=("${DOCS2-40000,45000,35908}")
-for r in $(seq 1 "${ROUNDS:-2}"); do
+for r in $(seq 1 "${ROUNDS:-1}"); do
 	for p in "${packs[@]}"; do
 		for s in A B F; do
 			dir=$work/blobs-b flag=
 			[ "$s" = A ] && dir=ptx/blobs
 			[ "$s" = F ] && flag=--fold
 			# shellcheck disable=SC2086 # flag is a word or none
-			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels v5 --modes core \
+			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels v5 --modes "${MODES:-core,core+bwd}" \
 				--reps "${REPS:-5}" --warmup 2 $flag >"$work/logs/bench-$s-$p-$r.txt" 2>&1 ||
 				echo "fold-check: bench $s at $p, round $r: rc $? (logs/bench-$s-$p-$r.txt)"
 		done
@@ -70,7 +70,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
 done
 tar -C "$work" -czf "$out/logs-fold.tar.gz" logs
 echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep stage includes gdn_fold_operands)"
-PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-2}" "${packs[*]}" <<'PY'
+PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" <<'PY'
 import collections, sys
 from benchparse import stages
 logs, rounds, packs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
@@ -79,9 +79,9 @@ for p in packs:
     for r in range(1, rounds + 1):
         for s in "ABF":
             for mode, stage, ms in stages(f"{logs}/bench-{s}-{p}-{r}.txt"):
-                rows.setdefault((p, stage), collections.defaultdict(list))[s].append(ms)
+                rows.setdefault((p, mode, stage), collections.defaultdict(list))[s].append(ms)
 w = 7 * rounds
-print(f"{'pack':18s} {'stage':18s} " + " ".join(f"{s:>{w}s}" for s in "ABF"))
-for (p, stage), v in rows.items():
-    print(f"{p[:18]:18s} {stage[:18]:18s} " + " ".join(f"{' '.join(f'{x:.3f}' for x in v[s]):>{w}s}" for s in "ABF"))
+print(f"{'pack':18s} {'mode':9s} {'stage':18s} " + " ".join(f"{s:>{w}s}" for s in "ABF"))
+for (p, mode, stage), v in rows.items():
+    print(f"{p[:18]:18s} {mode:9s} {stage[:18]:18s} " + " ".join(f"{' '.join(f'{x:.3f}' for x in v[s]):>{w}s}" for s in "ABF"))
 PY
