@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # fold-check.sh: the device call for ptx/staging/walk_folded.patch (docs/perf-notes.md, "The output folded into
-# the prep and the walk"): the output folded into the state walk, step 1 (gdn_fold_operands after the prep).
+# the prep and the walk"): the output folded into the state walk, its operands formed by the prep's fold phase
+# (gdn_prep_mma_gf, step 2) or by gdn_fold_operands after the prep (--fold-kernel, step 1).
 #   here:  bash scripts/land-prep.sh          (the patch applied; kcp with --fold; a pack of kcp, kcp.test, ptxgen)
 #   there: run(command="bash scripts/fold-check.sh", carry=[".gpu/pack.tgz"])
 # 1. ptxgen on ptx/src into B (TARGETS, default sm_90a: that cubin and the compute_80 PTX; TARGETS= builds every
 #    target, the blobs to install); the registers and spills of the fold's entries and the plane walks (sm_90a),
 #    and every sm_90a entry whose spill stores grew against ptx/blobs;
 # 2. TESTS (default TestGPUFoldedOutput, TestGPUFoldedBackward and TestGPUFoldEntries) on B's blobs;
-# 3. kcp bench --modes MODES (default core,core+bwd) at DOCS (32768) and DOCS2 (40000,45000,35908) on B without and with --fold (and A, the
-#    committed blobs, as the control), ROUNDS rounds (default 1: the call fits ~6 minutes), medians of REPS (5); the stage table last.
-# B's blobs come back as $OUT/blobs-b.tar.gz, the logs as $OUT/logs-fold.tar.gz. Land step 1 (install B's blobs:
-# scripts/blobs-local.sh install, with every target built) only where the tests pass, nothing spills more and
-# the forward gets faster; the state walk's time with --fold decides step 2 (the operands formed in the prep).
+# 3. kcp bench --modes MODES (default core,core+bwd) at DOCS (32768) and DOCS2 (40000,45000,35908) for each of SETS
+#    (default "A B F K": A the committed blobs, B's blobs without the fold, F with --fold, K with --fold
+#    --fold-kernel), ROUNDS rounds (default 1: the call fits ~7 minutes), medians of REPS (5); the stage table last.
+# B's blobs come back as $OUT/blobs-b.tar.gz, the logs as $OUT/logs-fold.tar.gz. Land (install B's blobs built for
+# every target: scripts/blobs-local.sh install) only where the tests pass and nothing spills more; turn
+# FoldedOutput on by default only where F (or K) is faster than B; the state walk's stage with the fold says
+# whether the copying warpgroup's product stayed off the walk's chain.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/fold-check}
@@ -40,7 +43,7 @@ def entries(f):
     return {}
 a, b = entries(sys.argv[1]), entries(sys.argv[2])
 for n, r in sorted(b.items()):
-    if re.search(r"fold|state_walk_planes|output_mma16gn$", n):
+    if re.search(r"fold|state_walk_planes|output_mma16gn$|prep_mma_g", n):
         print(f"fold-check: {n}: {r['registers']} regs, spill {r['spill_stores']}/{r['spill_loads']} bytes")
 grew = [f"{n}:{a.get(n, {}).get('spill_stores', 0)}->{r['spill_stores']}" for n, r in sorted(b.items())
         if r["spill_stores"] > a.get(n, {}).get("spill_stores", 0)]
@@ -57,10 +60,11 @@ packs=("${DOCS:-32768}")
 [ -n "${DOCS2-40000,45000,35908}" ] && packs+=("${DOCS2-40000,45000,35908}")
 for r in $(seq 1 "${ROUNDS:-1}"); do
 	for p in "${packs[@]}"; do
-		for s in A B F; do
+		for s in ${SETS:-A B F K}; do
 			dir=$work/blobs-b flag=
 			[ "$s" = A ] && dir=ptx/blobs
 			[ "$s" = F ] && flag=--fold
+			[ "$s" = K ] && flag='--fold --fold-kernel'
 			# shellcheck disable=SC2086 # flag is a word or none
 			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels v5 --modes "${MODES:-core,core+bwd}" \
 				--reps "${REPS:-5}" --warmup 2 $flag >"$work/logs/bench-$s-$p-$r.txt" 2>&1 ||
@@ -69,19 +73,19 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
 	done
 done
 tar -C "$work" -czf "$out/logs-fold.tar.gz" logs
-echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep stage includes gdn_fold_operands)"
-PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" <<'PY'
+echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage)"
+PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS:-A B F K}" <<'PY'
 import collections, sys
 from benchparse import stages
-logs, rounds, packs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+logs, rounds, packs, sets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 rows = collections.OrderedDict()
 for p in packs:
     for r in range(1, rounds + 1):
-        for s in "ABF":
+        for s in sets:
             for mode, stage, ms in stages(f"{logs}/bench-{s}-{p}-{r}.txt"):
                 rows.setdefault((p, mode, stage), collections.defaultdict(list))[s].append(ms)
 w = 7 * rounds
-print(f"{'pack':18s} {'mode':9s} {'stage':18s} " + " ".join(f"{s:>{w}s}" for s in "ABF"))
+print(f"{'pack':18s} {'mode':9s} {'stage':18s} " + " ".join(f"{s:>{w}s}" for s in sets))
 for (p, mode, stage), v in rows.items():
-    print(f"{p[:18]:18s} {mode:9s} {stage[:18]:18s} " + " ".join(f"{' '.join(f'{x:.3f}' for x in v[s]):>{w}s}" for s in "ABF"))
+    print(f"{p[:18]:18s} {mode:9s} {stage[:18]:18s} " + " ".join(f"{' '.join(f'{x:.3f}' for x in v[s]):>{w}s}" for s in sets))
 PY
