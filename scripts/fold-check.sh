@@ -7,10 +7,11 @@
 # 1. ptxgen on ptx/src into B (TARGETS, default sm_90a: that cubin and the compute_80 PTX; TARGETS= builds every
 #    target, the blobs to install); the registers and spills of the fold's entries and the plane walks (sm_90a),
 #    and every sm_90a entry whose spill stores grew against ptx/blobs;
-# 2. TESTS (default TestGPUFoldedOutput, TestGPUFoldedBackward and TestGPUFoldEntries) on B's blobs;
-# 3. kcp bench --modes MODES (default core,core+bwd) at DOCS (32768) and DOCS2 (40000,45000,35908) for each of SETS
+# 2. kcp bench --modes MODES (default core,core+bwd) at DOCS (32768) and DOCS2 (40000,45000,35908) for each of SETS
 #    (default "A B F K": A the committed blobs, B's blobs without the fold, F with --fold, K with --fold
-#    --fold-kernel), ROUNDS rounds (default 1: the call fits ~7 minutes), medians of REPS (5); the stage table last.
+#    --fold-kernel), ROUNDS rounds (default 1), medians of REPS (5); SETS= skips them;
+# 3. TESTS (default TestGPUFoldedOutput, TestGPUFoldedBackward and TestGPUFoldEntries) on B's blobs, in what is
+#    left of BUDGET seconds from the start (default 560: the call's 600 s limit); the stage table last.
 # B's blobs come back as $OUT/blobs-b.tar.gz, the logs as $OUT/logs-fold.tar.gz. Land (install B's blobs built for
 # every target: scripts/blobs-local.sh install) only where the tests pass and nothing spills more; turn
 # FoldedOutput on by default only where F (or K) is faster than B; the state walk's stage with the fold says
@@ -49,18 +50,11 @@ grew = [f"{n}:{a.get(n, {}).get('spill_stores', 0)}->{r['spill_stores']}" for n,
         if r["spill_stores"] > a.get(n, {}).get("spill_stores", 0)]
 print("fold-check: spill stores grew against ptx/blobs (sm_90a): " + (" ".join(grew) if grew else "none"))
 PY
-tests=${TESTS-'TestGPUFoldedOutput|TestGPUFoldedBackward|TestGPUFoldEntries'}
-if [ -n "$tests" ]; then
-	t1=$(date +%s)
-	(cd kcp && GDNKCP_BLOB_DIR=$work/blobs-b ../.gpu/kcp.test -test.run "$tests" -test.v -test.timeout 300s >"$work/logs/kcp-b.log" 2>&1)
-	echo "fold-check: kcp tests on B: rc=$? ($(($(date +%s) - t1)) s)"
-	grep -E "^(--- |FAIL|ok|panic)|folded vs unfolded" "$work/logs/kcp-b.log" | sort | uniq -c | sort -rn | head -12
-fi
 packs=("${DOCS:-32768}")
 [ -n "${DOCS2-40000,45000,35908}" ] && packs+=("${DOCS2-40000,45000,35908}")
 for r in $(seq 1 "${ROUNDS:-1}"); do
 	for p in "${packs[@]}"; do
-		for s in ${SETS:-A B F K}; do
+		for s in ${SETS-A B F K}; do
 			dir=$work/blobs-b flag=
 			[ "$s" = A ] && dir=ptx/blobs
 			[ "$s" = F ] && flag=--fold
@@ -72,9 +66,22 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
 		done
 	done
 done
+tests=${TESTS-'TestGPUFoldedOutput|TestGPUFoldedBackward|TestGPUFoldEntries'}
+if [ -n "$tests" ]; then
+	t1=$(date +%s)
+	left=$((${BUDGET:-560} - (t1 - t0)))
+	if [ "$left" -lt 60 ]; then
+		echo "fold-check: no time left for the tests ($left s of BUDGET); run them alone: TESTS=... SETS= bash scripts/fold-check.sh"
+	else
+		(cd kcp && GDNKCP_BLOB_DIR=$work/blobs-b timeout "$left" ../.gpu/kcp.test -test.run "$tests" -test.v -test.timeout "${left}s" \
+			>"$work/logs/kcp-b.log" 2>&1)
+		echo "fold-check: kcp tests on B: rc=$? ($(($(date +%s) - t1)) s; timeout $left s)"
+	fi
+	[ -f "$work/logs/kcp-b.log" ] && grep -E "^(--- |FAIL|ok|panic)|folded vs unfolded" "$work/logs/kcp-b.log" | sort | uniq -c | sort -rn | head -12
+fi
 tar -C "$work" -czf "$out/logs-fold.tar.gz" logs
 echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage)"
-PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS:-A B F K}" <<'PY'
+PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS-A B F K}" <<'PY'
 import collections, sys
 from benchparse import stages
 logs, rounds, packs, sets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
