@@ -49,6 +49,9 @@ for n, r in sorted(b.items()):
 grew = [f"{n}:{a.get(n, {}).get('spill_stores', 0)}->{r['spill_stores']}" for n, r in sorted(b.items())
         if r["spill_stores"] > a.get(n, {}).get("spill_stores", 0)]
 print("fold-check: spill stores grew against ptx/blobs (sm_90a): " + (" ".join(grew) if grew else "none"))
+if b.get("gdn_state_walk_planes_f", {}).get("spill_stores", 0) > 0:
+    print("fold-check: gdn_state_walk_planes_f spills: its fallback is GDNKCP_FOLD_AHEAD 0 (the fragments loaded right "
+          "before the fold): VARIANTS='a0=GDNKCP_FOLD_AHEAD=0' BENCH_FLAGS=--fold TARGETS=sm_90a bash scripts/knob-sweep.sh")
 PY
 packs=("${DOCS:-32768}")
 [ -n "${DOCS2-40000,45000,35908}" ] && packs+=("${DOCS2-40000,45000,35908}")
