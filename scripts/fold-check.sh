@@ -2,7 +2,9 @@
 # fold-check.sh: the device call for ptx/staging/walk_folded.patch (docs/perf-notes.md, "The output folded into
 # the prep and the walk"): the output folded into the state walk, its operands formed by the prep's fold phase
 # (gdn_prep_mma_gf, step 2) or by gdn_fold_operands after the prep (--fold-kernel, step 1).
-#   here:  bash scripts/land-prep.sh          (the patch applied; kcp with --fold; a pack of kcp, kcp.test, ptxgen)
+#   here:  bash scripts/land-prep.sh && bash scripts/gpu.sh pack kcp kcp.test ptxgen
+#          (the patch applied, kcp with --fold; packed again without land-prep's kcp-a, which this call does not use:
+#          with it the tree and the pack came to ~63 of the 64 MiB a call sends)
 #   there: run(command="bash scripts/fold-check.sh", carry=[".gpu/pack.tgz"])
 # 1. ptxgen on ptx/src into B (TARGETS, default sm_90a: that cubin and the compute_80 PTX; TARGETS= builds every
 #    target, the blobs to install); the registers and spills of the fold's entries and the plane walks (sm_90a),
