@@ -6,6 +6,8 @@
 #          (the patch applied, kcp with --fold; packed again without land-prep's kcp-a, which this call does not use:
 #          with it the tree and the pack came to ~63 of the 64 MiB a call sends)
 #   there: run(command="bash scripts/fold-check.sh", carry=[".gpu/pack.tgz"])
+# land-prep applies every staged patch: while output_wg_qh.patch is staged, B's output kernel (the unfolded path) has
+# its Q H on wgmma, so A against B measures that patch and B against F / K the fold.
 # 1. ptxgen on ptx/src into B (TARGETS, default sm_90a: that cubin and the compute_80 PTX; TARGETS= builds every
 #    target, the blobs to install); the registers and spills of the fold's entries and the plane walks (sm_90a),
 #    and every sm_90a entry whose spill stores grew against ptx/blobs;
