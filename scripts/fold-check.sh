@@ -89,17 +89,8 @@ fi
 tar -C "$work" -czf "$out/logs-fold.tar.gz" logs
 echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage)"
 PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS-A B F K}" <<'PY'
-import collections, sys
-from benchparse import stages
+import sys
+from benchparse import print_sweep, sweep_rows
 logs, rounds, packs, sets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
-rows = collections.OrderedDict()
-for p in packs:
-    for r in range(1, rounds + 1):
-        for s in sets:
-            for mode, stage, ms in stages(f"{logs}/bench-{s}-{p}-{r}.txt"):
-                rows.setdefault((p, mode, stage), collections.defaultdict(list))[s].append(ms)
-w = 7 * rounds
-print(f"{'pack':18s} {'mode':9s} {'stage':18s} " + " ".join(f"{s:>{w}s}" for s in sets))
-for (p, mode, stage), v in rows.items():
-    print(f"{p[:18]:18s} {mode:9s} {stage[:18]:18s} " + " ".join(f"{' '.join(f'{x:.3f}' for x in v[s]):>{w}s}" for s in sets))
+print_sweep(sweep_rows(logs, rounds, sets, packs), sets, rounds)
 PY

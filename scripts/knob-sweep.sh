@@ -177,19 +177,11 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
 done
 # 4. The table.
 PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-2}" "${sets[*]}" "${packs[*]}" "$work/best" <<'PY'
-import collections, sys
-from benchparse import stages
+import sys
+from benchparse import print_sweep, sweep_rows
 logs, rounds, sets, packs, bestf = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split(), sys.argv[5]
-rows = collections.OrderedDict()
-for p in packs:
-    for r in range(1, rounds + 1):
-        for s in sets:
-            for mode, stage, ms in stages(f"{logs}/bench-{s}-{p}-{r}.txt"):
-                rows.setdefault((p, mode, stage), collections.defaultdict(list))[s].append(ms)
-w = 7 * rounds
-print(f"{'pack':18s} {'mode':9s} {'stage':18s} " + " ".join(f"{s:>{w}s}" for s in sets))
-for (p, mode, stage), v in rows.items():
-    print(f"{p[:18]:18s} {mode:9s} {stage[:18]:18s} " + " ".join(f"{' '.join(f'{x:.3f}' for x in v[s]):>{w}s}" for s in sets))
+rows = sweep_rows(logs, rounds, sets, packs)
+print_sweep(rows, sets, rounds)
 # The best variant: the least sum of the totals over packs, modes and rounds, among variants with every total.
 want = sum(len(v["A"]) for (p, mode, stage), v in rows.items() if stage == "total")
 sums = {s: sum(sum(v[s]) for (p, mode, stage), v in rows.items() if stage == "total") for s in sets[1:]
