@@ -12,8 +12,9 @@
 #    target, the blobs to install); the registers and spills of the fold's entries and the plane walks (sm_90a),
 #    and every sm_90a entry whose spill stores grew against ptx/blobs;
 # 2. kcp bench --modes MODES (default core,core+bwd) at DOCS (32768) and DOCS2 (40000,45000,35908) for each of SETS
-#    (default "A B F K": A the committed blobs, B's blobs without the fold, F with --fold, K with --fold
-#    --fold-kernel), ROUNDS rounds (default 1), medians of REPS (5); SETS= skips them;
+#    (default "A B F K G": A the committed blobs, B's blobs without the fold, F with --fold, K with --fold
+#    --fold-kernel, G with --fold --fold-after: O by gdn_output_folded after the unfolded walk, the fold's fallback
+#    should F's walk be slower than B's), ROUNDS rounds (default 1), medians of REPS (5); SETS= skips them;
 # 3. TESTS (default TestGPUFoldedOutput, TestGPUFoldedBackward and TestGPUFoldEntries) on B's blobs, in what is
 #    left of BUDGET seconds from the start (default 560: the call's 600 s limit); the stage table last.
 # B's blobs come back as $OUT/blobs-b.tar.gz, the logs as $OUT/logs-fold.tar.gz. Land (install B's blobs built for
@@ -61,11 +62,12 @@ packs=("${DOCS:-32768}")
 [ -n "${DOCS2-40000,45000,35908}" ] && packs+=("${DOCS2-40000,45000,35908}")
 for r in $(seq 1 "${ROUNDS:-1}"); do
 	for p in "${packs[@]}"; do
-		for s in ${SETS-A B F K}; do
+		for s in ${SETS-A B F K G}; do
 			dir=$work/blobs-b flag=
 			[ "$s" = A ] && dir=ptx/blobs
 			[ "$s" = F ] && flag=--fold
 			[ "$s" = K ] && flag='--fold --fold-kernel'
+			[ "$s" = G ] && flag='--fold --fold-after'
 			# shellcheck disable=SC2086 # flag is a word or none
 			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels v5 --modes "${MODES:-core,core+bwd}" \
 				--reps "${REPS:-5}" --warmup 2 $flag >"$work/logs/bench-$s-$p-$r.txt" 2>&1 ||
@@ -87,8 +89,8 @@ if [ -n "$tests" ]; then
 	[ -f "$work/logs/kcp-b.log" ] && grep -E "^(--- |FAIL|ok|panic)|folded vs unfolded" "$work/logs/kcp-b.log" | sort | uniq -c | sort -rn | head -12
 fi
 tar -C "$work" -czf "$out/logs-fold.tar.gz" logs
-echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage)"
-PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS-A B F K}" <<'PY'
+echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage); G: --fold --fold-after (gdn_output_folded after the unfolded walk, in the output stage)"
+PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS-A B F K G}" <<'PY'
 import sys
 from benchparse import print_sweep, sweep_rows
 logs, rounds, packs, sets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
