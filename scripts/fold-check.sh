@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fold-check.sh: the device call for ptx/staging/walk_folded.patch (docs/perf-notes.md, "The output folded into
 # the prep and the walk"): the output folded into the state walk, its operands formed by the prep's fold phase
-# (gdn_prep_mma_gf, step 2) or by gdn_fold_operands after the prep (--fold-kernel, step 1).
+# (gdn_prep_mma_gf, step 2) or by gdn_fold_operands after the prep (--fold-kernel, step 1); and for
+# ptx/staging/walk_tape_bf16.patch ("The tape walk on single bf16 products"), which applies after it: sets T and FT.
 #   here:  bash scripts/land-prep.sh && bash scripts/gpu.sh pack kcp kcp.test ptxgen
 #          (the patch applied, kcp with --fold; packed again without land-prep's kcp-a, which this call does not use:
 #          with it the tree and the pack came to ~63 of the 64 MiB a call sends)
@@ -14,8 +15,9 @@
 # 2. kcp bench --modes MODES (default core,core+bwd) at DOCS (32768) and DOCS2 (40000,45000,35908) for each of SETS
 #    (default "A B F K G": A the committed blobs, B's blobs without the fold, F with --fold, K with --fold
 #    --fold-kernel, G with --fold --fold-after: O by gdn_output_folded after the unfolded walk, the fold's fallback
-#    should F's walk be slower than B's), ROUNDS rounds (default 1), medians of REPS (5); SETS= skips them;
-# 3. TESTS (default TestGPUFoldedOutput, TestGPUFoldedBackward and TestGPUFoldEntries) on B's blobs, in what is
+#    should F's walk be slower than B's; T with --tape-bf16, core + bwd only; FT with --fold --tape-bf16, core + bwd
+#    only), ROUNDS rounds (default 1), medians of REPS (5); SETS= skips them;
+# 3. TESTS (default TestGPUFoldedOutput, TestGPUFoldedBackward, TestGPUFoldEntries, TestGPUTapeBF16) on B's blobs, in what is
 #    left of BUDGET seconds from the start (default 560: the call's 600 s limit); the stage table last.
 # B's blobs come back as $OUT/blobs-b.tar.gz, the logs as $OUT/logs-fold.tar.gz. Land (install B's blobs built for
 # every target: scripts/blobs-local.sh install) only where the tests pass and nothing spills more; turn
@@ -49,7 +51,7 @@ def entries(f):
     return {}
 a, b = entries(sys.argv[1]), entries(sys.argv[2])
 for n, r in sorted(b.items()):
-    if re.search(r"fold|state_walk_planes|output_mma16gn$|prep_mma_g", n):
+    if re.search(r"fold|state_walk_planes|tape_walk_planes|output_mma16gn$|prep_mma_g", n):
         print(f"fold-check: {n}: {r['registers']} regs, spill {r['spill_stores']}/{r['spill_loads']} bytes")
 grew = [f"{n}:{a.get(n, {}).get('spill_stores', 0)}->{r['spill_stores']}" for n, r in sorted(b.items())
         if r["spill_stores"] > a.get(n, {}).get("spill_stores", 0)]
@@ -62,20 +64,22 @@ packs=("${DOCS:-32768}")
 [ -n "${DOCS2-40000,45000,35908}" ] && packs+=("${DOCS2-40000,45000,35908}")
 for r in $(seq 1 "${ROUNDS:-1}"); do
 	for p in "${packs[@]}"; do
-		for s in ${SETS-A B F K G}; do
-			dir=$work/blobs-b flag=
+		for s in ${SETS-A B F K G T FT}; do
+			dir=$work/blobs-b flag= modes=${MODES:-core,core+bwd}
 			[ "$s" = A ] && dir=ptx/blobs
 			[ "$s" = F ] && flag=--fold
 			[ "$s" = K ] && flag='--fold --fold-kernel'
 			[ "$s" = G ] && flag='--fold --fold-after'
+			[ "$s" = T ] && flag=--tape-bf16 modes=core+bwd
+			[ "$s" = FT ] && flag='--fold --tape-bf16' modes=core+bwd
 			# shellcheck disable=SC2086 # flag is a word or none
-			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels v5 --modes "${MODES:-core,core+bwd}" \
+			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels v5 --modes "$modes" \
 				--reps "${REPS:-5}" --warmup 2 $flag >"$work/logs/bench-$s-$p-$r.txt" 2>&1 ||
 				echo "fold-check: bench $s at $p, round $r: rc $? (logs/bench-$s-$p-$r.txt)"
 		done
 	done
 done
-tests=${TESTS-'TestGPUFoldedOutput|TestGPUFoldedBackward|TestGPUFoldEntries'}
+tests=${TESTS-'TestGPUFoldedOutput|TestGPUFoldedBackward|TestGPUFoldEntries|TestGPUTapeBF16'}
 if [ -n "$tests" ]; then
 	t1=$(date +%s)
 	left=$((${BUDGET:-560} - (t1 - t0)))
@@ -89,8 +93,8 @@ if [ -n "$tests" ]; then
 	[ -f "$work/logs/kcp-b.log" ] && grep -E "^(--- |FAIL|ok|panic)|folded vs unfolded" "$work/logs/kcp-b.log" | sort | uniq -c | sort -rn | head -12
 fi
 tar -C "$work" -czf "$out/logs-fold.tar.gz" logs
-echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage); G: --fold --fold-after (gdn_output_folded after the unfolded walk, in the output stage)"
-PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS-A B F K G}" <<'PY'
+echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage); G: --fold --fold-after (gdn_output_folded after the unfolded walk, in the output stage); T: --tape-bf16; FT: --fold --tape-bf16"
+PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS-A B F K G T FT}" <<'PY'
 import sys
 from benchparse import print_sweep, sweep_rows
 logs, rounds, packs, sets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
