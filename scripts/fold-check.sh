@@ -3,7 +3,7 @@
 # ptx/staging/walk_folded.patch (docs/perf-notes.md, "The output folded into the prep and the walk": the output
 # folded into the state walk, its operands formed by the prep's fold phase, gdn_prep_mma_gf, or with --fold-kernel
 # by gdn_fold_operands after the prep) and ptx/staging/walk_tape_bf16.patch, which applies after it ("The tape walk
-# on single bf16 products" and "dV'_local on the raw rows": --tape-bf16, --dvlocal-raw).
+# on single bf16 products" and "The backward on the raw q and k rows": --tape-bf16, --raw-qk).
 #   here:  bash scripts/land-prep.sh && bash scripts/gpu.sh pack kcp kcp.test ptxgen
 #          (the patches applied; packed again without land-prep's kcp-a, which this call does not use: with it the
 #          tree and the pack came to ~63 of the 64 MiB a call sends)
@@ -14,14 +14,14 @@
 #    target, the blobs to install); the registers and spills of the new entries and the plane walks (sm_90a),
 #    and every sm_90a entry whose spill stores grew against ptx/blobs;
 # 2. kcp bench --modes MODES (default core,core+bwd) at DOCS (32768) and DOCS2 (40000,45000,35908) for each of SETS
-#    (default "A B F G FTD"): A the committed blobs; B's blobs without the new options; F with --fold; G with --fold
+#    (default "A B F G FTR"): A the committed blobs; B's blobs without the new options; F with --fold; G with --fold
 #    --fold-after (O by gdn_output_folded after the unfolded walk: the fold's fallback should F's walk be slower
-#    than B's); FTD with --fold --tape-bf16 --dvlocal-raw, core + bwd only (its forward stages are F's, its tape
-#    walk and dv local stages the two backward changes'); on request K (--fold --fold-kernel), and T (--tape-bf16),
-#    D (--dvlocal-raw) and FT (--fold --tape-bf16), core + bwd only. ROUNDS rounds (default 1), medians of REPS (5);
-#    SETS= skips them;
+#    than B's); FTR with --fold --tape-bf16 --raw-qk, core + bwd only (its forward stages are F's, its tape walk,
+#    dv local and chunk grads stages the backward changes'); on request K (--fold --fold-kernel), and T
+#    (--tape-bf16), R (--raw-qk) and FT (--fold --tape-bf16), core + bwd only. ROUNDS rounds (default 1), medians
+#    of REPS (5); SETS= skips them;
 # 3. TESTS (default TestGPUFoldedOutput, TestGPUFoldedBackward, TestGPUFoldEntries, TestGPUTapeBF16,
-#    TestGPUDVLocalRaw) on B's blobs, in what is left of BUDGET seconds from the start (default 560: the call's 600 s
+#    TestGPURawQK) on B's blobs, in what is left of BUDGET seconds from the start (default 560: the call's 600 s
 #    limit); the stage table last.
 # B's blobs come back as $OUT/blobs-b.tar.gz, the logs as $OUT/logs-fold.tar.gz. Land (install B's blobs built for
 # every target: scripts/blobs-local.sh install) only where the tests pass and nothing spills more; turn each option
@@ -57,7 +57,7 @@ def entries(f):
     return {}
 a, b = entries(sys.argv[1]), entries(sys.argv[2])
 for n, r in sorted(b.items()):
-    if re.search(r"fold|state_walk_planes|tape_walk_planes|dvlocal_mma_g|output_mma16gn$|prep_mma_g", n):
+    if re.search(r"fold|state_walk_planes|tape_walk_planes|dvlocal_mma_g|chunk_grads_mma[68]|output_mma16gn$|prep_mma_g", n):
         print(f"fold-check: {n}: {r['registers']} regs, spill {r['spill_stores']}/{r['spill_loads']} bytes")
 grew = [f"{n}:{a.get(n, {}).get('spill_stores', 0)}->{r['spill_stores']}" for n, r in sorted(b.items())
         if r["spill_stores"] > a.get(n, {}).get("spill_stores", 0)]
@@ -70,7 +70,7 @@ packs=("${DOCS:-32768}")
 [ -n "${DOCS2-40000,45000,35908}" ] && packs+=("${DOCS2-40000,45000,35908}")
 for r in $(seq 1 "${ROUNDS:-1}"); do
 	for p in "${packs[@]}"; do
-		for s in ${SETS-A B F G FTD}; do
+		for s in ${SETS-A B F G FTR}; do
 			dir=$work/blobs-b flag= modes=${MODES:-core,core+bwd}
 			[ "$s" = A ] && dir=ptx/blobs
 			[ "$s" = F ] && flag=--fold
@@ -78,8 +78,8 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
 			[ "$s" = G ] && flag='--fold --fold-after'
 			[ "$s" = T ] && flag=--tape-bf16 modes=core+bwd
 			[ "$s" = FT ] && flag='--fold --tape-bf16' modes=core+bwd
-			[ "$s" = D ] && flag=--dvlocal-raw modes=core+bwd
-			[ "$s" = FTD ] && flag='--fold --tape-bf16 --dvlocal-raw' modes=core+bwd
+			[ "$s" = R ] && flag=--raw-qk modes=core+bwd
+			[ "$s" = FTR ] && flag='--fold --tape-bf16 --raw-qk' modes=core+bwd
 			# shellcheck disable=SC2086 # flag is a word or none
 			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels v5 --modes "$modes" \
 				--reps "${REPS:-5}" --warmup 2 $flag >"$work/logs/bench-$s-$p-$r.txt" 2>&1 ||
@@ -87,7 +87,7 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
 		done
 	done
 done
-tests=${TESTS-'TestGPUFoldedOutput|TestGPUFoldedBackward|TestGPUFoldEntries|TestGPUTapeBF16|TestGPUDVLocalRaw'}
+tests=${TESTS-'TestGPUFoldedOutput|TestGPUFoldedBackward|TestGPUFoldEntries|TestGPUTapeBF16|TestGPURawQK'}
 if [ -n "$tests" ]; then
 	t1=$(date +%s)
 	left=$((${BUDGET:-560} - (t1 - t0)))
@@ -101,8 +101,8 @@ if [ -n "$tests" ]; then
 	[ -f "$work/logs/kcp-b.log" ] && grep -E "^(--- |FAIL|ok|panic)|folded vs unfolded" "$work/logs/kcp-b.log" | sort | uniq -c | sort -rn | head -12
 fi
 tar -C "$work" -czf "$out/logs-fold.tar.gz" logs
-echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage); G: --fold --fold-after (gdn_output_folded after the unfolded walk, in the output stage); FTD: --fold --tape-bf16 --dvlocal-raw (K, T, D, FT on request)"
-PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS-A B F G FTD}" <<'PY'
+echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage); G: --fold --fold-after (gdn_output_folded after the unfolded walk, in the output stage); FTR: --fold --tape-bf16 --raw-qk (K, T, R, FT on request)"
+PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS-A B F G FTR}" <<'PY'
 import sys
 from benchparse import print_sweep, sweep_rows
 logs, rounds, packs, sets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
