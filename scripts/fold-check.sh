@@ -57,7 +57,7 @@ def entries(f):
     return {}
 a, b = entries(sys.argv[1]), entries(sys.argv[2])
 for n, r in sorted(b.items()):
-    if re.search(r"fold|state_walk_planes|tape_walk_planes|dvlocal_mma_g|chunk_grads_mma[68]|output_mma16gn$|prep_mma_g", n):
+    if re.search(r"fold|state_walk_planes|tape_walk_planes|offset_walk_planes|dvlocal_mma_g|chunk_grads_mma[68]|output_mma16gn$|prep_mma_g", n):
         print(f"fold-check: {n}: {r['registers']} regs, spill {r['spill_stores']}/{r['spill_loads']} bytes")
 grew = [f"{n}:{a.get(n, {}).get('spill_stores', 0)}->{r['spill_stores']}" for n, r in sorted(b.items())
         if r["spill_stores"] > a.get(n, {}).get("spill_stores", 0)]
