@@ -14,12 +14,14 @@
 #    target, the blobs to install); the registers and spills of the new entries and the plane walks (sm_90a),
 #    and every sm_90a entry whose spill stores grew against ptx/blobs;
 # 2. kcp bench --modes MODES (default core,core+bwd) at DOCS (32768) and DOCS2 (40000,45000,35908) for each of SETS
-#    (default "A B F G FTR"): A the committed blobs; B's blobs without the new options; F with --fold; G with --fold
+#    (default "A B F G FTR FTR128"): A the committed blobs; B's blobs without the new options; F with --fold; G with --fold
 #    --fold-after (O by gdn_output_folded after the unfolded walk: the fold's fallback should F's walk be slower
 #    than B's); FTR with --fold --tape-bf16 --raw-qk, core + bwd only (its forward stages are F's, its tape walk,
 #    dv local and chunk grads stages the backward changes'); on request K (--fold --fold-kernel), and T
-#    (--tape-bf16), R (--raw-qk) and FT (--fold --tape-bf16), core + bwd only. ROUNDS rounds (default 1), medians
-#    of REPS (5); SETS= skips them;
+#    (--tape-bf16), R (--raw-qk) and FT (--fold --tape-bf16); FTR128 (FTR with --force-vh 128: the width rule's
+#    tape walk cost, a vh 128 chunk 5/3 of a vh 64 one, was measured on the split walk; the single-product walk
+#    may move it so far that the 120,908-token pack's tape walk is faster at vh 128), core + bwd only. ROUNDS
+#    rounds (default 1), medians of REPS (5); SETS= skips them;
 # 3. TESTS (default TestGPUFoldedOutput, TestGPUFoldedBackward, TestGPUFoldEntries, TestGPUTapeBF16,
 #    TestGPURawQK) on B's blobs, in what is left of BUDGET seconds from the start (default 560: the call's 600 s
 #    limit); the stage table last.
@@ -70,7 +72,7 @@ packs=("${DOCS:-32768}")
 [ -n "${DOCS2-40000,45000,35908}" ] && packs+=("${DOCS2-40000,45000,35908}")
 for r in $(seq 1 "${ROUNDS:-1}"); do
 	for p in "${packs[@]}"; do
-		for s in ${SETS-A B F G FTR}; do
+		for s in ${SETS-A B F G FTR FTR128}; do
 			dir=$work/blobs-b flag= modes=${MODES:-core,core+bwd}
 			[ "$s" = A ] && dir=ptx/blobs
 			[ "$s" = F ] && flag=--fold
@@ -80,6 +82,7 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
 			[ "$s" = FT ] && flag='--fold --tape-bf16' modes=core+bwd
 			[ "$s" = R ] && flag=--raw-qk modes=core+bwd
 			[ "$s" = FTR ] && flag='--fold --tape-bf16 --raw-qk' modes=core+bwd
+			[ "$s" = FTR128 ] && flag='--fold --tape-bf16 --raw-qk --force-vh 128' modes=core+bwd
 			# shellcheck disable=SC2086 # flag is a word or none
 			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels v5 --modes "$modes" \
 				--reps "${REPS:-5}" --warmup 2 $flag >"$work/logs/bench-$s-$p-$r.txt" 2>&1 ||
@@ -101,8 +104,8 @@ if [ -n "$tests" ]; then
 	[ -f "$work/logs/kcp-b.log" ] && grep -E "^(--- |FAIL|ok|panic)|folded vs unfolded" "$work/logs/kcp-b.log" | sort | uniq -c | sort -rn | head -12
 fi
 tar -C "$work" -czf "$out/logs-fold.tar.gz" logs
-echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage); G: --fold --fold-after (gdn_output_folded after the unfolded walk, in the output stage); FTR: --fold --tape-bf16 --raw-qk (K, T, R, FT on request)"
-PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS-A B F G FTR}" <<'PY'
+echo "A: the committed blobs; B: ptx/src built (no --fold); F: B with --fold (the prep's fold phase); K: --fold --fold-kernel (gdn_fold_operands, in the prep stage); G: --fold --fold-after (gdn_output_folded after the unfolded walk, in the output stage); FTR: --fold --tape-bf16 --raw-qk; FTR128: FTR at vh 128 (K, T, R, FT on request)"
+PYTHONPATH=scripts python3 - "$work/logs" "${ROUNDS:-1}" "${packs[*]}" "${SETS-A B F G FTR FTR128}" <<'PY'
 import sys
 from benchparse import print_sweep, sweep_rows
 logs, rounds, packs, sets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
