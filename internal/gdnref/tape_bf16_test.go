@@ -1,6 +1,7 @@
 package gdnref
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -36,7 +37,7 @@ func tapeWalkBF16(s *Segment, dvLocal, dO *mat.Dense, splitD, splitDOF bool) *Ta
 		dvn.Add(dvn, chunkCols(dvLocal, c, 0, s.Dv))
 		dof := mat.DenseCopyOf(chunkCols(dO, c, 0, s.Dv))
 		for i := 0; i < c.Len; i++ {
-			f := s.Scale * c.Qg.At(i, 0) / c.Q.At(i, 0) // scale exp(gamma_i)
+			f := s.Scale * math.Exp(c.Gamma[i]) // scale exp(gamma_i)
 			row := dof.RawRowView(i)
 			for j := range row {
 				row[j] *= f
