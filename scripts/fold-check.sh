@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Parked with walk_folded.patch (thirty-fourth session; its one run is in docs/perf-notes.md, "Measured: the fold,
+# the single-product tape walk, the raw q and k rows"): its flags (--fold, --tape-bf16, --raw-qk) are those of the
+# patches as they were staged at 9276d53; the landing call of the rebased walk_tape_bf16.patch is tape-land.sh.
 # fold-check.sh: the device call for the staged patches of the thirty-second and thirty-third sessions:
 # ptx/staging/walk_folded.patch (docs/perf-notes.md, "The output folded into the prep and the walk": the output
 # folded into the state walk, its operands formed by the prep's fold phase, gdn_prep_mma_gf, or with --fold-kernel
