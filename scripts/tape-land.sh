@@ -5,8 +5,9 @@
 #      the registers and spills of the entries v5.36 adds or changes and every sm_90a entry whose spill stores
 #      grew against ptx/blobs, and ptxcheck --gpu on them;
 #   2. times kcp bench core + bwd at DOCS (32768) and DOCS2 (40000,45000,35908) on the new blobs for each of SETS
-#      (default "D S"; RG on request): D the defaults; S --split-tape --split-dvlocal (v5.35's tape walk and dV'_local on
-#      the new blobs: the control); RG --raw-qk-grads (the raw-row chunk gradients); medians of REPS (5);
+#      (default "D S RG"): D the defaults; S --split-tape --split-dvlocal (v5.35's tape walk and dV'_local on
+#      the new blobs: the control); RG --raw-qk-grads (the raw-row chunk gradients; their copy_raw issues every
+#      load first since the thirty-fourth session's fix, the first form ran 20% slower than mma8); medians of REPS (5);
 #   3. runs TESTS (default: the landing's own GPU tests and the backward's) on the new blobs in what is left of
 #      BUDGET seconds (default 560) from the start; the stage table last. TESTS_FIRST=1 runs the tests before
 #      the benches, in TEST_BUDGET seconds (default 240).
@@ -59,7 +60,7 @@ if [ -x .gpu/ptxcheck ]; then # packed only where the pack has room (it embeds t
 fi
 run_benches() {
 	for p in "${packs[@]}"; do
-		for s in ${SETS-D S}; do
+		for s in ${SETS-D S RG}; do
 			flag=
 			[ "$s" = S ] && flag='--split-tape --split-dvlocal'
 			[ "$s" = RG ] && flag=--raw-qk-grads
@@ -101,7 +102,7 @@ else
 fi
 tar -C "$work" -czf "$out/logs.tar.gz" logs
 echo "D: v5.36's defaults; S: --split-tape --split-dvlocal (v5.35's tape walk and dV'_local); RG: --raw-qk-grads"
-PYTHONPATH=scripts python3 - "$work/logs" "${packs[*]}" "${SETS-D S}" <<'PY'
+PYTHONPATH=scripts python3 - "$work/logs" "${packs[*]}" "${SETS-D S RG}" <<'PY'
 import sys
 from benchparse import print_sweep, sweep_rows
 logs, packs, sets = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
