@@ -3,6 +3,7 @@ package kcp
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -522,10 +523,21 @@ func probeGPU(device int, blob string, es []gpuEntry) (*archdetect.Profile, erro
 		return nil, fmt.Errorf("kcp: gpu: %w", err)
 	}
 	if miss := missingEntries(p.Blob, es); len(miss) > 0 {
-		return nil, fmt.Errorf("%w: blob %s (%s) lacks %s: the embedded blobs predate these kernels; rebuild them from ptx/src with tools/ptxgen",
-			ErrMissingKernels, p.Target, p.Blob.File, strings.Join(miss, ", "))
+		return nil, missingKernelsError(p.Target, p.Blob.File, miss)
 	}
 	return p, nil
+}
+
+// missingKernelsError is probeGPU's error for blob file of target lacking the
+// entries miss: it names where the blobs came from (the embedded ones, or
+// GDNKCP_BLOB_DIR's directory, as ptx.Default reads them).
+func missingKernelsError(target, file string, miss []string) error {
+	which := "the embedded blobs predate"
+	if d := os.Getenv(ptx.EnvBlobDir); d != "" {
+		which = fmt.Sprintf("the blobs in %s (%s) predate", d, ptx.EnvBlobDir)
+	}
+	return fmt.Errorf("%w: blob %s (%s) lacks %s: %s these kernels; rebuild them from ptx/src with tools/ptxgen",
+		ErrMissingKernels, target, file, strings.Join(miss, ", "), which)
 }
 
 // GPUOptions configure the GPU backend. The zero value runs Options' defaults

@@ -817,3 +817,22 @@ func TestGPUWalkDispatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, order, 48*3*4)
 }
+
+// TestMissingKernelsError: the error for a blob without the set's entries
+// wraps ErrMissingKernels, names the blob and the entries, and says where the
+// blobs came from: the embedded ones, or GDNKCP_BLOB_DIR's directory.
+func TestMissingKernelsError(t *testing.T) {
+	for _, c := range []struct {
+		name, dir, want string
+	}{
+		{"embedded", "", "the embedded blobs predate these kernels"},
+		{"blob dir", "/tmp/new-blobs", "the blobs in /tmp/new-blobs (GDNKCP_BLOB_DIR) predate these kernels"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv(ptx.EnvBlobDir, c.dir)
+			err := missingKernelsError("sm_90a", "gdnkcp.sm_90a.cubin", []string{"gdn_a", "gdn_b"})
+			require.ErrorIs(t, err, ErrMissingKernels)
+			require.ErrorContains(t, err, "blob sm_90a (gdnkcp.sm_90a.cubin) lacks gdn_a, gdn_b: "+c.want)
+		})
+	}
+}
