@@ -7,6 +7,8 @@
 #      then the walks' mma.sync form, which the Blackwell cubins run too) and for the compute_80 PTX assembled
 #      by ptxas for sm_80: registers / spill stores / spill loads of every staged entry, and of base where
 #      they differ.
+#      Also: entries whose compute_80 PTX has chains of serialized global loads (scripts/ptx-serial-loads.py) that
+#      base's has not (a note).
 #   2. For each -D variant (WALK_VARIANTS for gdn_walk_planes.cu, TAPE_VARIANTS for gdn_tape_planes.cu, as in
 #      scripts/walk-regs.sh; "-" for none, flags joined by commas go on one compile; default "-"): the walks'
 #      registers, and where the Hopper cubin is sm_90, sm_90a's wgmma path through nvcc's front end (-ptx with
@@ -55,6 +57,16 @@ echo "nvcc-check: $(nvcc --version | grep -o 'release [0-9.]*'); staged: ${stage
 printf '%-28s %16s %16s   %s\n' entry "$arch90 r/st/ld" "sm_80 r/st/ld" "base where it differs"
 join -a1 "$w/staged.tab" "$w/base.tab" | awk '{ d = ""; if (NF < 5) d = "(new)"; else if ($2 != $4 || $3 != $5) d = $4 "  " $5
 	printf "%-28s %16s %16s   %s\n", $1, $2, $3, d }'
+# Global loads issued one round trip after another (scripts/ptx-serial-loads.py) in the staged compute_80 PTX
+# and not in base's: a note, not a failure (the heuristic has false positives; read the source).
+if [ -s "$w/base.ptx" ] && [ -s "$w/staged.ptx" ]; then
+	for t in base staged; do # each entry's longest chain
+		python3 "$here/ptx-serial-loads.py" "$w/$t.ptx" | awk '/ loads in a chain/ { sub(":", "", $1); if ($2 > m[$1]) m[$1] = $2 }
+			END { for (e in m) print e, m[e] }' | sort >"$w/$t.serial"
+	done
+	more=$(join -a1 "$w/staged.serial" "$w/base.serial" | awk '$2 > ($3 == "" ? 0 : $3) { printf "%s %s -> %s; ", $1, ($3 == "" ? 0 : $3), $2 }')
+	echo "nvcc-check: longer chains of serialized global loads in staged (ptx-serial-loads.py): ${more:-none}"
+fi
 # A walk's spill bytes (stores + loads, both targets) staged against base: more is a failure.
 bad=$(join -a1 "$w/staged.tab" "$w/base.tab" | awk '$1 ~ /walk/ { split($2, h, "/"); split($3, p, "/"); s = h[2] + h[3] + p[2] + p[3]
 	b = 0; if (NF >= 5) { split($4, h, "/"); split($5, p, "/"); b = h[2] + h[3] + p[2] + p[3] }
