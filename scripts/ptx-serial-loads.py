@@ -50,7 +50,7 @@ def chains(lines):
             if state == "loaded":
                 state = "joined"
         elif STORE.match(s) and state in ("loaded", "joined"):
-            state = "stored" if state == "joined" else "stored"
+            state = "stored"  # (a store in the load's own block counts too: ptxas may not move the next load above it)
     if len(cur) > 1:
         out.append(cur)
     return out
