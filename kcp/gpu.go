@@ -96,6 +96,12 @@ const (
 	entryTapePlanes = "gdn_tape_walk_planes"
 	// entryTapePlanes128: its vh 128 entry (one entry a width: kernelSet.tapeEntry).
 	entryTapePlanes128 = "gdn_tape_walk_planes_w128"
+	// entryTapePlanesH and entryTapePlanesH128: the tape walk on single bf16
+	// products (the core stage's unless GPUOptions.SplitTape), the same
+	// arguments; entryOffsetPlanesH the offset walk.
+	entryTapePlanesH    = "gdn_tape_walk_planes_h"
+	entryTapePlanesH128 = "gdn_tape_walk_planes_w128_h"
+	entryOffsetPlanesH  = "gdn_offset_walk_planes_h"
 	// entryOffsetPlanes: the offset walk on them (the same file).
 	entryOffsetPlanes = "gdn_offset_walk_planes"
 	entryDVLocalMMA   = "gdn_dvlocal_mma"
@@ -106,6 +112,10 @@ const (
 	// walk planes (rk.wk) in place of kn: the same grid, shared memory and
 	// bits (kernelSet.dvlocalKt: the v5 set, whose forward writes them).
 	entryDVLocalMMAGK = "gdn_dvlocal_mma_gk"
+	// entryDVLocalMMAGR is gdn_dvlocal_mma_g on q's and k's raw bf16 rows and
+	// their l2norm factors, as the plane walks read them (the v5 set's unless
+	// GPUOptions.SplitDvLocal).
+	entryDVLocalMMAGR = "gdn_dvlocal_mma_gr"
 	entryGradsMMA     = "gdn_chunk_grads_mma"
 	// The v5 forward path (MMAForward5): walks that rebuild Kt from kn and
 	// gcum (no per-value-head Kt from the prep), the state walk also
@@ -155,6 +165,10 @@ const (
 	// h's, vnew's, d_chunk's and dvnew's places, mma7's bits except dg,
 	// whose <D, H> term takes D and H as bf16 (kernelSet.statesBF16).
 	entryGradsMMA8 = "gdn_chunk_grads_mma8"
+	// entryGradsMMA8R and entryGradsMMA6R are mma8 and mma6 on q's and k's
+	// raw bf16 rows with q_rstd and k_rstd (GPUOptions.RawQKGrads): their bits.
+	entryGradsMMA8R = "gdn_chunk_grads_mma8r"
+	entryGradsMMA6R = "gdn_chunk_grads_mma6r"
 
 	// prepMMASmem is kPrepMMASmem (gdn_prep_mma.cu): k fp32, L / the
 	// inverse fp32 [64][68], three bf16 hi/lo stages and the per-row
@@ -173,6 +187,9 @@ const (
 	// dvlocalMMAGSmem is kDvlMMAGSmem (gdn_dvlocal_mma.cu): dvlocalMMASmem and
 	// a second gamma stage, 82432 (two CTAs an SM).
 	dvlocalMMAGSmem = 82432
+	// dvlocalMMAGRSmem is kDvlMMAGRSmem: dvlocalMMAGSmem and the 64 l2norm
+	// factors of q and of k, 82944 (two CTAs an SM).
+	dvlocalMMAGRSmem = 82944
 	// chunkGradMMASmem is kGradMMASmem (gdn_chunk_grads_mma.cu): 227136
 	// (one CTA an SM).
 	chunkGradMMASmem = 227136
@@ -278,9 +295,9 @@ func (o *GPUOptions) setSwitches(name string) error {
 }
 
 // kernelFlags are the kernel switches of o, for comparing choices.
-func (o GPUOptions) kernelFlags() [9]bool {
-	return [9]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
-		o.MMAForward5, o.MMAGroupedGrads, o.SplitGrads}
+func (o GPUOptions) kernelFlags() [12]bool {
+	return [12]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
+		o.MMAForward5, o.MMAGroupedGrads, o.SplitGrads, o.SplitTape, o.SplitDvLocal, o.RawQKGrads}
 }
 
 // gpuEntry is a kernel the backend resolves and the most dynamic shared
@@ -300,6 +317,10 @@ type kernelSet struct {
 	tape128                      string           // the tape walk's vh 128 entry where it has one a width (tapeEntry)
 	bwdWalkSmem                  func(vh int) int // the offset walk's (the tape walk's: tapeSmem)
 	tapeSmem                     func(vh int) int
+	// tapeHi, tapeHi128, offsetHi: the core stage's tape and offset walk
+	// entries where they are not tape, tape128 and offset
+	// (GPUOptions.SplitTape unset: tapeEntryFor, offsetEntryFor).
+	tapeHi, tapeHi128, offsetHi string
 	// bwalkPlanes: the offset and tape walks are gdn_offset_walk_planes and
 	// gdn_tape_walk_planes, which read the forward's -W and K^T walk planes
 	// (rk.wp, rk.wk) and q's bf16 rows with q_rstd in place of fp32 W, Kt
@@ -332,6 +353,12 @@ type kernelSet struct {
 	// dvlocalKt: dV'_local reads K as the K^T walk planes (rk.wk), not kn
 	// (gdn_dvlocal_mma_gk).
 	dvlocalKt bool
+	// rawQKDvLocal: dV'_local reads q's and k's raw bf16 rows with q_rstd
+	// and k_rstd (gdn_dvlocal_mma_gr: GPUOptions.SplitDvLocal unset).
+	// rawQKGrads: the chunk gradients read them (gdn_chunk_grads_mma8r,
+	// mma6r: GPUOptions.RawQKGrads). With both, a kept forward writes no
+	// fp32 qn, kn (noNormRows).
+	rawQKDvLocal, rawQKGrads bool
 	// planes: the prep (gdn_prep_mma or gdn_prep_mma_g) writes the walk
 	// planes and summary and state are the plane walks, which read them in
 	// place of w and kn; fp32 w is then written only where a backward
@@ -412,6 +439,19 @@ func (o GPUOptions) kernelSet() kernelSet {
 			ks.dvlocal, ks.dvlocalKt = entryDVLocalMMAGK, true
 			if o.SplitGrads {
 				ks.grads, ks.gradsModule, ks.statesBF16 = entryGradsMMA6, "", false
+			}
+			if !o.SplitTape && ks.statesBF16 && ks.bwalkPlanes {
+				ks.tapeHi, ks.tapeHi128, ks.offsetHi = entryTapePlanesH, entryTapePlanesH128, entryOffsetPlanesH
+			}
+			if !o.SplitDvLocal && ks.bwalkPlanes {
+				ks.dvlocal, ks.dvlocalSmem, ks.dvlocalKt, ks.rawQKDvLocal = entryDVLocalMMAGR, dvlocalMMAGRSmem, false, true
+			}
+			if o.RawQKGrads && ks.bwalkPlanes {
+				raw := map[string]string{entryGradsMMA8: entryGradsMMA8R, entryGradsMMA6: entryGradsMMA6R}
+				ks.grads, ks.rawQKGrads = raw[ks.grads], true
+				if ks.gradsModule != "" {
+					ks.gradsModule = raw[ks.gradsModule]
+				}
 			}
 		}
 	}
@@ -625,6 +665,48 @@ type GPUOptions struct {
 	// sets ignore it. Both kernels are
 	// deterministic; they give different bits.
 	SplitGrads bool
+	// SplitTape keeps the v5 core stage's tape and offset walks on hi / lo
+	// split products (gdn_tape_walk_planes and _w128, gdn_offset_walk_planes:
+	// each fp32 operand split into two bf16 halves, ~16 bits, 2.3 times the
+	// tensor work, the splits on the walk's chain). Unset, the core stage
+	// runs them on single bf16 products (gdn_tape_walk_planes_h and
+	// _w128_h, gdn_offset_walk_planes_h: D^T, dV'^T and dO^T diag(f) enter
+	// the tensor cores as their bf16 roundings, -W as its hi plane): the
+	// core stage's chunk gradients (gdn_chunk_grads_mma8) read D and dV' in
+	// bf16 and take bf16 products, so the splits bought them little.
+	// gdnref's model (TestTapeBF16Model) puts the gradients within 5% of
+	// those from an exact tape with kcp's test gates, up to 1.4x with a long
+	// memory (g in [-0.02, -0.001]), where building the kernels with
+	// GDNKCP_TAPE_H_SPLIT_DOF=1 and _D=1 takes it back to 5%. Measured on an
+	// H100 (docs/perf-notes.md, "The tape walk on single bf16 products"):
+	// the tape walk 8% faster at 32,768 tokens, 19% at 120,908. The same
+	// bits at both widths, split or not, and in B1, B3 and replay; other
+	// bits than the split walk's. The module stage (mma6's hi / lo chunk
+	// gradients), SplitGrads and the other kernel sets run the split walks
+	// whatever it says.
+	SplitTape bool
+	// SplitDvLocal keeps the v5 backward's dV'_local on the forward's fp32
+	// normalised q and k (gdn_dvlocal_mma_gk: S^T = K Q^T as three products
+	// of ~16-bit splits a term). Unset, it runs gdn_dvlocal_mma_gr on q's
+	// and k's raw bf16 rows and their l2norm factors, as the plane walks
+	// read them: S^T as one exact bf16 product a term, scaled by the rstd
+	// in fp32; as close to float64 or closer (2.5e-6 against 5e-6 on the
+	// emulator), other bits, and 8% faster on an H100 (0.644 -> 0.591 ms at
+	// 32,768 tokens). Both stages; other kernel sets ignore it.
+	SplitDvLocal bool
+	// RawQKGrads runs the v5 backward's chunk gradients on q's and k's raw
+	// bf16 rows and their l2norm factors (gdn_chunk_grads_mma8r, mma6r:
+	// they stage fp32(x rstd), the values gdn_l2norm_fwd writes, so mma8's
+	// and mma6's bits) instead of the forward's fp32 qn and kn. With the
+	// default dV'_local (not SplitDvLocal) a forward kept for such a
+	// backward then writes no fp32 qn or kn: 2 T HQK 512 bytes less device
+	// memory (0.54 GB at 32,768 tokens and 16 QK heads, 2.0 GB at 120,908).
+	// The chunk gradients measured 20% slower on an H100 (4.02 -> 4.83 ms
+	// at 32,768 tokens) with the first form of their copy of the raw rows,
+	// which waited out its loads one by one; the present form issues them
+	// all first and is not yet measured. Until it is, this is for a pack
+	// that would not fit otherwise. Other kernel sets ignore it.
+	RawQKGrads bool
 	// LaunchOrder runs the v5 walks' CTAs in launch order (the column tile
 	// fastest, then the segment, then the head) instead of the dispatch
 	// order kcp computes for them (sched.DispatchOrder: the order that
@@ -944,7 +1026,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	if (opts.Device != 0 && opts.Device != g.gopts.Device) || (opts.Blob != "" && opts.Blob != g.gopts.Blob) ||
 		(len(opts.Devices) > 0 && !slices.Equal(opts.Devices, g.fleet.order)) ||
-		(opts.kernelFlags() != [9]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) ||
+		(opts.kernelFlags() != [12]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) ||
 		(opts.Kernels != "" && opts.Kernels != KernelsAuto && opts.Kernels != g.fleet.kernels) {
 		return nil, errors.New("kcp: gpu: ForPlan keeps the devices, blob and kernels; make a new backend with NewGPU to change them")
 	}

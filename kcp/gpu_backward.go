@@ -50,6 +50,10 @@ func (ks kernelSet) backwardEntries() []gpuEntry {
 	if ks.tape128 != "" {
 		es = append(es, gpuEntry{ks.tape128, ks.tapeSmem(128)})
 	}
+	if ks.tapeHi != "" {
+		es = append(es, gpuEntry{ks.tapeHi, ks.tapeSmem(64)}, gpuEntry{ks.tapeHi128, ks.tapeSmem(128)},
+			gpuEntry{ks.offsetHi, max(ks.bwdWalkSmem(64), ks.bwdWalkSmem(128))})
+	}
 	return append(es, []gpuEntry{
 		{entryQKBwd, 0},
 		{entryConvBwd, 0},
@@ -66,6 +70,29 @@ func (ks kernelSet) tapeEntry(vh int) string {
 		return ks.tape128
 	}
 	return ks.tape
+}
+
+// tapeEntryFor is tapeEntry for a backward of the module stage (module) or
+// the core stage, whose tape walk runs on single bf16 products where the set
+// has them (GPUOptions.SplitTape unset: tapeHi, tapeHi128).
+func (ks kernelSet) tapeEntryFor(vh int, module bool) string {
+	if !module && ks.tapeHi != "" {
+		if vh == 128 {
+			return ks.tapeHi128
+		}
+		return ks.tapeHi
+	}
+	return ks.tapeEntry(vh)
+}
+
+// offsetEntryFor is the offset walk's entry for a backward of the module
+// stage (module) or the core stage: offsetHi in the core stage where the set
+// has it (GPUOptions.SplitTape unset), else offset.
+func (ks kernelSet) offsetEntryFor(module bool) string {
+	if !module && ks.offsetHi != "" {
+		return ks.offsetHi
+	}
+	return ks.offset
 }
 
 // gradsFor returns the chunk gradients' entry for the module stage
@@ -551,13 +578,23 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 	if ks.dvlocalQK {
 		dvlBlocks = HQK
 	}
-	k := rk.kn.Ptr()
-	if ks.dvlocalKt {
-		k = rk.wk.Ptr()
+	var args *loader.Args
+	if ks.rawQKDvLocal { // q's and k's bf16 rows as the plane walks read them
+		pa, err := b.planeArgs(64)
+		if err != nil {
+			return err
+		}
+		args = argsDVLocalRaw(pa.q, pa.qStride, pa.qRstd, pa.k, pa.kStride, pa.kRstd, rk.gcum.Ptr(), b.dout.Ptr(),
+			rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))
+	} else { // fp32 qn, and kn or K^T's walk planes
+		k := rk.kn.Ptr()
+		if ks.dvlocalKt {
+			k = rk.wk.Ptr()
+		}
+		args = argsDVLocal(rk.qn.Ptr(), k, rk.gcum.Ptr(), b.dout.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
+			b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))
 	}
-	if err := b.launch(ks.dvlocal, [3]uint32{uint32(NC), uint32(dvlBlocks), 1}, ks.dvlocalSmem,
-		argsDVLocal(rk.qn.Ptr(), k, rk.gcum.Ptr(), b.dout.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
-			b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))); err != nil {
+	if err := b.launch(ks.dvlocal, [3]uint32{uint32(NC), uint32(dvlBlocks), 1}, ks.dvlocalSmem, args); err != nil {
 		return err
 	}
 	return b.mark() // dv local
@@ -582,6 +619,7 @@ func (b *bwdRun) offsetWalk() (err error) {
 			return fmt.Errorf("rank %d: %w", b.rk.rank, err)
 		}
 		ks := b.rk.dev.ks
+		offset := ks.offsetEntryFor(b.f.stage == StageModule)
 		chains := listChains(b.rk.tb.SegNChunk, b.tb.Offset)
 		split, err := b.f.be.walkSplit(b.rk, sched.Offset, chains)
 		if err != nil {
@@ -595,8 +633,8 @@ func (b *bwdRun) offsetWalk() (err error) {
 			return argsOffsetPlanes(pa, b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order), nil
 		}
 		if split != nil {
-			if err := b.f.be.launchSplit(b.rk, b.mem, split, "offset walk", splitLaunch{ks.offset, ks.bwdWalkSmem(128)},
-				splitLaunch{ks.offset, ks.bwdWalkSmem(64)}, planeArgs, b.recorder()); err != nil {
+			if err := b.f.be.launchSplit(b.rk, b.mem, split, "offset walk", splitLaunch{offset, ks.bwdWalkSmem(128)},
+				splitLaunch{offset, ks.bwdWalkSmem(64)}, planeArgs, b.recorder()); err != nil {
 				return err
 			}
 			b.res.Split[b.rk.rank][sched.Offset] = split.Walks128()
@@ -615,7 +653,7 @@ func (b *bwdRun) offsetWalk() (err error) {
 				}
 			}
 		}
-		if err := b.launch(ks.offset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.bwdWalkSmem(vh), args); err != nil {
+		if err := b.launch(offset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.bwdWalkSmem(vh), args); err != nil {
 			return err
 		}
 	}
@@ -668,8 +706,8 @@ func (b *bwdRun) tapeAndGrads() error {
 		return err
 	}
 	if split != nil {
-		if err := b.f.be.launchSplit(rk, b.mem, split, "tape walk", splitLaunch{ks.tapeEntry(128), ks.tapeSmem(128)},
-			splitLaunch{ks.tapeEntry(64), ks.tapeSmem(64)}, planeTapeArgs, b.recorder()); err != nil {
+		if err := b.f.be.launchSplit(rk, b.mem, split, "tape walk", splitLaunch{ks.tapeEntryFor(128, module), ks.tapeSmem(128)},
+			splitLaunch{ks.tapeEntryFor(64, module), ks.tapeSmem(64)}, planeTapeArgs, b.recorder()); err != nil {
 			return err
 		}
 		b.res.Split[rk.rank][sched.Tape] = split.Walks128()
@@ -687,7 +725,7 @@ func (b *bwdRun) tapeAndGrads() error {
 				}
 			}
 		}
-		if err := b.launch(ks.tapeEntry(vh), [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.tapeSmem(vh), tapeArgs); err != nil {
+		if err := b.launch(ks.tapeEntryFor(vh, module), [3]uint32{uint32(gpuD / vh), uint32(NS), uint32(HV)}, ks.tapeSmem(vh), tapeArgs); err != nil {
 			return err
 		}
 	}
@@ -736,7 +774,21 @@ func (b *bwdRun) tapeAndGrads() error {
 			}
 			a5.h, a5.vnew = rk.h16.Ptr(), rk.vnew16.Ptr()
 		}
-		if err := b.launch(ks.gradsFor(module), [3]uint32{uint32(NC), uint32(HQK), 1}, ks.gradsSmem, argsChunkGrads5(a5)); err != nil {
+		var args *loader.Args
+		if ks.rawQKGrads { // q's and k's bf16 rows with their rstd, as dV'_local read them
+			pa, err := b.planeArgs(64)
+			if err != nil {
+				return err
+			}
+			if pa.qStride != pa.kStride {
+				return fmt.Errorf("rank %d: chunk gradients on the raw rows: q's and k's row strides differ (%d, %d elements)",
+					rk.rank, pa.qStride, pa.kStride)
+			}
+			args = argsChunkGrads5Raw(a5, pa.q, pa.k, pa.qStride)
+		} else {
+			args = argsChunkGrads5(a5)
+		}
+		if err := b.launch(ks.gradsFor(module), [3]uint32{uint32(NC), uint32(HQK), 1}, ks.gradsSmem, args); err != nil {
 			return err
 		}
 		if err := b.mark(); err != nil { // chunk grads

@@ -15,6 +15,15 @@ func argsDVLocal(qn, kn, gcum, dout, chunkTok0, chunkLen, dvl uintptr, HQK, HV i
 		DevicePtr(chunkLen).DevicePtr(dvl).I32(int32(HQK)).I32(int32(HV)).F32(scale)
 }
 
+// argsDVLocalRaw: gdn_dvlocal_mma_gr(q, q_stride, q_rstd, k, k_stride,
+// k_rstd, gcum, dout, chunk_tok0, chunk_len, dvl, HQK, HV, scale).
+func argsDVLocalRaw(q uintptr, qStride int, qRstd, k uintptr, kStride int, kRstd, gcum, dout, chunkTok0, chunkLen, dvl uintptr,
+	HQK, HV int, scale float32) *loader.Args {
+	return loader.NewArgs().DevicePtr(q).I32(int32(qStride)).DevicePtr(qRstd).DevicePtr(k).I32(int32(kStride)).
+		DevicePtr(kRstd).DevicePtr(gcum).DevicePtr(dout).DevicePtr(chunkTok0).DevicePtr(chunkLen).DevicePtr(dvl).
+		I32(int32(HQK)).I32(int32(HV)).F32(scale)
+}
+
 // bwdWalkArgs are the tensors and tables the offset and tape walks share.
 type bwdWalkArgs struct {
 	w, kt, qn, gcum, dvl, dout                uintptr
@@ -150,6 +159,23 @@ func argsChunkGrads5(a chunkGrad5Args) *loader.Args {
 		I32(int32(a.HQK)).I32(int32(a.HV)).F32(a.scale).I32(l2).DevicePtr(a.dq16).DevicePtr(a.dk16).DevicePtr(a.dv16)
 }
 
+// argsChunkGrads5Raw: gdn_chunk_grads_mma8r / mma6r(q, k, qk_stride, v, ...):
+// argsChunkGrads5's arguments with q's and k's raw bf16 rows (qk_stride
+// elements a token) in place of qn, kn.
+func argsChunkGrads5Raw(a chunkGrad5Args, q, k uintptr, qkStride int) *loader.Args {
+	a.qn, a.kn = 0, 0
+	l2 := int32(0)
+	if a.l2norm {
+		l2 = 1
+	}
+	return loader.NewArgs().DevicePtr(q).DevicePtr(k).I32(int32(qkStride)).DevicePtr(a.v).I32(int32(a.vStride)).
+		DevicePtr(a.gcum).DevicePtr(a.beta).DevicePtr(a.h).DevicePtr(a.vnew).DevicePtr(a.dChunk).DevicePtr(a.dvnew).
+		DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).DevicePtr(a.qRstd).DevicePtr(a.kRstd).
+		DevicePtr(a.dq).DevicePtr(a.dk).I32(int32(a.dqStride)).
+		DevicePtr(a.dv).I32(int32(a.dvStride)).DevicePtr(a.dg).DevicePtr(a.dbeta).
+		I32(int32(a.HQK)).I32(int32(a.HV)).F32(a.scale).I32(l2).DevicePtr(a.dq16).DevicePtr(a.dk16).DevicePtr(a.dv16)
+}
+
 // argsQKBwd: gdn_qk_bwd(dqv, dkv, qn, kn, q_rstd, k_rstd, dq, dk, dq_stride, T, HQK, HV, l2norm).
 func argsQKBwd(dqv, dkv, qn, kn, qRstd, kRstd, dq, dk uintptr, dqStride, T, HQK, HV int, l2norm bool) *loader.Args {
 	l2 := int32(0)
@@ -190,27 +216,33 @@ func argsF32ToBF16(src, dst uintptr, n uint64) *loader.Args {
 // manifest.
 func gpuBwdArgSamples() map[string]*loader.Args {
 	return map[string]*loader.Args{
-		entryDVLocal:       argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOffset:        argsOffset(bwdWalkArgs{}, 0, 0, 0),
-		entryTape:          argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
-		entryOffsetMMA:     argsOffsetMMA(bwdWalkArgs{}, 0, 0, 0, 0),
-		entryTapeMMA:       argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryTapePlanes:    argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryTapePlanes128: argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryOffsetPlanes:  argsOffsetPlanes(bwdPlaneArgs{}, 0, 0, 0, 0),
-		entryChunkGrads:    argsChunkGrads(chunkGradArgs{}),
-		entryDVLocalMMA:    argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryDVLocalMMAG:   argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryDVLocalMMAGK:  argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // wk in kn's place
-		entryGradsMMA:      argsChunkGrads(chunkGradArgs{}),
-		entryGradsMMA5:     argsChunkGrads5(chunkGrad5Args{}),
-		entryGradsMMA6:     argsChunkGrads5(chunkGrad5Args{}), // vnew, dvnew: token slots
-		entryGradsMMA7:     argsChunkGrads5(chunkGrad5Args{}), // mma6's arguments
-		entryGradsMMA8:     argsChunkGrads5(chunkGrad5Args{}), // h16, vnew16, d16, dvnew16 in h's, vnew's, d_chunk's, dvnew's places
-		entryQKBwd:         argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
-		entryConvBwd:       argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryDWReduce:      argsDWReduce(0, 0, 0, 0),
-		entryAddRows:       argsAddRows(0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryF32ToBF16:     argsF32ToBF16(0, 0, 0),
+		entryDVLocal:        argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOffset:         argsOffset(bwdWalkArgs{}, 0, 0, 0),
+		entryTape:           argsTape(bwdWalkArgs{}, 0, 0, 0, 0),
+		entryOffsetMMA:      argsOffsetMMA(bwdWalkArgs{}, 0, 0, 0, 0),
+		entryTapeMMA:        argsTapeMMA(bwdWalkArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryTapePlanes:     argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryTapePlanes128:  argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryTapePlanesH:    argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryTapePlanesH128: argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOffsetPlanesH:  argsOffsetPlanes(bwdPlaneArgs{}, 0, 0, 0, 0),
+		entryOffsetPlanes:   argsOffsetPlanes(bwdPlaneArgs{}, 0, 0, 0, 0),
+		entryChunkGrads:     argsChunkGrads(chunkGradArgs{}),
+		entryDVLocalMMA:     argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDVLocalMMAG:    argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDVLocalMMAGK:   argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // wk in kn's place
+		entryDVLocalMMAGR:   argsDVLocalRaw(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryGradsMMA8R:     argsChunkGrads5Raw(chunkGrad5Args{}, 0, 0, 0),
+		entryGradsMMA6R:     argsChunkGrads5Raw(chunkGrad5Args{}, 0, 0, 0),
+		entryGradsMMA:       argsChunkGrads(chunkGradArgs{}),
+		entryGradsMMA5:      argsChunkGrads5(chunkGrad5Args{}),
+		entryGradsMMA6:      argsChunkGrads5(chunkGrad5Args{}), // vnew, dvnew: token slots
+		entryGradsMMA7:      argsChunkGrads5(chunkGrad5Args{}), // mma6's arguments
+		entryGradsMMA8:      argsChunkGrads5(chunkGrad5Args{}), // h16, vnew16, d16, dvnew16 in h's, vnew's, d_chunk's, dvnew's places
+		entryQKBwd:          argsQKBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, true),
+		entryConvBwd:        argsConvBwd(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDWReduce:       argsDWReduce(0, 0, 0, 0),
+		entryAddRows:        argsAddRows(0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryF32ToBF16:      argsF32ToBF16(0, 0, 0),
 	}
 }

@@ -289,11 +289,15 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 	fp32, mma := GPUOptions{}.kernelSet(), GPUOptions{MMABackwardWalks: true, MMABackwardChunk: true}.kernelSet()
 	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients (mma5, 6, 7, 8) and
 	// dV'_local (on kn, and on K^T's walk planes), and the offset and tape walks on the walk planes (the tape
-	// walk's two entries, vh 64 and vh 128)
-	require.Len(t, samples, len(fp32.backwardEntries())+13)
+	// walk's two entries, vh 64 and vh 128, and the single-product twins of the three), and dV'_local on the raw
+	// rows, and mma8 and mma6 on them
+	require.Len(t, samples, len(fp32.backwardEntries())+19)
 	v5 := GPUOptions{}
 	require.NoError(t, v5.SetKernels("v5"))
-	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet(), v5.kernelSet()} {
+	v5s, v5r := v5, v5
+	v5s.SplitTape, v5s.SplitDvLocal, v5r.RawQKGrads = true, true, true
+	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet(), v5.kernelSet(), v5s.kernelSet(),
+		v5r.kernelSet()} {
 		for _, e := range ks.backwardEntries() {
 			require.Contains(t, samples, e.name)
 		}
@@ -320,8 +324,10 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 			return entryChunkGrads
 		case entryTapeMMA, entryOffsetMMA, entryTapePlanes, entryOffsetPlanes: // their own signatures: the fp32 twin's and trailing arguments
 			return name
-		case entryTapePlanes128: // the vh 64 entry's signature
+		case entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128: // the vh 64 entry's signature
 			return entryTapePlanes
+		case entryOffsetPlanesH:
+			return entryOffsetPlanes
 		}
 		return strings.TrimSuffix(name, "_mma")
 	}

@@ -130,9 +130,11 @@ type gpuRank struct {
 }
 
 // normKept reports whether this forward normalises q and k in the prep and
-// the output and keeps qn, kn and their rstd for a backward: the _gnk
-// entries, which write them.
-func (rk *gpuRank) normKept() bool { return rk.normQK && rk.qn != nil }
+// the output and keeps what a backward reads of them: the _gnk entries,
+// which write q's and k's rstd always and qn, kn where they are allocated
+// (a backward on q's and k's raw rows, kernelSet.rawQKGrads, keeps the rstd
+// alone: qn and kn are nil and their pointers null).
+func (rk *gpuRank) normKept() bool { return rk.normQK && rk.qRstd != nil }
 
 // qkv returns where the chunk kernels read q, k and v and their row strides
 // in elements: the inputs in the core stage, the conv output's columns in
@@ -883,6 +885,9 @@ func (rr *rankRun) begin(stages []string, halo []bf16.BF16, start []float32) (er
 	} {
 		if t.norm && rk.normQK && !keep && !(ks.planes && t.dst == &rk.kRstd) { // the forward alone: nothing reads them
 			continue // (but k's rstd, which the plane walks read)
+		}
+		if rk.normQK && keep && ks.rawQKDvLocal && ks.rawQKGrads && (t.dst == &rk.qn || t.dst == &rk.kn) {
+			continue // the backward reads q's and k's raw rows and their rstd (kernelSet.rawQKGrads)
 		}
 		if *t.dst, err = f32(t.nm, t.n); err != nil {
 			return wrap(err)

@@ -424,6 +424,8 @@ func TestGPUSharedMemorySizes(t *testing.T) {
 		{"gdn_dvlocal_mma.cu", `static_assert\(kDvlMMASmem == (\d+)`, dvlocalMMASmem},
 		{"gdn_dvlocal_mma.cu", `kDvlMMAGSmem = (\d+) bytes`, dvlocalMMAGSmem},
 		{"gdn_dvlocal_mma.cu", `static_assert\(kDvlMMAGSmem == (\d+)`, dvlocalMMAGSmem},
+		{"gdn_dvlocal_mma.cu", `kDvlMMAGRSmem = (\d+) bytes`, dvlocalMMAGRSmem},
+		{"gdn_dvlocal_mma.cu", `static_assert\(kDvlMMAGRSmem == (\d+)`, dvlocalMMAGRSmem},
 		{"gdn_chunk_grads_mma.cu", `kGradMMASmem = (\d+) bytes`, chunkGradMMASmem},
 		{"gdn_chunk_grads_mma.cu", `static_assert\(kGradMMASmem == (\d+)`, chunkGradMMASmem},
 		{"gdn_chunk_grads_mma5.cu", `kGradMMA5Smem = (\d+) bytes`, chunkGradMMA5Smem},
@@ -584,7 +586,7 @@ func TestGPUEntries(t *testing.T) {
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
 		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryPlanes, entryCompose, entryStatePlanes, entryOutputMMA16G, entryPrepMMA,
 			entryPrepMMAGN, entryOutputMMA16GN, entryPrepMMAGNK, entryOutputMMA16GNK},
-			[4]string{entryOffsetPlanes, entryTapePlanes, entryDVLocalMMAGK, entryGradsMMA8}},
+			[4]string{entryOffsetPlanes, entryTapePlanes, entryDVLocalMMAGR, entryGradsMMA8}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
 		require.NoError(t, o.SetKernels(c.name))
@@ -644,7 +646,9 @@ func TestGPUEntries(t *testing.T) {
 			require.Equal(t, []gpuEntry{{entryGradsMMA8, chunkGradMMA5Smem}, {entryGradsMMA6, chunkGradMMA5Smem}},
 				pk.backwardEntries()[3:5])
 			require.False(t, sk.statesBF16, "SplitGrads: mma6 reads fp32 states")
-			require.Equal(t, len(pk.allEntries())-1, len(sk.allEntries()))
+			// Neither mma8 nor the single-product offset and tape walks (three
+			// entries), which run only before mma8's bf16 reads.
+			require.Equal(t, len(pk.allEntries())-4, len(sk.allEntries()))
 		} else {
 			require.Equal(t, pk.allEntries(), sk.allEntries(), name)
 			require.Equal(t, pk.grads, pk.gradsFor(true), name)

@@ -10,7 +10,8 @@
 #      the sm_90a width rule still picks the faster width with the kernels just landed;
 #   3. with CP8=1, the bitwise step of scripts/cp-matrix.sh at CP 8 on this one GPU (RPG=8);
 #   4. with BENCH_DOCS=LIST (e.g. 32768 and 40000,45000,35908, space-separated packs), kcp bench on the
-#      installed blobs, core and core + bwd, medians of 5 (the figures README.md and docs/perf-notes.md quote).
+#      installed blobs, core and core + bwd, medians of 5 (the figures README.md and docs/perf-notes.md quote);
+#      BENCH_VARIANTS (flags, + between several of one variant) each core + bwd after it.
 # SWEEP=0 leaves step 2 out.
 # Each step is skipped ("not run") once DEADLINE seconds (default 540) have passed since the start.
 # There: run(command="bash scripts/post-land.sh", carry=[".gpu/pack.tgz"]).
@@ -59,5 +60,17 @@ for docs in ${BENCH_DOCS:-}; do
 	else
 		echo "bench: not run ($(left) s left)"
 	fi
+	# BENCH_VARIANTS: kcp bench flags, each timed core + bwd after the plain run (e.g. --raw-qk-grads; + joins
+	# several flags into one variant: --split-tape+--split-dvlocal)
+	for v in ${BENCH_VARIANTS:-}; do
+		echo "== 4. kcp bench --docs $docs ${v//+/ } (core + bwd)"
+		if [ "$(left)" -gt 30 ]; then
+			# shellcheck disable=SC2046 # the variant's flags as words
+			timeout "$(( $(left) - 5 ))" .gpu/kcp bench --docs "$docs" --kernels v5 --modes core+bwd --reps 5 --warmup 2 \
+				$(echo "${v//+/ }") 2>/dev/null | grep -E 'median|walk|prep|output|grads|peak' | head -15
+		else
+			echo "bench: not run ($(left) s left)"
+		fi
+	done
 done
 echo "post-land: $(( $(date +%s) - start )) s"

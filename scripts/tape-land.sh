@@ -93,6 +93,24 @@ run_tests() {
 		fi
 	fi
 }
+# CP_PROBE="1 2 4": the exact CP split inside one GPU, measured with what exists: kcp run at CP_PROBE_DOCS (32768)
+# over R ranks of one GPU (layout C, the core stage, B1; ranks on their own streams, exchanging through host
+# memory), the slowest rank's median. What splitting one document's walks into R segments on one card could give.
+run_cp_probe() {
+	for r in ${CP_PROBE:-}; do
+		GDNKCP_BLOB_DIR=$blobs timeout 120 .gpu/kcp run --backend gpu --docs "${CP_PROBE_DOCS:-32768}" --cp "$r" --layout C \
+			--stage core --mode b1 --check=false --reps 5 --warmup 2 --no-progress --json >"$work/logs/cp-probe-$r.json" \
+			2>"$work/logs/cp-probe-$r.err" || echo "tape-land: cp probe R=$r: rc $? ($(tail -1 "$work/logs/cp-probe-$r.err" | cut -c1-200))"
+		python3 - "$work/logs/cp-probe-$r.json" "$r" <<'PY' || true
+import json, sys
+g = json.load(open(sys.argv[1]))["gpu"]
+print(f"tape-land: cp probe R={sys.argv[2]}: slowest rank {g['slowest_rank']} {g['slowest_ms']:.3f} ms, exchanges {100*g['exchange_share']:.1f}%")
+for rk in g["ranks"]:
+    st = " ".join(f"{s['stage'].replace('forward: ', 'f:').replace('backward: ', 'b:')}={s['ms']:.3f}" for s in rk["stages"] if s["ms"] >= 0.02)
+    print(f"  rank {rk['rank']}: fwd {rk['forward_ms']:.3f} bwd {rk['backward_ms']:.3f} exch {rk['exchange_ms']:.3f} | {st}"[:400])
+PY
+	done
+}
 packs=("${DOCS:-32768}")
 [ -n "${DOCS2-40000,45000,35908}" ] && packs+=("${DOCS2-40000,45000,35908}")
 if [ -n "${TESTS_FIRST:-}" ]; then # the tests in TEST_BUDGET seconds of BUDGET, then the benches
@@ -102,6 +120,7 @@ if [ -n "${TESTS_FIRST:-}" ]; then # the tests in TEST_BUDGET seconds of BUDGET,
 	run_benches
 else
 	run_benches
+	run_cp_probe
 	run_tests
 fi
 tar -C "$work" -czf "$out/logs.tar.gz" logs

@@ -115,7 +115,36 @@ func runDvLocalMMA(t *testing.T, c *dvlMMACase) {
 	j.f32("gcum", gcum)
 	j.bf16("dout", dout)
 	elems := T * HV * dHead
-	for _, o := range []string{"dvl", "dvl_fp32", "dvl_g", "dvl_gk"} {
+	// The raw rows of gdn_dvlocal_mma_gr: bf16 q and k ([T, HQK, 128]) with their l2norm factors (NaN on the
+	// gap tokens, as their rows).
+	rawRows := func() ([]bf16.BF16, []float32) {
+		rows := make([]bf16.BF16, T*HQK*dHead)
+		rstd := make([]float32, T*HQK)
+		for r := 0; r < T*HQK; r++ {
+			if !owned[r/HQK] {
+				rstd[r] = nan32
+				for x := 0; x < dHead; x++ {
+					rows[r*dHead+x] = bf16.Float32ToBF16(nan32)
+				}
+				continue
+			}
+			var ss float64
+			for x := 0; x < dHead; x++ {
+				v := bf16.Float32ToBF16(float32(rng.NormFloat64()))
+				rows[r*dHead+x] = v
+				ss += float64(v.Float32()) * float64(v.Float32())
+			}
+			rstd[r] = float32(1 / math.Sqrt(ss))
+		}
+		return rows, rstd
+	}
+	qraw, qrstd := rawRows()
+	kraw, krstd := rawRows()
+	j.bf16("qraw", qraw)
+	j.bf16("kraw", kraw)
+	j.f32("qrstd", qrstd)
+	j.f32("krstd", krstd)
+	for _, o := range []string{"dvl", "dvl_fp32", "dvl_g", "dvl_gk", "dvl_gr"} {
 		j.out(o, 4*elems)
 		j.poison(o, poisonF32)
 	}
@@ -135,6 +164,10 @@ func runDvLocalMMA(t *testing.T, c *dvlMMACase) {
 	argsK := args("dvl_gk")
 	argsK[1] = buf("wk")
 	j.launch("dvlocal_mma_gk", "gdn_dvlocal_mma_gk", grid3(NC, HQK, 1), 256, "kDvlMMAGSmem", argsK...)
+	// On the raw bf16 rows and their factors (row stride HQK 128 elements).
+	j.launch("dvlocal_mma_gr", "gdn_dvlocal_mma_gr", grid3(NC, HQK, 1), 256, "kDvlMMAGRSmem", buf("qraw"), i32a(HQK*dHead),
+		buf("qrstd"), buf("kraw"), i32a(HQK*dHead), buf("krstd"), buf("gcum"), buf("dout"), buf("chunk_tok0"),
+		buf("chunk_len"), buf("dvl_gr"), i32a(HQK), i32a(HV), f32a(scale))
 	r := j.run(bin)
 	t.Logf("runner:\n%s", r.log)
 	require.Equal(t, r.raw["dvl"], r.raw["dvl_g"], "gdn_dvlocal_mma_g: not gdn_dvlocal_mma's bits")
@@ -143,7 +176,7 @@ func runDvLocalMMA(t *testing.T, c *dvlMMACase) {
 	// Owned rows: written, finite; gap rows still poisoned. got gathers
 	// (chunk, head, row, column) order.
 	got := map[string][]float64{}
-	for _, o := range []string{"dvl", "dvl_fp32"} {
+	for _, o := range []string{"dvl", "dvl_fp32", "dvl_gr"} {
 		b := r.raw[o]
 		require.Len(t, b, 4*elems)
 		for e := 0; e < elems; e++ {
@@ -170,34 +203,56 @@ func runDvLocalMMA(t *testing.T, c *dvlMMACase) {
 		got[o] = vals
 	}
 
-	// float64 from the same fp32 / bf16 inputs, in the order of got.
-	var want []float64
-	for ci := range tok0 {
-		t0, n := int(tok0[ci]), int(clen[ci])
-		for h := 0; h < HV; h++ {
-			qh := h / (HV / HQK)
-			row := func(v []float32, tk int) []float32 { return v[((t0+tk)*HQK+qh)*dHead:][:dHead] }
-			gam := func(i int) float64 { return float64(gcum[(t0+i)*HV+h]) }
-			for jr := 0; jr < n; jr++ {
-				acc := make([]float64, dHead)
-				kj := row(kn, jr)
-				for i := jr; i < n; i++ {
-					qi := row(qn, i)
-					var dot float64
-					for x := range dHead {
-						dot += float64(qi[x]) * float64(kj[x])
+	// float64 from the same fp32 / bf16 inputs, in the order of got: dvl_j = scale sum_i (q_i . k_j) e^(..) dO_i
+	// with q_i, k_j the normalised rows (qrow, krow of token i, QK head qh).
+	wantOf := func(qrow, krow func(tk, qh int) []float64) []float64 {
+		var want []float64
+		for ci := range tok0 {
+			t0, n := int(tok0[ci]), int(clen[ci])
+			for h := 0; h < HV; h++ {
+				qh := h / (HV / HQK)
+				gam := func(i int) float64 { return float64(gcum[(t0+i)*HV+h]) }
+				for jr := 0; jr < n; jr++ {
+					acc := make([]float64, dHead)
+					kj := krow(t0+jr, qh)
+					for i := jr; i < n; i++ {
+						qi := qrow(t0+i, qh)
+						var dot float64
+						for x := range dHead {
+							dot += qi[x] * kj[x]
+						}
+						p := dot * math.Exp(gam(i)-gam(jr))
+						for x := range dHead {
+							acc[x] += p * float64(dout[((t0+i)*HV+h)*dHead+x].Float32())
+						}
 					}
-					p := dot * math.Exp(gam(i)-gam(jr))
-					for x := range dHead {
-						acc[x] += p * float64(dout[((t0+i)*HV+h)*dHead+x].Float32())
+					for x := range acc {
+						want = append(want, float64(scale)*acc[x])
 					}
-				}
-				for x := range acc {
-					want = append(want, float64(scale)*acc[x])
 				}
 			}
 		}
+		return want
 	}
+	f32Row := func(v []float32) func(tk, qh int) []float64 {
+		return func(tk, qh int) []float64 {
+			out := make([]float64, dHead)
+			for x, y := range v[(tk*HQK+qh)*dHead:][:dHead] {
+				out[x] = float64(y)
+			}
+			return out
+		}
+	}
+	rawRow := func(v []bf16.BF16, rstd []float32) func(tk, qh int) []float64 {
+		return func(tk, qh int) []float64 {
+			out := make([]float64, dHead)
+			for x, y := range v[(tk*HQK+qh)*dHead:][:dHead] {
+				out[x] = float64(y.Float32()) * float64(rstd[tk*HQK+qh])
+			}
+			return out
+		}
+	}
+	want := wantOf(f32Row(qn), f32Row(kn))
 	et := &errTable{}
 	requireRel(t, et, "dvlocal_mma", got["dvl"], want, dvlMMATol)
 	worst := maxOverRMS(got["dvl"], want)
@@ -205,5 +260,12 @@ func runDvLocalMMA(t *testing.T, c *dvlMMACase) {
 	require.Lessf(t, worst, dvlMMAElemTol, "dvl: an element is %.3g of the rms off", worst)
 	requireRel(t, et, "dvlocal_fp32", got["dvl_fp32"], want, dvlMMATol)
 	et.note("dvlocal_fp32 max/rms", maxOverRMS(got["dvl_fp32"], want))
+	// The raw rows' form, against float64 on its own inputs: S^T from exact bf16 products (one a term, fp32 sums),
+	// P^T split as in the others.
+	wantR := wantOf(rawRow(qraw, qrstd), rawRow(kraw, krstd))
+	requireRel(t, et, "dvlocal_mma_gr", got["dvl_gr"], wantR, dvlMMATol)
+	worstR := maxOverRMS(got["dvl_gr"], wantR)
+	et.note("dvlocal_mma_gr max/rms", worstR)
+	require.Lessf(t, worstR, dvlMMAElemTol, "dvl_gr: an element is %.3g of the rms off", worstR)
 	et.log(t)
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -237,6 +238,33 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 	j.bf16("vnew16", vnewT16(vnew, tok0, clen, HV))
 	j.bf16("dvnew16", vnewT16(dvnew, tok0, clen, HV))
 	launches("_8", "16_8", "_b8")
+	// gdn_chunk_grads_mma6r and mma8r on q's and k's raw bf16 rows (here bf16(qn), bf16(kn)) with q_rstd, k_rstd,
+	// beside mma6 and mma8 on fp32(raw rstd) (1 without the l2norm), the rows gdn_l2norm_fwd would write from
+	// them: the same bits (fp32 outputs, suffixes _6q / _6r and _8q / _8r).
+	rawRows := func(y []float32, rstd []float32) (raw []bf16.BF16, yr []float32) {
+		raw, yr = make([]bf16.BF16, len(y)), make([]float32, len(y))
+		for i, x := range y {
+			raw[i] = bf16.Float32ToBF16(x)
+			f := float32(1)
+			if c.l2norm {
+				f = rstd[i/dHead]
+			}
+			yr[i] = raw[i].Float32() * f
+		}
+		return raw, yr
+	}
+	qRaw, qnRaw := rawRows(qn, qRstd)
+	kRaw, knRaw := rawRows(kn, kRstd)
+	j.bf16("q_raw", qRaw)
+	j.bf16("k_raw", kRaw)
+	j.f32("qn_raw", qnRaw)
+	j.f32("kn_raw", knRaw)
+	for _, sfx := range []string{"_6q", "_6r", "_8q", "_8r"} {
+		for _, o := range outs {
+			j.out(o.name+sfx, 4*o.elems)
+			j.poison(o.name+sfx, poisonF32)
+		}
+	}
 	j.out("dqv", 4*T*HV*dHead)
 	j.out("dkv", 4*T*HV*dHead)
 	common := []string{buf("qn"), buf("kn"), buf("v"), i32a(vStride), buf("gcum"), buf("beta"), buf("h"), buf("vnew"),
@@ -277,6 +305,16 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		append(append([]string{}, common8...), buf("q_rstd"), buf("k_rstd"), nullBuf(), nullBuf(), i32a(dqStride),
 			nullBuf(), i32a(dvStride), buf("dg_b8"), buf("dbeta_b8"), i32a(HQK), i32a(HV), f32a(scale), i32a(l2),
 			buf("dq16_8"), buf("dk16_8"), buf("dv16_8"))...)
+	rawLaunch := func(label, entry, sfx string, head []string, rest []string) {
+		j.launch(label, entry, grid3(NC, HQK, 1), 256, "kGradMMA5Smem", slices.Concat(head, rest, []string{buf("q_rstd"),
+			buf("k_rstd"), buf("dq" + sfx), buf("dk" + sfx), i32a(dqStride), buf("dv" + sfx), i32a(dvStride), buf("dg" + sfx),
+			buf("dbeta" + sfx), i32a(HQK), i32a(HV), f32a(scale), i32a(l2), nullBuf(), nullBuf(), nullBuf()})...)
+	}
+	rawHead := []string{buf("q_raw"), buf("k_raw"), i32a(HQK * dHead)}
+	rawLaunch("grads_mma6q", "gdn_chunk_grads_mma6", "_6q", []string{buf("qn_raw"), buf("kn_raw")}, common6[2:])
+	rawLaunch("grads_mma6r", "gdn_chunk_grads_mma6r", "_6r", rawHead, common6[2:])
+	rawLaunch("grads_mma8q", "gdn_chunk_grads_mma8", "_8q", []string{buf("qn_raw"), buf("kn_raw")}, common8[2:])
+	rawLaunch("grads_mma8r", "gdn_chunk_grads_mma8r", "_8r", rawHead, common8[2:])
 	j.launch("grads_fp32", "gdn_chunk_grads", grid3(NC, HV, 1), 256, "kGradSmem",
 		append(append([]string{}, common...), buf("dqv"), buf("dkv"), buf("dv_fp32"), i32a(dvStride), buf("dg_fp32"),
 			buf("dbeta_fp32"), i32a(HQK), i32a(HV), f32a(scale))...)
@@ -285,6 +323,13 @@ func runGradsMMA5(t *testing.T, c *gradsMMA5Case) {
 		i32a(dqStride), i32a(T), i32a(HQK), i32a(HV), i32a(l2))
 	r := j.run(bin)
 	t.Logf("runner:\n%s", r.log)
+	for _, o := range outs {
+		for _, m := range []string{"6", "8"} {
+			require.NotEmpty(t, r.raw[o.name+"_"+m+"r"], o.name+"_"+m+"r")
+			require.Equal(t, r.raw[o.name+"_"+m+"q"], r.raw[o.name+"_"+m+"r"],
+				"%s: gdn_chunk_grads_mma%sr on the raw rows is not mma%s on fp32(raw rstd)", o.name, m, m)
+		}
+	}
 	if c.twin {
 		n := int(clen[0])
 		checked := 0

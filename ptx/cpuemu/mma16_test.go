@@ -89,9 +89,13 @@ const gapRows = 3
 // outMMATol of gdnref.Output from the bf16-rounded H and V' (its own error);
 // the bf16 entry bit for bit the probe's rounding (core), and within bf16
 // rounding of the same reference; both within mma16HandOverTol /
-// mma16TotalTol of gdnref.Output from the unrounded fp32 H and V'.
+// mma16TotalTol of gdnref.Output from the unrounded fp32 H and V'. The
+// output job runs again in runner_mma16_wg, where the grouped outputs take
+// their sm_90a products on the emulator's wgmma (deferred in the gva case):
+// the same checks, wgmma ran there, and every output the portable runner's
+// bits.
 func TestMMA16OnCPU(t *testing.T) {
-	bin := built(t, "runner_mma16")
+	bin, wgBin := built(t, "runner_mma16"), built(t, "runner_mma16_wg")
 	for _, rn := range []struct {
 		name  string
 		c     *gdnCase
@@ -124,6 +128,28 @@ func TestMMA16OnCPU(t *testing.T) {
 			ro := j.run(bin)
 			t.Logf("output:\n%s", ro.log)
 			checkOutput16(t, et, d, in, g, ro, rn.probe)
+
+			// The same output job in runner_mma16_wg, where the grouped outputs run their products on the
+			// emulator's wgmma (gdn_output_mma.cu, GDNKCP_OUT_WGMMA; deferred there with the copies): every
+			// check above again, wgmma ran for each grouped launch and not for gdn_output_mma16, and every
+			// output is the portable runner's bits (the emulator's wgmma is mma.sync's arithmetic, and the
+			// wgmma path adds only exact zeros past the causal blocks).
+			jw := *j
+			if rn.env != nil {
+				jw.env = append(append([]string{}, rn.env...), wgmmaDeferred)
+			}
+			rw := jw.run(wgBin)
+			t.Logf("output (runner_mma16_wg):\n%s", rw.log)
+			checkOutput16(t, et, d, in, g, rw, rn.probe)
+			for _, l := range []string{"output_mma16g", "output_mma16gn", "output_mma16gn_u8", "output_mma16gnk",
+				"output_mma16gnk_u8"} {
+				require.Contains(t, logLine(rw.log, l), "wgmma (warp)", "%s ran no wgmma in runner_mma16_wg", l)
+				require.NotContains(t, logLine(ro.log, l), "wgmma", "%s ran wgmma in runner_mma16", l)
+			}
+			require.NotContains(t, logLine(rw.log, "output_mma16"), "wgmma", "gdn_output_mma16 ran wgmma")
+			for name, b := range ro.raw {
+				require.Equal(t, b, rw.raw[name], "%s: runner_mma16_wg's output is not runner_mma16's bits", name)
+			}
 			et.log(t)
 		})
 	}
@@ -379,6 +405,15 @@ func addOutput16(j *job, d *gdnData, in *outInputs, h16, vnew16 []byte, probe bo
 			buf("qraw"+sfx), buf("wk"), i32a(qs), i32a(l2), buf("gcum"), buf("vnew16"), buf("h16"),
 			buf("chunk_tok0"), buf("chunk_len"), buf("ognk"+sfx), i32a(HQK), i32a(HV), f32a(d.scale), buf("qn_out"+sfx),
 			buf("q_rstd_out"+sfx))
+		// For a backward on q's raw rows (kcp's RawQK): qn_out null, q_rstd alone.
+		j.out("ognr"+sfx, 2*g.T*HV*dHead)
+		j.poison("ognr"+sfx, poisonBF16x2)
+		j.out("q_rstd_only"+sfx, 4*g.T*HQK)
+		j.poison("q_rstd_only"+sfx, poisonF32)
+		j.launch("output_mma16gnr"+sfx, "gdn_output_mma16gnk", grid3(l.NC, HQK, 1), 256, "kOutputMMA16Smem",
+			buf("qraw"+sfx), buf("wk"), i32a(qs), i32a(l2), buf("gcum"), buf("vnew16"), buf("h16"),
+			buf("chunk_tok0"), buf("chunk_len"), buf("ognr"+sfx), i32a(HQK), i32a(HV), f32a(d.scale), nullBuf(),
+			buf("q_rstd_only"+sfx))
 	}
 	if probe {
 		j.out("o32", 4*g.T*HV*dHead)
@@ -471,6 +506,10 @@ func checkOutput16(t *testing.T, et *errTable, d *gdnData, in *outInputs, g *gap
 			"gdn_output_mma16gnk%s: qn is not gdn_l2norm_fwd's", sfx)
 		require.Equal(t, f32Bytes(in.qRstd), ungapRows(t, d, g, r.raw["q_rstd_out"+sfx], 4*HQK, poisonF32, "q_rstd_out"+sfx),
 			"gdn_output_mma16gnk%s: q_rstd is not gdn_l2norm_fwd's", sfx)
+		require.Equal(t, res.raw["o"], ungap(t, d, g, r.raw["ognr"+sfx], 2, poisonBF16x2, "ognr"+sfx),
+			"gdn_output_mma16gnk%s with q_rstd alone: not gdn_output_mma16g's bits", sfx)
+		require.Equal(t, f32Bytes(in.qRstd), ungapRows(t, d, g, r.raw["q_rstd_only"+sfx], 4*HQK, poisonF32, "q_rstd_only"+sfx),
+			"gdn_output_mma16gnk%s with qn_out null: q_rstd is not gdn_l2norm_fwd's", sfx)
 	}
 	var o32 []float32
 	if probe { // first: its fp32 shows the kernel's own error

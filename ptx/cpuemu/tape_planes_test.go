@@ -74,7 +74,7 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 		j.poison(o.name, poisonF32)
 	}
 	outPlanes(j, "", l.NC, HQK, HV)
-	for _, p := range []string{"ref_", "p64_", "p128_", "pmix_"} {
+	for _, p := range []string{"ref_", "p64_", "p128_", "pmix_", "h64_", "h128_"} {
 		for _, o := range []bufSpec{{"d_chunk", 4 * l.NC * HV * dHead * dHead}, {"dvnew", 4 * T * HV * dHead},
 			{"dstart", 4 * l.NS * HV * dHead * dHead}, {"dvnewp", l.NC * HV * tokenSlotBlock},
 			{"dvnew16", l.NC * HV * tokenSlotBlock / 2}, {"d16", 2 * l.NC * HV * dHead * dHead},
@@ -125,6 +125,17 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 			slices.Concat([]string{buf("wp"), bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
 				buf("dvl"), buf("dout")}, tabs, outs(p), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra(p),
 				[]string{order})...)
+		// The single-product tape and offset walks (gdn_tape_walk_planes_h, _w128_h, gdn_offset_walk_planes_h:
+		// TapePlaneWalker's HI).
+		h := "h" + vhName(vh) + "_"
+		j.launch(h+"offset", "gdn_offset_walk_planes_h", grid3(2*dHead/vh, len(off), HV), 256, smemOf("tape_planes_smem", vh),
+			slices.Concat([]string{buf("wp"), bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
+				buf("dvl"), buf("dout")}, offTabs, []string{buf(h + "out_pt"), buf(h + "out_r"), i32a(HQK), i32a(HV),
+				i32a(vh), scale, offOrder})...)
+		j.launch(h+"tape", tape+"_h", grid3(dHead/vh, l.NS, HV), 256, smemOf("tape_planes_smem", vh),
+			slices.Concat([]string{buf("wp"), bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride), buf("q_rstd"), buf("gcum"),
+				buf("dvl"), buf("dout")}, tabs, outs(h), []string{i32a(HQK), i32a(HV), i32a(vh), scale}, extra(h),
+				[]string{order})...)
 	}
 	// The tape and offset walks split between the widths as kcp launches them
 	// (GPUOptions.MixedBackward, SplitHeads): the vh 128 entry (the offset
@@ -150,6 +161,11 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 				i32a(vh), scale, oOrder})...)
 	}
 }
+
+// tapeHiTol bounds the single-product tape walk (gdn_tape_walk_planes_h)
+// against float64: its operands' bf16 rounding, ~2^-9 a product, held in
+// fp32 across the chunks.
+const tapeHiTol = 5e-3
 
 // TestTapePlanesOnCPU runs gdn_tape_walk_planes (vh 64) and _w128 (vh 128) on planes
 // made by test_walk_planes from the fp32 prep's W and kn, beside
@@ -214,6 +230,25 @@ func TestTapePlanesOnCPU(t *testing.T) {
 				require.Equal(t, bf16.Bytes(stateT16(rw.f32s(p+"d_chunk"), l.NC, HV)), rw.raw[p+"d16"],
 					"%sd16: not the walk's own D^T rounded to bf16", p)
 			}
+			// The single-product tape and offset walks: the same bits at both widths and in both runners, the tape
+			// walk's bf16 tiles and token slots its own values.
+			for _, n := range tapePlaneOuts {
+				for _, r := range []*result{rw, rp} {
+					require.NotEmpty(t, r.raw["h64_"+n], "h64_"+n)
+					require.Equal(t, rw.raw["h64_"+n], r.raw["h128_"+n], "h128_%s: not vh 64's bits", n)
+					require.Equal(t, rw.raw["h64_"+n], r.raw["h64_"+n], "h64_%s: the runners differ", n)
+				}
+				require.NotEqual(t, rw.raw["p64_"+n], rw.raw["h64_"+n], "h64_%s: the split walk's bits", n)
+			}
+			for _, n := range []string{"d_chunk", "dvnew", "dstart", "out_pt", "out_r"} {
+				rw.f32s("h64_" + n) // fully written, no NaN or Inf
+			}
+			require.Equal(t, tokenSlots(rw.f32s("h64_dvnew"), l.chunkTok0, l.chunkLen, HV), rw.raw["h64_dvnewp"],
+				"h64_dvnewp: not the token slots of the walk's own dV'")
+			require.Equal(t, bf16.Bytes(vnewT16(rw.f32s("h64_dvnew"), l.chunkTok0, l.chunkLen, HV)), rw.raw["h64_dvnew16"],
+				"h64_dvnew16: not the walk's own dV'^T rounded to bf16")
+			require.Equal(t, bf16.Bytes(stateT16(rw.f32s("h64_d_chunk"), l.NC, HV)), rw.raw["h64_d16"],
+				"h64_d16: not the walk's own D^T rounded to bf16")
 			// The walks split between the widths (addSplit) write vh 64's bits
 			// into every element of every output (poison left over would differ).
 			for _, n := range tapePlaneOuts {
@@ -238,6 +273,13 @@ func TestTapePlanesOnCPU(t *testing.T) {
 				et.note(p+"dstart (max/rms)", worst)
 				require.Less(t, worst, bwalkMMAElemTol, "%sdstart: an element is %.3g of the rms off", p, worst)
 			}
+			// The single-product walk against float64: bf16 operands (gdnref's TestTapeBF16Model: ~1.8e-3 of D,
+			// ~4.5e-4 of dV').
+			requireRel(t, et, "h64_d_chunk", widen(rw.f32s("h64_d_chunk")), dChunk, tapeHiTol)
+			requireRel(t, et, "h64_dvnew", widen(rw.f32s("h64_dvnew")), dvnew, tapeHiTol)
+			requireRel(t, et, "h64_dstart", widen(rw.f32s("h64_dstart")), dstart, tapeHiTol)
+			requireRel(t, et, "h64_out_pt", widen(rw.f32s("h64_out_pt")), pt, tapeHiTol)
+			requireRel(t, et, "h64_out_r", widen(rw.f32s("h64_out_r")), rr, tapeHiTol)
 			et.log(t)
 		})
 	}

@@ -658,7 +658,53 @@ __device__ __forceinline__ void grads_1c(float* AF, const float* LS, float* PX, 
 	}
 }
 
-template <bool TP, bool LO = true, bool B16 = false>
+// copy_raw: k's and q's raw bf16 rows (row r at src + r stride elements, 16-byte aligned) times their l2norm
+// factors (rstd[r HQK]; 1 with l2norm 0) into [64][kP] rowo stages as fp32, zeros in the rows >= n: the product
+// x rstd that gdn_l2norm_fwd (fwd::l2norm_lane) writes as qn / kn, so the stages hold the bits copy_f32 copies
+// from them. Thread tid owns the 16-byte units tid + 256 x of each. Every load (eight 16-byte units and eight
+// factors a thread) is issued before the first store: with the stores through generic pointers a compiler that
+// cannot tell them from the loads keeps a load-convert-store loop (the first form) in order, one round trip a
+// load on the head's path (the likely cause of mma8r's 20% against mma8 on an H100 with that form).
+__device__ __forceinline__ void copy_raw(float* kdst, const __nv_bfloat16* ksrc, const float* krstd, float* qdst,
+                                         const __nv_bfloat16* qsrc, const float* qrstd, long long stride, int HQK,
+                                         int l2norm, int n) {
+	constexpr int kU = kC * 16 / kThreads;
+	uint4 w[2][kU];
+	float f[2][kU];
+#pragma unroll
+	for (int x = 0; x < kU; ++x) {
+		const int u = threadIdx.x + kThreads * x, r = u >> 4, c8 = 8 * (u & 15);
+		w[0][x] = w[1][x] = uint4{0u, 0u, 0u, 0u};  // rows >= n: 0 x 1, +0 as the first form stored
+		f[0][x] = f[1][x] = 1.0f;
+		if (r < n) {
+			w[0][x] = __ldg(reinterpret_cast<const uint4*>(ksrc + r * stride + c8));
+			w[1][x] = __ldg(reinterpret_cast<const uint4*>(qsrc + r * stride + c8));
+			if (l2norm) {
+				f[0][x] = __ldg(krstd + (long long)r * HQK);
+				f[1][x] = __ldg(qrstd + (long long)r * HQK);
+			}
+		}
+	}
+#pragma unroll
+	for (int m = 0; m < 2; ++m) {
+#pragma unroll
+		for (int x = 0; x < kU; ++x) {
+			const int u = threadIdx.x + kThreads * x, r = u >> 4, c8 = 8 * (u & 15);
+			const uint4 v = w[m][x];
+			const float fx = f[m][x];
+			float* d = (m == 0 ? kdst : qdst) + rowo<kP>(r) + c8;
+			*reinterpret_cast<float4*>(d) = make_float4(__uint_as_float(v.x << 16) * fx, __uint_as_float(v.x & 0xffff0000u) * fx,
+			                                            __uint_as_float(v.y << 16) * fx, __uint_as_float(v.y & 0xffff0000u) * fx);
+			*reinterpret_cast<float4*>(d + 4) = make_float4(__uint_as_float(v.z << 16) * fx, __uint_as_float(v.z & 0xffff0000u) * fx,
+			                                                __uint_as_float(v.w << 16) * fx, __uint_as_float(v.w & 0xffff0000u) * fx);
+		}
+	}
+}
+
+// RAW (gdn_chunk_grads_mma6r, mma8r): qn and kn are q's and k's raw bf16 rows (raw_stride elements a token, QK
+// head qh at element 128 qh), staged through copy_raw with q_rstd / k_rstd: the same stage bits, so the same
+// outputs, from half the bytes, and no fp32 qn / kn for the forward to write.
+template <bool TP, bool LO = true, bool B16 = false, bool RAW = false>
 __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
                      int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
                      const float* __restrict__ h_state, const float* __restrict__ vnew,
@@ -668,7 +714,7 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
                      const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
                      float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
                      int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
-                     __nv_bfloat16* __restrict__ dv16) {
+                     __nv_bfloat16* __restrict__ dv16, int raw_stride = 0) {
 	static_assert(!B16 || (TP && !LO), "B16: token slots (dV') and hi products only");
 	float* KF = smem;                                       // [64][kP] k, all along
 	float* QF = KF + kTP;                                   // [64][kP] q, all along
@@ -714,12 +760,21 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 	const long long qrow = (long long)HQK * kD, vrow = (long long)HV * kD;
 
 	// ---- S0: stage k, q once; S = Q K^T and K K^T once, to SKK ----
-	copy_f32<kC>(KF, kn + ((long long)t0 * HQK + qh) * kD, qrow, n);
-	copy_f32<kC>(QF, qn + ((long long)t0 * HQK + qh) * kD, qrow, n);
-	tc::cp_async_commit();
+	if (!RAW) {
+		copy_f32<kC>(KF, kn + ((long long)t0 * HQK + qh) * kD, qrow, n);
+		copy_f32<kC>(QF, qn + ((long long)t0 * HQK + qh) * kD, qrow, n);
+	}
+	tc::cp_async_commit();  // (RAW: an empty group, so that the waits below count alike)
 	if (B16) {  // head 0's dO, V', dV' land while S0 and head 0's S1 run (DOB, VF are free until then)
 		copy_head16(DOB, reinterpret_cast<unsigned char*>(VF), dout, reinterpret_cast<const __nv_bfloat16*>(vnew),
 		            reinterpret_cast<const __nv_bfloat16*>(dvnew), c, qh * grp, t0, n, HV, tid);
+	}
+	if (RAW) {  // under the head's copies
+		const long long r0 = (long long)t0 * raw_stride + (long long)qh * kD;
+		copy_raw(KF, reinterpret_cast<const __nv_bfloat16*>(kn) + r0, k_rstd + (long long)t0 * HQK + qh, QF,
+		         reinterpret_cast<const __nv_bfloat16*>(qn) + r0, q_rstd + (long long)t0 * HQK + qh, raw_stride, HQK, l2norm, n);
+	}
+	if (B16) {
 		tc::cp_async_wait<3>();  // K and Q
 	} else {
 		tc::cp_async_wait<0>();
@@ -781,9 +836,14 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 			}
 		}
 		for (int e = tid; e < kTQ; e += kThreads) AF[e] = 0.f;
-		if (tid < kC) {
-			bet[tid] = tid < n ? beta[(long long)(t0 + tid) * HV + h] : 0.f;
-			gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
+		if (tid < kC) {  // both loads issued before either store: one round trip, not two, at the head's start
+			float bv = 0.f, gv = 0.f;
+			if (tid < n) {
+				bv = beta[(long long)(t0 + tid) * HV + h];
+				gv = gcum[(long long)(t0 + tid) * HV + h];
+			}
+			bet[tid] = bv;
+			gam[tid] = gv;
 		}
 		if (B16)
 			tc::cp_async_wait<1>();  // dO and V' (dV' may still be in flight: waited for in S3)
@@ -1387,6 +1447,47 @@ gdn_chunk_grads_mma8(const float* __restrict__ qn, const float* __restrict__ kn,
 	                          dout, chunk_tok0, chunk_len,
 	                          q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16,
 	                          dk16, dv16);
+}
+
+// gdn_chunk_grads_mma6r and gdn_chunk_grads_mma8r: gdn_chunk_grads_mma6 / mma8 with q and k as their raw bf16
+// rows (q, k: qk_stride elements a token, 16-byte aligned, QK head qh at element 128 qh) and q_rstd, k_rstd in
+// place of fp32 qn and kn (grads5's RAW: copy_raw makes qn, kn's bits in the stage): the same outputs, bit for
+// bit, where qn, kn are gdn_l2norm_fwd's rows of the same q, k. The other arguments are mma6's / mma8's.
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+gdn_chunk_grads_mma6r(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k, int qk_stride,
+                      const __nv_bfloat16* __restrict__ v, int v_stride, const float* __restrict__ gcum,
+                      const float* __restrict__ beta, const float* __restrict__ h_state, const float* __restrict__ vnewp,
+                      const float* __restrict__ d_chunk, const float* __restrict__ dvnewp,
+                      const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
+                      const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
+                      const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
+                      float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
+                      int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
+                      __nv_bfloat16* __restrict__ dv16) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	grads5<true, true, false, true>(smem, reinterpret_cast<const float*>(q), reinterpret_cast<const float*>(k), v, v_stride,
+	                                gcum, beta, h_state, vnewp, d_chunk, dvnewp, dout, chunk_tok0, chunk_len, q_rstd, k_rstd,
+	                                dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16, dk16, dv16,
+	                                qk_stride);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+gdn_chunk_grads_mma8r(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k, int qk_stride,
+                      const __nv_bfloat16* __restrict__ v, int v_stride, const float* __restrict__ gcum,
+                      const float* __restrict__ beta, const __nv_bfloat16* __restrict__ h16,
+                      const __nv_bfloat16* __restrict__ vnew16, const __nv_bfloat16* __restrict__ d16,
+                      const __nv_bfloat16* __restrict__ dvnew16, const __nv_bfloat16* __restrict__ dout,
+                      const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
+                      const float* __restrict__ q_rstd, const float* __restrict__ k_rstd, float* __restrict__ dq,
+                      float* __restrict__ dk, int dq_stride, float* __restrict__ dv, int dv_stride,
+                      float* __restrict__ dg, float* __restrict__ dbeta, int HQK, int HV, float scale, int l2norm,
+                      __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16, __nv_bfloat16* __restrict__ dv16) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	grads5<true, false, true, true>(smem, reinterpret_cast<const float*>(q), reinterpret_cast<const float*>(k), v, v_stride,
+	                                gcum, beta, reinterpret_cast<const float*>(h16), reinterpret_cast<const float*>(vnew16),
+	                                reinterpret_cast<const float*>(d16), reinterpret_cast<const float*>(dvnew16), dout,
+	                                chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK,
+	                                HV, scale, l2norm, dq16, dk16, dv16, qk_stride);
 }
 
 }  // namespace gradmma

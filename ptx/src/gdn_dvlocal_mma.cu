@@ -111,8 +111,15 @@ __device__ __forceinline__ int swz(int row, int col) { return row * kD + (((col 
 // GDNKCP_DVL_ZFILL: copy_do zero-fills dO's rows from n on by cp.async's src-size (tc::cp_async16_zfill, row
 // 0's address for them: n >= 1), one instruction where the copy-or-zero-store branch (0) took ~20, and no
 // zero store for a later head's cp.async into the same double-buffered bytes to order against (mma.cuh).
+// Off on Blackwell (sm_100 and newer): there it took gdn_dvlocal_mma_g / _gk's spills from 24 to 44 bytes
+// (v5.35's blobs; not timed there); on sm_90a it spills nothing and took dV'_local 2.173 -> 2.125 ms at
+// 120,908 tokens (docs/perf-notes.md, v5.35).
 #ifndef GDNKCP_DVL_ZFILL
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define GDNKCP_DVL_ZFILL 0
+#else
 #define GDNKCP_DVL_ZFILL 1
+#endif
 #endif
 
 // copy_do issues the cp.async copies of the rows < n of the chunk's bf16 dO (row stride `stride` elements)
@@ -407,6 +414,164 @@ gdn_dvlocal_mma_gk(const float* __restrict__ qn, const __nv_bfloat16* __restrict
                    const int* __restrict__ chunk_len, float* __restrict__ dvl, int HQK, int HV, float scale) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	dvlocal_g<true>(smem, qn, reinterpret_cast<const float*>(wk), gcum, dout, chunk_tok0, chunk_len, dvl, HQK, HV, scale);
+}
+
+// ==== gdn_dvlocal_mma_gr: gdn_dvlocal_mma_g on q's and k's raw bf16 rows ==================================
+//   gdn_dvlocal_mma_gr   grid (NC, HQK), block 256, kDvlMMAGRSmem = 82944 bytes (two CTAs an SM)
+// gdn_dvlocal_mma_g's output with S^T from q's and k's raw bf16 rows (q_stride / k_stride elements a token,
+// 16-byte aligned, QK head qh at element 128 qh) and their l2norm factors q_rstd, k_rstd ([T, HQK]: qn = q rstd,
+// kn = k rstd) in place of fp32 qn and K^T's hi / lo planes, as the plane walks read them:
+//   S^T_ji = k_j . q_i                 one mma.sync a product (the rows are exact bf16; fp32 sums), where
+//                                      gdn_dvlocal_mma_g takes three (kh qh + kh ql + kl qh) of ~16-bit splits
+//   P^T_ji = S^T_ji (rk_j rq_i) e^(gamma_i - gamma_j)   on j <= i < n, else 0 (dvl_mask_r)
+//   dvl    = scale P^T dO               (2) as gdn_dvlocal_mma_g (P^T split hi / lo, dO exact): dvl_pdo_store.
+// S^T is exact but for the fp32 sums (~2^-24 a term; the splits' ~2^-16), so dvl is as close to float64 as
+// gdn_dvlocal_mma_g's or closer, in other bits. Per QK head: (1) 320 mma.sync instead of 960, no in-place split
+// of q (64 KB of shared reads and writes), 32 KB of q and k copied instead of 64 KB of fp32 q and K^T's planes.
+// Shared memory: QS, KS bf16 [64][128] (swz; zero from row n on), then the raw S^T stash over both | two dO
+// stages for the heads after the first (free from the start: head 1's dO is copied under (1)) | head 0's dO |
+// gamma [2][64] | rq, rk [64] each.
+constexpr int kDvlMMAGRSmem = kDvlMMAGSmem + 4 * 2 * kC;
+static_assert(kDvlMMAGRSmem == 82944, "kDvlMMAGRSmem: keep the header and kcp in step");
+static_assert(2 * (kDvlMMAGRSmem + 1024) <= 233472, "two CTAs an SM");
+
+// copy_rows_r issues the cp.async copies of a chunk's 64 bf16 rows of 128 (row r at src + r stride elements)
+// into the swizzled [64][128] stage dst, rows from n on zero-filled (src-size 0, row 0 as the source);
+// thread tid owns the 16-byte units tid + 256 k (copy_do's pattern).
+__device__ __forceinline__ void copy_rows_r(bf16* dst, const bf16* src, long long stride, int n) {
+#pragma unroll
+	for (int k = 0; k < kC * 16 / kThreads; ++k) {
+		const int p = threadIdx.x + kThreads * k, r = p >> 4, cb = p & 15;
+		tc::cp_async16_zfill(dst + swz(r, 8 * cb), src + (r < n ? r : 0) * stride + 8 * cb, r < n);
+	}
+}
+
+// dvl_raw_r: (1) on the raw rows, S^T = K Q^T over the warp's rows j (16 rt ..) x the column tiles rt .. last:
+// A = K's rows (m = token j, k = key) and B = Q's rows (n = token i) by ldmatrix.x4 of the swizzled stages,
+// one mma.sync a k step and n-tile, k ascending.
+__device__ __forceinline__ void dvl_raw_r(float s[8][4], const bf16* QS, const bf16* KS, int rt, int last, int lane) {
+	const int mi = lane >> 3, lr = lane & 7;
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+		for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+#pragma unroll
+	for (int kk = 0; kk < 8; ++kk) {
+		unsigned a[4];  // matrices (tokens 16 rt .. + 7, keys 16 kk ..), (tokens + 8 .., ..), (.., keys + 8 ..), (..)
+		tc::ldmatrix_x4(a, KS + swz(16 * rt + 8 * (mi & 1) + lr, 16 * kk + 8 * (mi >> 1)));
+#pragma unroll
+		for (int ip = 0; ip < 4; ++ip) {
+			if (ip < rt || ip > last) continue;  // warp-uniform
+			unsigned b[4];  // (tokens 16 ip .. + 7, keys 16 kk ..), (.., keys + 8 ..), (tokens + 8 .., ..), (..)
+			tc::ldmatrix_x4(b, QS + swz(16 * ip + 8 * (mi >> 1) + lr, 16 * kk + 8 * (mi & 1)));
+			tc::mma_bf16_16816(s[2 * ip], a, b, s[2 * ip]);
+			tc::mma_bf16_16816(s[2 * ip + 1], a, b + 2, s[2 * ip + 1]);
+		}
+	}
+}
+
+// dvl_mask_r: dvl_mask with the l2norm factors: P^T_ji = S^T_ji (rk_j rq_i) e^(gamma_i - gamma_j) on j <= i < n,
+// else 0 (rq, rk zero from row n on).
+__device__ __forceinline__ void dvl_mask_r(float s[8][4], const float* gam, const float* rq, const float* rk, int rt, int last,
+                                           int lane, int n) {
+	const int g = lane >> 2, t = lane & 3, j0 = 16 * rt + g, j1 = j0 + 8;
+	const float gj0 = gam[j0], gj1 = gam[j1], kj0 = rk[j0], kj1 = rk[j1];
+#pragma unroll
+	for (int nt = 0; nt < 8; ++nt) {
+		if (nt / 2 < rt || nt / 2 > last) continue;
+		const int i0 = 8 * nt + 2 * t, i1 = i0 + 1;
+		const float gi0 = gam[i0], gi1 = gam[i1], qi0 = rq[i0], qi1 = rq[i1];
+		s[nt][0] = (j0 <= i0 && i0 < n) ? s[nt][0] * (kj0 * qi0) * expf(gi0 - gj0) : 0.f;
+		s[nt][1] = (j0 <= i1 && i1 < n) ? s[nt][1] * (kj0 * qi1) * expf(gi1 - gj0) : 0.f;
+		s[nt][2] = (j1 <= i0 && i0 < n) ? s[nt][2] * (kj1 * qi0) * expf(gi0 - gj1) : 0.f;
+		s[nt][3] = (j1 <= i1 && i1 < n) ? s[nt][3] * (kj1 * qi1) * expf(gi1 - gj1) : 0.f;
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+gdn_dvlocal_mma_gr(const __nv_bfloat16* __restrict__ q, int q_stride, const float* __restrict__ q_rstd,
+                   const __nv_bfloat16* __restrict__ k, int k_stride, const float* __restrict__ k_rstd,
+                   const float* __restrict__ gcum, const __nv_bfloat16* __restrict__ dout,
+                   const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len, float* __restrict__ dvl,
+                   int HQK, int HV, float scale) {
+	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
+	float* QR = smem;                                     // QS, KS; then the raw S^T stash
+	bf16* const QS = reinterpret_cast<bf16*>(QR);         // [64][128] q's rows, swizzled
+	bf16* const KS = QS + kC * kD;                        // [64][128] k's rows
+	bf16* const stage0 = reinterpret_cast<bf16*>(QR + kC * kD);  // head j's dO (j >= 1) at stage0 + kC kD ((j - 1) % 2)
+	bf16* const DO = stage0 + 2 * kC * kD;                // [64][128] head 0's dO
+	float* const gam = reinterpret_cast<float*>(DO + kC * kD);  // [2][64]: head j's gamma at gam + 64 (j % 2)
+	float* const rq = gam + 2 * kC;                       // [64] q's factors, 0 from n on
+	float* const rk = rq + kC;                            // [64] k's
+	const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+	const int c = lin / HQK, qh = lin % HQK;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int hf = warp >> 2, rt = hf ? 3 - (warp & 3) : (warp & 3), cb0 = 8 * hf;
+	const int t0 = chunk_tok0[c], n = chunk_len[c];
+	const int G = HV / HQK, h0 = qh * G;
+	const long long vrow = (long long)HV * kD;
+	const int last = (n - 1) >> 4;
+	const bool active = rt <= last;             // warp-uniform
+	float* const ss = QR + 1024 * warp + lane;  // this lane's raw S^T: value (nt, e) at ss[32 (4 nt + e)]
+
+	copy_rows_r(QS, q + (long long)t0 * q_stride + (long long)qh * kD, q_stride, n);
+	copy_rows_r(KS, k + (long long)t0 * k_stride + (long long)qh * kD, k_stride, n);
+	tc::cp_async_commit();  // group 1: q, k
+	copy_do(DO, dout + ((long long)t0 * HV + h0) * kD, vrow, n);
+	tc::cp_async_commit();  // group 2: head 0's dO
+	if (G > 1) {
+		copy_do(stage0, dout + ((long long)t0 * HV + h0 + 1) * kD, vrow, n);
+		tc::cp_async_commit();  // group 3: head 1's dO, under (1)
+	}
+	if (tid < kC) {  // every load issued before the first store: one round trip, not four
+		float g0 = 0.f, g1 = 0.f, fq = 0.f, fk = 0.f;
+		if (tid < n) {
+			g0 = gcum[(long long)(t0 + tid) * HV + h0];
+			if (G > 1) g1 = gcum[(long long)(t0 + tid) * HV + h0 + 1];
+			fq = q_rstd[(long long)(t0 + tid) * HQK + qh];
+			fk = k_rstd[(long long)(t0 + tid) * HQK + qh];
+		}
+		gam[tid] = g0;
+		if (G > 1) gam[kC + tid] = g1;
+		rq[tid] = fq;
+		rk[tid] = fk;
+	}
+	if (G > 1)
+		tc::cp_async_wait<1>();  // this thread's q, k and head 0's dO units (head 1's may still be in flight)
+	else
+		tc::cp_async_wait<0>();
+	__syncthreads();  // q, k, head 0's dO, gamma and the factors staged
+
+	float s[8][4];
+	if (active) dvl_raw_r(s, QS, KS, rt, last, lane);
+	__syncthreads();  // every warp done with q and k: their region takes the S^T stash
+	if (active) {
+#pragma unroll
+		for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+			for (int e = 0; e < 4; ++e) ss[32 * (4 * nt + e)] = s[nt][e];
+		dvl_mask_r(s, gam, rq, rk, rt, last, lane, n);
+		dvl_pdo_store(s, DO, rt, last, cb0, lane, dvl + ((long long)t0 * HV + h0) * kD, vrow, n, scale);
+	}
+#pragma unroll 1
+	for (int j = 1; j < G; ++j) {
+		tc::cp_async_wait<0>();
+		__syncthreads();  // head j's dO and gamma staged; head j - 1's stage and gamma free
+		if (j + 1 < G) {
+			copy_do(stage0 + kC * kD * (j % 2), dout + ((long long)t0 * HV + h0 + j + 1) * kD, vrow, n);
+			tc::cp_async_commit();
+			if (tid < kC) gam[kC * ((j + 1) % 2) + tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h0 + j + 1] : 0.f;
+		}
+		if (active) {
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+				for (int e = 0; e < 4; ++e) s[nt][e] = ss[32 * (4 * nt + e)];
+			dvl_mask_r(s, gam + kC * (j % 2), rq, rk, rt, last, lane, n);
+			dvl_pdo_store(s, stage0 + kC * kD * ((j - 1) % 2), rt, last, cb0, lane, dvl + ((long long)t0 * HV + h0 + j) * kD,
+			              vrow, n, scale);
+		}
+	}
 }
 
 }  // namespace dvlmma

@@ -91,6 +91,7 @@
 #include "gdn_fwd.cu"
 #include "mma.cuh"
 #include "walk_planes.cuh"
+#include "wgmma.cuh"
 
 namespace gdnkcp {
 namespace outmma {
@@ -574,15 +575,103 @@ __device__ __forceinline__ void out16_pv_store(float acc[8][4], float s[8][4], c
 	}
 }
 
+// ---- gdn_output_mma16g's Q H on wgmma (sm_90a; GDNKCP_OUT_WGMMA, default 1) ----------------------------
+// Where wgmma.cuh has wgmma (the sm_90a cubin, and the CPU emulator's runner_mma16_wg), the grouped output
+// (gdn_output_mma16g / gn / gnk) runs (1) O = Q H as 16 warpgroup MMAs m64n64k16 (8 k steps x Qh, Ql):
+// warpgroup wc (warps 4 wc .. 4 wc + 3) owns O's columns 64 wc .., warp w % 4 its rows 16 (w % 4) .. (the
+// mma.sync path's layout), A = Q's fragments as that path loads them, B = H^T staged as two 64-key halves of
+// 128-byte rows in the 128-byte swizzle (copy_ht_sw128, desc_sw128), read once a warpgroup where the mma.sync
+// path has each of the four row warps of a column half load the same B fragments (4x the shared-memory reads
+// of H^T). Each accumulator gets that path's products in its order, so on the emulator (whose wgmma is
+// mma.sync's arithmetic tile by tile) the bits are the mma.sync path's; on the GPU the sm_90a output is its
+// own. The scores and P V' stay on mma.sync with their causal skips and registers (all three on wgmma spilled
+// 180-272 bytes on sm_90a and took the output 0.840 -> 1.30-1.45 ms at 32K: ptx/staging/parked/README.md,
+// output_wgmma). H^T's stage, landed by cp.async, is published to wgmma with fence_proxy_async before its
+// barrier.
+#ifndef GDNKCP_OUT_WGMMA
+#define GDNKCP_OUT_WGMMA 1
+#endif
+#if defined(GDNKCP_HAS_WGMMA) && GDNKCP_OUT_WGMMA
+#define GDNKCP_OUT_WG 1
+
+// acc32: a [8][4] accumulator tile set as wgmma's [32] (d[4 nt + e] is acc[nt][e]: the same layout).
+__device__ __forceinline__ float (&acc32(float (*a)[4]))[32] { return *reinterpret_cast<float(*)[32]>(&a[0][0]); }
+
+// copy_ht_sw128: cp.async of a chunk and head's H^T ([128 columns][128 keys] bf16, contiguous) into two 16 KB
+// halves, keys 0-63 then 64-127, each [128 columns][128 bytes] with the 16-byte unit u of row r at u ^ (r % 8)
+// (dst 1024-aligned): wgmma's K-major 128-byte swizzle. A warp copies two rows (512 contiguous bytes).
+__device__ __forceinline__ void copy_ht_sw128(void* dst, const bf16* src) {
+	unsigned char* d = reinterpret_cast<unsigned char*>(dst);
+#pragma unroll
+	for (int k = 0; k < kD * (kD / 8) / kThreads; ++k) {
+		const int p = threadIdx.x + kThreads * k, r = p >> 4, u = p & 15;
+		tc::cp_async16(d + (u >> 3) * (kD * 128) + r * 128 + (((u & 7) ^ (r & 7)) << 4), src + 8 * p);
+	}
+}
+
+// GDNKCP_OUT_WG_QH_BATCH: the k steps of Q H whose Q fragments out16_qh_wg loads before it issues their
+// products, a commit group each, the previous group waited for (wait<1>) before the next one's loads: 8 (all
+// 16 fragments first, 64 registers, one group), 2 (32 registers, four groups, two in flight) or 1 (16). The
+// same products in the same order either way.
+#ifndef GDNKCP_OUT_WG_QH_BATCH
+#define GDNKCP_OUT_WG_QH_BATCH 2
+#endif
+constexpr int kQHBatch = GDNKCP_OUT_WG_QH_BATCH;
+static_assert(kQHBatch == 1 || kQHBatch == 2 || kQHBatch == 4 || kQHBatch == 8, "GDNKCP_OUT_WG_QH_BATCH divides 8");
+
+// out16_qh_wg: out16_qh on wgmma: O (the warpgroup's 64 rows x columns 64 wc ..) = Q H, then rows times
+// e^gamma. ht: copy_ht_sw128's stage.
+__device__ __forceinline__ void out16_qh_wg(float acc[8][4], const bf16* Qb, const unsigned char* ht, const float* gam,
+                                            int rt, int wc, int lane) {
+	float(&d)[32] = acc32(acc);
+#pragma unroll
+	for (int k0 = 0; k0 < 8; k0 += kQHBatch) {
+		unsigned ah[kQHBatch][4], al[kQHBatch][4];
+#pragma unroll
+		for (int j = 0; j < kQHBatch; ++j) a_frag<true>(ah[j], al[j], Qb, rt, k0 + j, lane);
+		wg::fence();
+#pragma unroll
+		for (int j = 0; j < kQHBatch; ++j) {
+			const int kk = k0 + j;
+			const unsigned long long b = wg::desc_sw128(ht + (kk >> 2) * (kD * 128) + wc * 64 * 128 + 32 * (kk & 3));
+			wg::mma_m64n64k16_rs(d, ah[j], b, kk > 0 ? 1 : 0);
+			wg::mma_m64n64k16_rs(d, al[j], b, 1);
+		}
+		wg::commit();
+		if (k0 + kQHBatch < 8) wg::wait<1>();  // the previous group: its fragments are free
+	}
+	wg::wait<0>();
+	wg::fence_operand(d);
+	const int i0 = 16 * rt + (lane >> 2), i1 = i0 + 8;
+	scale_rows_exp(acc, gam[i0], gam[i1]);
+}
+
+#endif  // GDNKCP_OUT_WG
+
+// copy_h16: H^T's copy into its stage for gdn_output_mma16g: copy_ht_sw128's halves on the wgmma path, else
+// copy_bf16_tile's 256-byte rows (gdn_output_mma16 always takes the latter).
+__device__ __forceinline__ void copy_h16(float* XR, const bf16* src) {
+#if defined(GDNKCP_OUT_WG)
+	copy_ht_sw128(XR, src);
+#else
+	copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), src);
+#endif
+}
+
 // out16_stage: the first staging of gdn_output_mma16 (and of gdn_output_mma16g's first head): Q's rows
 // (q: the chunk's first row) and H^T (group 1), V'^T and K's rows (group 2) by cp.async, gamma; then Q's
 // copies waited for and split in place (V'^T and K may still be in flight).
+// G: gdn_output_mma16g's first head (H^T by copy_h16).
+template <bool G = false>
 __device__ __forceinline__ void out16_stage(float* QR, float* XR, bf16* VT, float* KR, float* gam, const float* q,
                                             const float* k, long long qk, const float* gcum, const bf16* h16b,
                                             const bf16* v16b, int t0, int n, int h, int HV) {
 	const int tid = threadIdx.x;
 	copy_tile<kC>(QR, q, qk, n);
-	copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16b);
+	if (G)
+		copy_h16(XR, h16b);
+	else
+		copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16b);
 	tc::cp_async_commit();
 	copy_bf16_tile<kD, kC / 8>(VT, v16b);
 	copy_tile<kC>(KR, k, qk, n);
@@ -691,9 +780,9 @@ __device__ __forceinline__ void norm_split_store(float* tile, int i, int n, int 
 // ro[i rs], for rows < n, where xo is given.
 __device__ __forceinline__ void out16_norm_out(float* xo, long long os, float* ro, int rs, int i, int n, int lane,
                                                const float (&v)[4], float rstd) {
-	if (xo == nullptr || i >= n) return;
-	*reinterpret_cast<float4*>(xo + i * os + 4 * lane) = make_float4(v[0], v[1], v[2], v[3]);
-	if (lane == 0) ro[(long long)i * rs] = rstd;
+	if (i >= n) return;
+	if (xo != nullptr) *reinterpret_cast<float4*>(xo + i * os + 4 * lane) = make_float4(v[0], v[1], v[2], v[3]);
+	if (ro != nullptr && lane == 0) ro[(long long)i * rs] = rstd;
 }
 
 #ifndef GDNKCP_OUT_NORM_ROWS
@@ -701,8 +790,9 @@ __device__ __forceinline__ void out16_norm_out(float* xo, long long os, float* r
 #endif
 constexpr int kNormRows = GDNKCP_OUT_NORM_ROWS;  // rows a warp loads at once (8: all; fewer: fewer registers)
 static_assert(8 % kNormRows == 0, "kNormRows divides a warp's 8 rows");
-// xo, ro (may be null): the normalised rows < n also to xo + i os (fp32, 128 a row) and their rstd to ro[i rs]
-// (lane 0): gdn_l2norm_fwd's values and places for a forward kept for a backward (the output's q).
+// xo, ro (each may be null): the normalised rows < n also to xo + i os (fp32, 128 a row) and their rstd to
+// ro[i rs] (lane 0): gdn_l2norm_fwd's values and places for a forward kept for a backward (the output's q; a
+// backward that reads q's raw rows takes the rstd alone).
 template <bool SPLIT = false>
 __device__ __forceinline__ void out16_norm_tile(float* tile, const bf16* x, long long xs, int l2norm, int n,
                                                 float* xo = nullptr, long long os = 0, float* ro = nullptr, int rs = 0) {
@@ -789,7 +879,7 @@ __device__ __forceinline__ void out16_stage_norm(float* QR, float* XR, bf16* VT,
 	bf16* const qst = reinterpret_cast<bf16*>(QR);  // staged rows: q's (16 KB), in Q's own region
 	if (async) copy_rows16(qst, q, qs, n);
 	tc::cp_async_commit();  // group 1: q's rows (empty without async)
-	copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16b);
+	copy_h16(XR, h16b);
 	tc::cp_async_commit();  // group 2: H^T
 	copy_bf16_tile<kD, kC / 8>(VT, v16b);
 	unsigned char* kd = reinterpret_cast<unsigned char*>(KR);
@@ -821,7 +911,9 @@ __device__ __forceinline__ void output_mma16g(float* smem, const float* qn, cons
 	float* KR = reinterpret_cast<float*>(VT + kD * kC);  // [64][128] fp32: K, split in place (16g: then S)
 	float* gam = KR + kC * kD;                           // [64]
 	const bf16* Qb = reinterpret_cast<const bf16*>(QR);
-	const bf16* Xb = reinterpret_cast<const bf16*>(XR);
+#if !defined(GDNKCP_OUT_WG)
+	const bf16* Xb = reinterpret_cast<const bf16*>(XR);  // the mma.sync path's H^T
+#endif
 	const bf16* Kb = reinterpret_cast<const bf16*>(KR);
 	const int lin = blockIdx.y * gridDim.x + blockIdx.x, c = lin / HQK, qh = lin % HQK;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -844,20 +936,27 @@ __device__ __forceinline__ void output_mma16g(float* smem, const float* qn, cons
 		if (h == h0 && NORM) {
 			// staged before the loop (q, k and their strides dead in it)
 		} else if (h == h0) {
-			out16_stage(QR, XR, VT, KR, gam, qn + ((long long)t0 * HQK + qh) * kD, kn + ((long long)t0 * HQK + qh) * kD, qk,
-			            gcum, h16 + blk * kD * kD, vnew16 + blk * kD * kC, t0, n, h, HV);
+			out16_stage<true>(QR, XR, VT, KR, gam, qn + ((long long)t0 * HQK + qh) * kD, kn + ((long long)t0 * HQK + qh) * kD,
+			                  qk, gcum, h16 + blk * kD * kD, vnew16 + blk * kD * kC, t0, n, h, HV);
 		} else {
 			__syncthreads();  // every warp done with the previous head's H^T, V'^T and gamma
-			copy_bf16_tile<kD, kD / 8>(reinterpret_cast<bf16*>(XR), h16 + blk * kD * kD);
+			copy_h16(XR, h16 + blk * kD * kD);
 			copy_bf16_tile<kD, kC / 8>(VT, vnew16 + blk * kD * kC);
 			tc::cp_async_commit();
 			if (tid < kC) gam[tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h] : 0.f;
 			tc::cp_async_wait<0>();
 		}
+#if defined(GDNKCP_OUT_WG)
+		wg::fence_proxy_async();  // H^T landed by cp.async, read by wgmma
+#endif
 		__syncthreads();  // Q (split), H^T and gamma staged (and, after head 0, V'^T)
 
 		float acc[8][4];
+#if defined(GDNKCP_OUT_WG)
+		out16_qh_wg(acc, Qb, reinterpret_cast<const unsigned char*>(XR), gam, rt, wc, lane);
+#else
 		out16_qh(acc, Qb, Xb, gam, rt, wc, lane);
+#endif
 
 		float s[8][4];
 		float* ss = KR + 1024 * warp + lane;  // this lane's stash: value (nt, e) at ss[32 (4 nt + e)]

@@ -279,17 +279,27 @@ __device__ __forceinline__ void prep_stage_head(const PrepSmem& S, const bf16* v
 __device__ __forceinline__ void prep_stage_gb(float* GAM, float* BET, const float* g, const float* beta, int t0, int n,
                                               int h0, int G, int HV, int tid) {
 	const int lane = tid % 32, warp = tid / 32;
-	for (int f = tid; f < G * kC; f += kThreads) {
-		const int hw = f / kC, i = f % kC;
-		BET[f] = i < n ? beta[(long long)(t0 + i) * HV + h0 + hw] : 0.f;
+	const bool gw = warp < G;
+	// Every load (beta: G x 64 values, two rounds of the CTA at G <= 8; gamma: two a lane of warp w < G) is issued
+	// before the first store, so that they take one round trip, not one each in turn.
+	float bv[2], gv[2];
+#pragma unroll
+	for (int u = 0; u < 2; ++u) {
+		const int f = tid + kThreads * u, hw = f / kC, i = f % kC;
+		bv[u] = f < G * kC && i < n ? beta[(long long)(t0 + i) * HV + h0 + hw] : 0.f;
 	}
-	if (warp < G) {
+#pragma unroll
+	for (int x = 0; x < 2; ++x) {
+		const int i = lane + 32 * x;
+		gv[x] = gw && i < n ? g[(long long)(t0 + i) * HV + h0 + warp] : 0.f;
+	}
+#pragma unroll
+	for (int u = 0; u < 2; ++u)
+		if (tid + kThreads * u < G * kC) BET[tid + kThreads * u] = bv[u];
+	if (gw) {
 		float* gam = GAM + warp * kC;
 #pragma unroll
-		for (int x = 0; x < 2; ++x) {
-			const int i = lane + 32 * x;
-			gam[i] = i < n ? g[(long long)(t0 + i) * HV + h0 + warp] : 0.f;
-		}
+		for (int x = 0; x < 2; ++x) gam[lane + 32 * x] = gv[x];
 		__syncwarp();
 		if (lane == 0) {
 			float s = 0.f;
@@ -671,6 +681,7 @@ gdn_prep_mma(const float* __restrict__ kn, const bf16* __restrict__ v, int v_str
 // kMaxGB: the value heads a QK head whose gamma and beta prep_heads_g stages at once (prep_stage_gb; more
 // than that: a head at a time, as gdn_prep_mma).
 constexpr int kMaxGB = 8;
+static_assert(kMaxGB * kC <= 2 * kThreads, "prep_stage_gb loads beta in two rounds of the CTA");
 // + RAW: 10 blocks x 32 lanes x 8 values; + GAM, BET: kMaxGB heads x 64 tokens each
 constexpr int kPrepMMAGSmem = kPrepMMASmem + 4 * 10 * 32 * 8 + 2 * 4 * kMaxGB * kC;
 static_assert(kPrepMMAGSmem == 114432, "kPrepMMAGSmem: kcp's prepMMAGSmem mirrors this");

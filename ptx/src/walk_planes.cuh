@@ -43,12 +43,13 @@ struct alignas(16) U32x4 {
 };
 
 // copy_wplanes issues copier ct's share of the cp.async copies of chunk c's -W planes (value head h, 32 KB)
-// into dst as they lie, a warp's 32 units contiguous.
-template <int COPIERS>
+// into dst as they lie, a warp's 32 units contiguous; BYTES kOffLo: the hi plane alone.
+template <int COPIERS, int BYTES = kWBytes>
 __device__ __forceinline__ void copy_wplanes(unsigned char* dst, const unsigned char* wp, int c, int h, int HV, int ct) {
+	static_assert(BYTES == kWBytes || BYTES == kOffLo, "both planes or the hi plane");
 	const unsigned char* sw = wp + ((long long)c * HV + h) * kWBytes + 16 * ct;
 	unsigned char* d = dst + 16 * ct;
-	constexpr int kJ = kWBytes / 16 / COPIERS;
+	constexpr int kJ = BYTES / 16 / COPIERS;
 #pragma unroll
 	for (int j = 0; j < kJ; ++j) tc::cp_async16(d + 16 * COPIERS * j, sw + 16 * COPIERS * j);
 }

@@ -21,7 +21,10 @@ emu::Registrar bwalk_mma_kernels(
         EMU_KERNEL(gdnkcp::bwalkmma, gdn_tape_walk_mma),
         EMU_KERNEL(gdnkcp::tapep, gdn_tape_walk_planes),
         EMU_KERNEL(gdnkcp::tapep, gdn_tape_walk_planes_w128),
+        EMU_KERNEL(gdnkcp::tapep, gdn_tape_walk_planes_h),
+        EMU_KERNEL(gdnkcp::tapep, gdn_tape_walk_planes_w128_h),
         EMU_KERNEL(gdnkcp::tapep, gdn_offset_walk_planes),
+        EMU_KERNEL(gdnkcp::tapep, gdn_offset_walk_planes_h),
         EMU_KERNEL(gdnkcp::planesref, test_walk_planes),
     },
     {

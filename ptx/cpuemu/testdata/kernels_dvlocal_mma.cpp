@@ -18,10 +18,12 @@ emu::Registrar dvlocal_mma_kernels(
         EMU_KERNEL(gdnkcp::dvlmma, gdn_dvlocal_mma),
         EMU_KERNEL(gdnkcp::dvlmma, gdn_dvlocal_mma_g),
         EMU_KERNEL(gdnkcp::dvlmma, gdn_dvlocal_mma_gk),
+        EMU_KERNEL(gdnkcp::dvlmma, gdn_dvlocal_mma_gr),
         EMU_KERNEL(gdnkcp::planesref, test_walk_planes),
     },
     {
         {"kDvlMMASmem", gdnkcp::dvlmma::kDvlMMASmem},
         {"kDvlMMAGSmem", gdnkcp::dvlmma::kDvlMMAGSmem},
+        {"kDvlMMAGRSmem", gdnkcp::dvlmma::kDvlMMAGRSmem},
     });
 }  // namespace

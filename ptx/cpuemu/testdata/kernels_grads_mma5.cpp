@@ -16,6 +16,8 @@ emu::Registrar grads_mma5_kernels(
         EMU_KERNEL(gdnkcp::gradmma, gdn_chunk_grads_mma6),
         EMU_KERNEL(gdnkcp::gradmma, gdn_chunk_grads_mma7),
         EMU_KERNEL(gdnkcp::gradmma, gdn_chunk_grads_mma8),
+        EMU_KERNEL(gdnkcp::gradmma, gdn_chunk_grads_mma6r),
+        EMU_KERNEL(gdnkcp::gradmma, gdn_chunk_grads_mma8r),
     },
     {
         {"kGradMMA5Smem", gdnkcp::gradmma::kGradMMA5Smem},
