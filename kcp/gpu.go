@@ -701,11 +701,13 @@ type GPUOptions struct {
 	// default dV'_local (not SplitDvLocal) a forward kept for such a
 	// backward then writes no fp32 qn or kn: 2 T HQK 512 bytes less device
 	// memory (0.54 GB at 32,768 tokens and 16 QK heads, 2.0 GB at 120,908).
-	// The chunk gradients measured 20% slower on an H100 (4.02 -> 4.83 ms
-	// at 32,768 tokens) with the first form of their copy of the raw rows,
-	// which waited out its loads one by one; the present form issues them
-	// all first and is not yet measured. Until it is, this is for a pack
-	// that would not fit otherwise. Other kernel sets ignore it.
+	// On an H100 (v5.36, docs/perf-notes.md, "Landed: v5.36") the chunk
+	// gradients cost 0.6% (32,768 tokens) and 1.2% (120,908) more than
+	// mma8's, and the kept forward's prep and output save more than that
+	// by not writing qn and kn: core + bwd ~0.08 / ~0.2 ms faster. (That
+	// run's kept forward wrote no q_rstd, a host bug since fixed; the
+	// fixed path awaits TestGPURawQK on a GPU.) Other kernel sets ignore
+	// it.
 	RawQKGrads bool
 	// LaunchOrder runs the v5 walks' CTAs in launch order (the column tile
 	// fastest, then the segment, then the head) instead of the dispatch
