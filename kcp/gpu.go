@@ -166,7 +166,8 @@ const (
 	// whose <D, H> term takes D and H as bf16 (kernelSet.statesBF16).
 	entryGradsMMA8 = "gdn_chunk_grads_mma8"
 	// entryGradsMMA8R and entryGradsMMA6R are mma8 and mma6 on q's and k's
-	// raw bf16 rows with q_rstd and k_rstd (GPUOptions.RawQKGrads): their bits.
+	// raw bf16 rows with q_rstd and k_rstd (the v5 set's since v5.37; GPUOptions.FP32QKGrads
+	// runs mma8 / mma6): their bits.
 	entryGradsMMA8R = "gdn_chunk_grads_mma8r"
 	entryGradsMMA6R = "gdn_chunk_grads_mma6r"
 
@@ -297,7 +298,7 @@ func (o *GPUOptions) setSwitches(name string) error {
 // kernelFlags are the kernel switches of o, for comparing choices.
 func (o GPUOptions) kernelFlags() [12]bool {
 	return [12]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
-		o.MMAForward5, o.MMAGroupedGrads, o.SplitGrads, o.SplitTape, o.SplitDvLocal, o.RawQKGrads}
+		o.MMAForward5, o.MMAGroupedGrads, o.SplitGrads, o.SplitTape, o.SplitDvLocal, o.FP32QKGrads}
 }
 
 // gpuEntry is a kernel the backend resolves and the most dynamic shared
@@ -356,7 +357,7 @@ type kernelSet struct {
 	// rawQKDvLocal: dV'_local reads q's and k's raw bf16 rows with q_rstd
 	// and k_rstd (gdn_dvlocal_mma_gr: GPUOptions.SplitDvLocal unset).
 	// rawQKGrads: the chunk gradients read them (gdn_chunk_grads_mma8r,
-	// mma6r: GPUOptions.RawQKGrads). With both, a kept forward writes no
+	// mma6r; not with GPUOptions.FP32QKGrads). With both, a kept forward writes no
 	// fp32 qn, kn (noNormRows).
 	rawQKDvLocal, rawQKGrads bool
 	// planes: the prep (gdn_prep_mma or gdn_prep_mma_g) writes the walk
@@ -446,7 +447,7 @@ func (o GPUOptions) kernelSet() kernelSet {
 			if !o.SplitDvLocal && ks.bwalkPlanes {
 				ks.dvlocal, ks.dvlocalSmem, ks.dvlocalKt, ks.rawQKDvLocal = entryDVLocalMMAGR, dvlocalMMAGRSmem, false, true
 			}
-			if o.RawQKGrads && ks.bwalkPlanes {
+			if !o.FP32QKGrads && ks.bwalkPlanes {
 				raw := map[string]string{entryGradsMMA8: entryGradsMMA8R, entryGradsMMA6: entryGradsMMA6R}
 				ks.grads, ks.rawQKGrads = raw[ks.grads], true
 				if ks.gradsModule != "" {
@@ -694,21 +695,19 @@ type GPUOptions struct {
 	// emulator), other bits, and 8% faster on an H100 (0.644 -> 0.591 ms at
 	// 32,768 tokens). Both stages; other kernel sets ignore it.
 	SplitDvLocal bool
-	// RawQKGrads runs the v5 backward's chunk gradients on q's and k's raw
+	// FP32QKGrads runs the v5 backward's chunk gradients on the forward's
+	// fp32 normalised q and k (gdn_chunk_grads_mma8, mma6), which a forward
+	// kept for a backward then writes. Unset, they read q's and k's raw
 	// bf16 rows and their l2norm factors (gdn_chunk_grads_mma8r, mma6r:
-	// they stage fp32(x rstd), the values gdn_l2norm_fwd writes, so mma8's
-	// and mma6's bits) instead of the forward's fp32 qn and kn. With the
-	// default dV'_local (not SplitDvLocal) a forward kept for such a
-	// backward then writes no fp32 qn or kn: 2 T HQK 512 bytes less device
-	// memory (0.54 GB at 32,768 tokens and 16 QK heads, 2.0 GB at 120,908).
-	// On an H100 (v5.36, docs/perf-notes.md, "Landed: v5.36") the chunk
-	// gradients cost 0.6% (32,768 tokens) and 1.2% (120,908) more than
-	// mma8's, and the kept forward's prep and output save more than that
-	// by not writing qn and kn: core + bwd ~0.08 / ~0.2 ms faster. (That
-	// run's kept forward wrote no q_rstd, a host bug since fixed; the
-	// fixed path awaits TestGPURawQK on a GPU.) Other kernel sets ignore
-	// it.
-	RawQKGrads bool
+	// they stage fp32(x rstd), the values gdn_l2norm_fwd writes, so the
+	// same bits), and with the default dV'_local (not SplitDvLocal) the
+	// kept forward writes no fp32 qn or kn: 2 T HQK 512 bytes less device
+	// memory (0.54 GB at 32,768 tokens and 16 QK heads, 2.0 GB at
+	// 120,908). On an H100 (docs/perf-notes.md, "Landed: v5.36") the raw
+	// rows' chunk gradients cost 0.6-1.2% more than mma8's and the kept
+	// forward's prep and output save more than that. Other kernel sets
+	// ignore it.
+	FP32QKGrads bool
 	// LaunchOrder runs the v5 walks' CTAs in launch order (the column tile
 	// fastest, then the segment, then the head) instead of the dispatch
 	// order kcp computes for them (sched.DispatchOrder: the order that

@@ -295,7 +295,7 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 	v5 := GPUOptions{}
 	require.NoError(t, v5.SetKernels("v5"))
 	v5s, v5r := v5, v5
-	v5s.SplitTape, v5s.SplitDvLocal, v5r.RawQKGrads = true, true, true
+	v5s.SplitTape, v5s.SplitDvLocal, v5r.FP32QKGrads = true, true, true
 	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet(), v5.kernelSet(), v5s.kernelSet(),
 		v5r.kernelSet()} {
 		for _, e := range ks.backwardEntries() {

@@ -132,7 +132,7 @@ type gpuRank struct {
 // normKept reports whether this forward normalises q and k in the prep and
 // the output and keeps what a backward reads of them: the _gnk entries,
 // which write q's and k's rstd always and qn, kn where they are allocated
-// (a backward on q's and k's raw rows, kernelSet.rawQKGrads, keeps the rstd
+// (a backward on q's and k's raw rows, kernelSet.rawQKGrads, the v5 default, keeps the rstd
 // alone: qn and kn are nil and their pointers null).
 func (rk *gpuRank) normKept() bool { return rk.normQK && rk.qRstd != nil }
 

@@ -586,7 +586,7 @@ func TestGPUEntries(t *testing.T) {
 			[4]string{entryOffsetMMA, entryTapeMMA, entryDVLocalMMA, entryGradsMMA}},
 		{"v5", []string{entryL2Norm, entryPrepMMAG, entrySummaryPlanes, entryCompose, entryStatePlanes, entryOutputMMA16G, entryPrepMMA,
 			entryPrepMMAGN, entryOutputMMA16GN, entryPrepMMAGNK, entryOutputMMA16GNK},
-			[4]string{entryOffsetPlanes, entryTapePlanes, entryDVLocalMMAGR, entryGradsMMA8}},
+			[4]string{entryOffsetPlanes, entryTapePlanes, entryDVLocalMMAGR, entryGradsMMA8R}},
 	} {
 		o := GPUOptions{TensorCoreWalks: true, MMAChunk: true} // cleared by SetKernels
 		require.NoError(t, o.SetKernels(c.name))
@@ -639,11 +639,12 @@ func TestGPUEntries(t *testing.T) {
 		require.True(t, split.SplitGrads, "SetKernels keeps SplitGrads")
 		pk, sk := plain.kernelSet(), split.kernelSet()
 		if name == "v5" {
-			// Core: mma8, or mma6 with SplitGrads; module: mma6 either way.
-			require.Equal(t, [4]string{entryGradsMMA8, entryGradsMMA6, entryGradsMMA6, entryGradsMMA6},
+			// Core: mma8r, or mma6r with SplitGrads; module: mma6r either way
+			// (on q's and k's raw rows, the default since v5.37).
+			require.Equal(t, [4]string{entryGradsMMA8R, entryGradsMMA6R, entryGradsMMA6R, entryGradsMMA6R},
 				[4]string{pk.gradsFor(false), pk.gradsFor(true), sk.gradsFor(false), sk.gradsFor(true)})
-			// Both resolved where mma8 runs, each once.
-			require.Equal(t, []gpuEntry{{entryGradsMMA8, chunkGradMMA5Smem}, {entryGradsMMA6, chunkGradMMA5Smem}},
+			// Both resolved where mma8r runs, each once.
+			require.Equal(t, []gpuEntry{{entryGradsMMA8R, chunkGradMMA5Smem}, {entryGradsMMA6R, chunkGradMMA5Smem}},
 				pk.backwardEntries()[3:5])
 			require.False(t, sk.statesBF16, "SplitGrads: mma6 reads fp32 states")
 			// Neither mma8 nor the single-product offset and tape walks (three

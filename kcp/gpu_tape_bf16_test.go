@@ -269,15 +269,15 @@ func TestGPUSingleTape(t *testing.T) {
 
 // TestRawQKEntries: the v5 set's dV'_local is gdn_dvlocal_mma_gr (grid NC
 // x HQK, its own shared memory) unless SplitDvLocal (gdn_dvlocal_mma_gk);
-// RawQKGrads puts mma8r / mma6r in its chunk gradients (mma6r for the
-// module stage, and for both with SplitGrads) whatever dV'_local runs; the
-// other sets ignore both.
+// its chunk gradients are mma8r / mma6r (mma6r for the module stage, and
+// for both with SplitGrads) whatever dV'_local runs, and mma8 / mma6 with
+// FP32QKGrads; the other sets ignore both.
 func TestRawQKEntries(t *testing.T) {
 	for _, c := range []struct {
 		set                    string
 		split, v5              bool
-		core, module           string // the chunk gradients of each stage with RawQKGrads
-		plainCore, plainModule string // and without
+		core, module           string // the chunk gradients of each stage by default
+		plainCore, plainModule string // and with FP32QKGrads
 	}{
 		{"v5", false, true, entryGradsMMA8R, entryGradsMMA6R, entryGradsMMA8, entryGradsMMA6},
 		{"v5", true, true, entryGradsMMA6R, entryGradsMMA6R, entryGradsMMA6, entryGradsMMA6},
@@ -289,7 +289,7 @@ func TestRawQKEntries(t *testing.T) {
 		require.NoError(t, raw.SetKernels(c.set))
 		require.NoError(t, normDvl.SetKernels(c.set))
 		plain.SplitGrads, raw.SplitGrads, normDvl.SplitGrads = c.split, c.split, c.split
-		raw.RawQKGrads, normDvl.SplitDvLocal = true, true
+		plain.FP32QKGrads, normDvl.SplitDvLocal = true, true
 		pk, rk, nk := plain.kernelSet(), raw.kernelSet(), normDvl.kernelSet()
 		require.NotEqual(t, plain.kernelFlags(), raw.kernelFlags(), c.set)
 		require.NotEqual(t, plain.kernelFlags(), normDvl.kernelFlags(), c.set)
@@ -301,7 +301,7 @@ func TestRawQKEntries(t *testing.T) {
 		}
 		require.True(t, pk.rawQKDvLocal && pk.dvlocalQK && !pk.dvlocalKt && !pk.rawQKGrads, c.set)
 		require.True(t, rk.rawQKDvLocal && rk.rawQKGrads, c.set)
-		require.True(t, !nk.rawQKDvLocal && nk.dvlocalKt && !nk.rawQKGrads, c.set)
+		require.True(t, !nk.rawQKDvLocal && nk.dvlocalKt && nk.rawQKGrads, c.set)
 		require.Equal(t, gpuEntry{entryDVLocalMMAGR, dvlocalMMAGRSmem}, pk.backwardEntries()[0], c.set)
 		require.Equal(t, gpuEntry{entryDVLocalMMAGR, dvlocalMMAGRSmem}, rk.backwardEntries()[0], c.set)
 		require.Equal(t, gpuEntry{entryDVLocalMMAGK, dvlocalMMAGSmem}, nk.backwardEntries()[0], c.set)
@@ -319,12 +319,13 @@ func TestRawQKEntries(t *testing.T) {
 	}
 }
 
-// TestFakeDriverRawQK runs RawQKGrads' host side on the fake driver (in a
-// child process; blobs from blobDirWith): B1 in both stages launches
-// gdn_dvlocal_mma_gr on a (chunk, QK head) grid (as the default does) and
-// the chunk gradients on the raw rows (mma8r in the core stage, mma6r in
-// the module stage), never their qn / kn twins, and the kept forward holds
-// less device memory than without RawQKGrads (no fp32 qn, kn); nothing is
+// TestFakeDriverRawQK runs the v5 default's raw-row backward on the fake
+// driver (in a child process; blobs from blobDirWith): the kept forward
+// runs the _gnk prep and output (they write q's and k's rstd), B1 in both
+// stages launches gdn_dvlocal_mma_gr on a (chunk, QK head) grid and the
+// chunk gradients on the raw rows (mma8r in the core stage, mma6r in the
+// module stage), never their qn / kn twins, and the kept forward holds
+// less device memory than with FP32QKGrads (no fp32 qn, kn); nothing is
 // left held.
 func TestFakeDriverRawQK(t *testing.T) {
 	fk := fakeChild(t, "TestFakeDriverRawQK")
@@ -337,7 +338,7 @@ func TestFakeDriverRawQK(t *testing.T) {
 	var o, plain GPUOptions
 	require.NoError(t, o.SetKernels("v5"))
 	require.NoError(t, plain.SetKernels("v5"))
-	o.RawQKGrads = true
+	plain.FP32QKGrads = true
 	g, err := NewGPU(p, o)
 	require.NoError(t, err)
 	gp, err := NewGPU(p, plain)
@@ -404,10 +405,11 @@ func TestFakeDriverRawQK(t *testing.T) {
 	require.Zero(t, held.Allocs+held.Modules+held.Streams, "everything released: %+v", held)
 }
 
-// TestGPURawQK runs B1 with RawQKGrads on the backward packs at R 1 and 4,
-// every layout, both stages, with the default blob and the compute_80 PTX
-// forced: the same gradient bits as the default kernels' (mma8r and mma6r
-// stage the values gdn_l2norm_fwd writes, so mma8's and mma6's bits), at
+// TestGPURawQK runs B1 with the v5 defaults on the backward packs at R 1
+// and 4, every layout, both stages, with the default blob and the
+// compute_80 PTX forced: the same gradient bits as FP32QKGrads' kernels'
+// (mma8r and mma6r stage the values gdn_l2norm_fwd writes, so mma8's and
+// mma6's bits), at
 // vh 64 and vh 128, and B3 B1's bits; and the default dV'_local
 // (gdn_dvlocal_mma_gr) against SplitDvLocal's: both within issue 6's bounds
 // of the CPU backend's (the module stage against the reference fed the
@@ -418,7 +420,7 @@ func TestGPURawQK(t *testing.T) {
 	require.NoError(t, rawOpts.SetKernels("v5"))
 	require.NoError(t, plainOpts.SetKernels("v5"))
 	require.NoError(t, normOpts.SetKernels("v5"))
-	rawOpts.RawQKGrads, normOpts.SplitDvLocal = true, true
+	plainOpts.FP32QKGrads, normOpts.SplitDvLocal = true, true
 	p0 := bwdPlan(t, bwdPacks[0].docs, 1, LayoutC, 1, 2)
 	gr := openTestGPUs(t, p0, rawOpts)
 	gp := openTestGPUs(t, p0, plainOpts)
@@ -461,7 +463,7 @@ func TestGPURawQK(t *testing.T) {
 							o := opts
 							o.ForceVH = 64
 							_, base, _ := gpuB1Conv(t, gp[i].g, p, GPUOptions{Options: o}, in, dout)
-							requireSameGradBits(t, tg.name+": RawQKGrads vs the default", runs[0], base)
+							requireSameGradBits(t, tg.name+": the default (raw rows) vs FP32QKGrads", runs[0], base)
 							check(tg.name+" default dV'_local", runs[0], y)
 							_, norm, yn := gpuB1Conv(t, gn[i].g, p, GPUOptions{Options: o}, in, dout)
 							check(tg.name+" SplitDvLocal", norm, yn)

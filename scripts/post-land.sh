@@ -60,7 +60,7 @@ for docs in ${BENCH_DOCS:-}; do
 	else
 		echo "bench: not run ($(left) s left)"
 	fi
-	# BENCH_VARIANTS: kcp bench flags, each timed core + bwd after the plain run (e.g. --raw-qk-grads; + joins
+	# BENCH_VARIANTS: kcp bench flags, each timed core + bwd after the plain run (e.g. --fp32-qk-grads; + joins
 	# several flags into one variant: --split-tape+--split-dvlocal)
 	for v in ${BENCH_VARIANTS:-}; do
 		echo "== 4. kcp bench --docs $docs ${v//+/ } (core + bwd)"

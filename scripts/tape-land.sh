@@ -5,10 +5,11 @@
 #      the registers and spills of the entries v5.36 adds or changes and every sm_90a entry whose spill stores
 #      grew against ptx/blobs, and ptxcheck --gpu on them;
 #   2. times kcp bench core + bwd at DOCS (32768) and DOCS2 (40000,45000,35908) on the new blobs for each of SETS
-#      (default "A D S RG"): A the committed blobs (ptx/blobs) with --split-tape --split-dvlocal (v5.35 as it
+#      (default "A D S FQ"): A the committed blobs (ptx/blobs) with --split-tape --split-dvlocal (v5.35 as it
 #      runs); D the defaults; S --split-tape --split-dvlocal (v5.35's tape walk and dV'_local on the new blobs:
 #      S against A measures output_wg_qh and load_hoist, D against S the single-product tape walk and dV'_local);
-#      RG --raw-qk-grads (the raw-row chunk gradients; their copy_raw issues every load first since the
+#      FQ --fp32-qk-grads (v5.36's chunk gradients on fp32 qn, kn; v5.36's own landing ran RG, --raw-qk-grads, the
+#      raw-row chunk gradients that v5.37 made the default; their copy_raw issues every load first since the
 #      thirty-fourth session's fix, the first form ran 20% slower than mma8); medians of REPS (5). Eight kcp bench
 #      runs at ~25-30 s each; SETS / DOCS2 cut them down;
 #   3. runs TESTS (default: the landing's own GPU tests and the backward's) on the new blobs in what is left of
@@ -63,11 +64,11 @@ if [ -x .gpu/ptxcheck ]; then # packed only where the pack has room (it embeds t
 fi
 run_benches() {
 	for p in "${packs[@]}"; do
-		for s in ${SETS-A D S RG}; do
+		for s in ${SETS-A D S FQ}; do
 			flag= dir=$blobs
 			[ "$s" = A ] && flag='--split-tape --split-dvlocal' dir=ptx/blobs
 			[ "$s" = S ] && flag='--split-tape --split-dvlocal'
-			[ "$s" = RG ] && flag=--raw-qk-grads
+			[ "$s" = FQ ] && flag=--fp32-qk-grads
 			# shellcheck disable=SC2086 # flag is words or none
 			GDNKCP_BLOB_DIR=$dir timeout "${BENCH_TIMEOUT:-240}" .gpu/kcp bench --docs "$p" --kernels v5 --modes core+bwd \
 				--reps "${REPS:-5}" --warmup 2 $flag >"$work/logs/bench-$s-$p-1.txt" 2>&1 ||
@@ -124,8 +125,8 @@ else
 	run_tests
 fi
 tar -C "$work" -czf "$out/logs.tar.gz" logs
-echo "A: v5.35's blobs; D: v5.36's defaults; S: --split-tape --split-dvlocal (v5.35's tape walk and dV'_local); RG: --raw-qk-grads"
-PYTHONPATH=scripts python3 - "$work/logs" "${packs[*]}" "${SETS-A D S RG}" <<'PY'
+echo "A: v5.35's blobs; D: v5.36's defaults; S: --split-tape --split-dvlocal (v5.35's tape walk and dV'_local); FQ: --fp32-qk-grads"
+PYTHONPATH=scripts python3 - "$work/logs" "${packs[*]}" "${SETS-A D S FQ}" <<'PY'
 import sys
 from benchparse import print_sweep, sweep_rows
 logs, packs, sets = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()

@@ -27,7 +27,7 @@ type benchOptions struct {
 	launchOrder, mixedBackward bool
 	splitPriority              bool
 	splitTape, splitDvLocal    bool
-	rawQKGrads                 bool
+	fp32QKGrads                bool
 	split                      map[string]int
 	splitHeads                 [sched.NumWalkKinds]int // split, parsed
 	forceVH                    int
@@ -101,7 +101,7 @@ on the CUDA cores).`,
 	f.BoolVar(&o.splitGrads, "split-grads", false, "v5, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, 1.5 ms faster at 32K, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
 	f.BoolVar(&o.splitTape, "split-tape", false, "v5, core stage: the tape and offset walks on hi / lo split products (gdn_tape_walk_planes, kcp.GPUOptions.SplitTape) instead of single bf16 ones (gdn_tape_walk_planes_h: no splits, since the chunk gradients read the walk's outputs in bf16; other gradient bits, within the same bounds)")
 	f.BoolVar(&o.splitDvLocal, "split-dvlocal", false, "v5: dV'_local on the forward's fp32 qn, kn with split products (gdn_dvlocal_mma_gk, kcp.GPUOptions.SplitDvLocal) instead of q's and k's raw bf16 rows (gdn_dvlocal_mma_gr; other bits, as close to float64)")
-	f.BoolVar(&o.rawQKGrads, "raw-qk-grads", false, "v5: chunk gradients on q's and k's raw bf16 rows (gdn_chunk_grads_mma8r / mma6r, kcp.GPUOptions.RawQKGrads: the same bits; the kept forward writes no fp32 qn, kn)")
+	f.BoolVar(&o.fp32QKGrads, "fp32-qk-grads", false, "v5: chunk gradients on the forward's fp32 qn, kn (gdn_chunk_grads_mma8 / mma6, kcp.GPUOptions.FP32QKGrads: the same bits; the kept forward then writes fp32 qn, kn) instead of q's and k's raw bf16 rows")
 	return cmd
 }
 
@@ -123,7 +123,7 @@ type benchRow struct {
 	SplitPrio     bool               `json:"split_priority,omitempty"`
 	SplitTape     bool               `json:"split_tape,omitempty"`
 	SplitDvLocal  bool               `json:"split_dvlocal,omitempty"`
-	RawQKGrads    bool               `json:"raw_qk_grads,omitempty"`
+	FP32QKGrads   bool               `json:"fp32_qk_grads,omitempty"`
 	// Split is, per walk that ran split between the widths, how many of its
 	// (segment, head) walks ran at vh 128.
 	Split     map[string]int `json:"split_walks_vh128,omitempty"`
@@ -320,7 +320,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 	if err := gopts.SetKernels(kernels); err != nil {
 		return benchRow{}, fmt.Errorf("--kernels: %w", err)
 	}
-	gopts.SplitGrads, gopts.SplitTape, gopts.SplitDvLocal, gopts.RawQKGrads = o.splitGrads, o.splitTape, o.splitDvLocal, o.rawQKGrads
+	gopts.SplitGrads, gopts.SplitTape, gopts.SplitDvLocal, gopts.FP32QKGrads = o.splitGrads, o.splitTape, o.splitDvLocal, o.fp32QKGrads
 	gopts.LaunchOrder, gopts.MixedBackward, gopts.SplitPriority = o.launchOrder, o.mixedBackward, o.splitPriority
 	gopts.SplitHeads = o.splitHeads
 	g, err := kcp.NewGPU(plan, gopts)
@@ -336,7 +336,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		MixedBackward: o.mixedBackward, SplitPrio: o.splitPriority,
 		SplitTape:    o.splitTape && kernels == "v5" && stage == kcp.StageCore && !o.splitGrads && mode != benchCore,
 		SplitDvLocal: o.splitDvLocal && kernels == "v5" && mode != benchCore,
-		RawQKGrads:   o.rawQKGrads && kernels == "v5" && mode != benchCore}
+		FP32QKGrads:  o.fp32QKGrads && kernels == "v5" && mode != benchCore}
 	stageTimes := map[string][]float64{}
 	var totals []float64
 	for i := 0; i < o.warmup+o.reps; i++ {
@@ -426,8 +426,8 @@ func writeBench(w io.Writer, rows []benchRow) error {
 		if r.SplitDvLocal {
 			b.WriteString("; dV'_local on fp32 qn, kn (--split-dvlocal)")
 		}
-		if r.RawQKGrads {
-			b.WriteString("; chunk gradients on the raw q, k rows (--raw-qk-grads)")
+		if r.FP32QKGrads {
+			b.WriteString("; chunk gradients on the forward's fp32 qn, kn (--fp32-qk-grads)")
 		}
 		for _, k := range sched.WalkKinds() {
 			if n := r.Split[k.String()]; n > 0 {
