@@ -703,10 +703,13 @@ type GPUOptions struct {
 	// same bits), and with the default dV'_local (not SplitDvLocal) the
 	// kept forward writes no fp32 qn or kn: 2 T HQK 512 bytes less device
 	// memory (0.54 GB at 32,768 tokens and 16 QK heads, 2.0 GB at
-	// 120,908). On an H100 (docs/perf-notes.md, "Landed: v5.36") the raw
-	// rows' chunk gradients cost 0.6-1.2% more than mma8's and the kept
-	// forward's prep and output save more than that. Other kernel sets
-	// ignore it.
+	// 120,908). On an H100 (docs/perf-notes.md, "v5.37") core + bwd took
+	// 9.325 ms at 32,768 tokens by default against 9.318 with this set,
+	// 35.514 against 35.635 at 120,908 (the raw rows' chunk gradients
+	// 0.5-1.7% slower, the kept forward's prep and output faster by as
+	// much), and peak device memory 6.79 against 7.29 GiB, 25.08 against
+	// 26.92. The same gradient bits either way. Other kernel sets ignore
+	// it.
 	FP32QKGrads bool
 	// LaunchOrder runs the v5 walks' CTAs in launch order (the column tile
 	// fastest, then the segment, then the head) instead of the dispatch
