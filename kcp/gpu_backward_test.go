@@ -120,6 +120,22 @@ func requireSameGradBits(t *testing.T, what string, a, b *GPUGrads) {
 	}
 }
 
+// b3Grads runs B3 on g: the forward in checkpoint mode, the recompute from
+// its handle (no communication) and the backward; it returns the gradients
+// (host rows) with the recomputed forward closed.
+func b3Grads(t *testing.T, g *GPU, in *Inputs, dout []float32) *GPUGrads {
+	t.Helper()
+	ctx := context.Background()
+	ck, err := g.ForwardCheckpoint(ctx, in)
+	require.NoError(t, err)
+	f3, err := ck.Recompute(ctx)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, f3.Close()) }()
+	g3, err := f3.Backward(ctx, dout)
+	require.NoError(t, err)
+	return g3
+}
+
 // checkGrads requires the GPU's gradients within the tolerances of the CPU
 // backend's, with no NaN.
 func checkGrads(t *testing.T, what string, got, want *Grads) {
@@ -439,7 +455,6 @@ func TestGPUTensorCoreBackward(t *testing.T) {
 	if _, err := loader.DeviceCount(); err != nil {
 		t.Skipf("needs libcuda.so.1 and a CUDA GPU: %v", err)
 	}
-	ctx := context.Background()
 	for _, kc := range []struct {
 		name, set string
 		split     bool
@@ -474,14 +489,7 @@ func TestGPUTensorCoreBackward(t *testing.T) {
 						g, err := base.ForPlan(p, opts)
 						require.NoError(t, err)
 						defer func() { require.NoError(t, g.Close()) }()
-						ck, err := g.ForwardCheckpoint(ctx, in)
-						require.NoError(t, err)
-						f3, err := ck.Recompute(ctx)
-						require.NoError(t, err)
-						defer func() { require.NoError(t, f3.Close()) }()
-						g3, err := f3.Backward(ctx, dout)
-						require.NoError(t, err)
-						requireSameGradBits(t, set+" kernels: B3 vs B1", g1, g3)
+						requireSameGradBits(t, set+" kernels: B3 vs B1", g1, b3Grads(t, g, in, dout))
 					})
 				}
 			}
