@@ -147,11 +147,17 @@ type chunkGrad5Args struct {
 // chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale,
 // l2norm, dq16, dk16, dv16).
 func argsChunkGrads5(a chunkGrad5Args) *loader.Args {
+	return a.afterQK(loader.NewArgs().DevicePtr(a.qn).DevicePtr(a.kn))
+}
+
+// afterQK appends the chunk gradients' arguments from v on (v, v_stride,
+// ..., dv16: every mma5-family entry's, after its q and k arguments) to args.
+func (a chunkGrad5Args) afterQK(args *loader.Args) *loader.Args {
 	l2 := int32(0)
 	if a.l2norm {
 		l2 = 1
 	}
-	return loader.NewArgs().DevicePtr(a.qn).DevicePtr(a.kn).DevicePtr(a.v).I32(int32(a.vStride)).
+	return args.DevicePtr(a.v).I32(int32(a.vStride)).
 		DevicePtr(a.gcum).DevicePtr(a.beta).DevicePtr(a.h).DevicePtr(a.vnew).DevicePtr(a.dChunk).DevicePtr(a.dvnew).
 		DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).DevicePtr(a.qRstd).DevicePtr(a.kRstd).
 		DevicePtr(a.dq).DevicePtr(a.dk).I32(int32(a.dqStride)).
@@ -163,17 +169,7 @@ func argsChunkGrads5(a chunkGrad5Args) *loader.Args {
 // argsChunkGrads5's arguments with q's and k's raw bf16 rows (qk_stride
 // elements a token) in place of qn, kn.
 func argsChunkGrads5Raw(a chunkGrad5Args, q, k uintptr, qkStride int) *loader.Args {
-	a.qn, a.kn = 0, 0
-	l2 := int32(0)
-	if a.l2norm {
-		l2 = 1
-	}
-	return loader.NewArgs().DevicePtr(q).DevicePtr(k).I32(int32(qkStride)).DevicePtr(a.v).I32(int32(a.vStride)).
-		DevicePtr(a.gcum).DevicePtr(a.beta).DevicePtr(a.h).DevicePtr(a.vnew).DevicePtr(a.dChunk).DevicePtr(a.dvnew).
-		DevicePtr(a.dout).DevicePtr(a.chunkTok0).DevicePtr(a.chunkLen).DevicePtr(a.qRstd).DevicePtr(a.kRstd).
-		DevicePtr(a.dq).DevicePtr(a.dk).I32(int32(a.dqStride)).
-		DevicePtr(a.dv).I32(int32(a.dvStride)).DevicePtr(a.dg).DevicePtr(a.dbeta).
-		I32(int32(a.HQK)).I32(int32(a.HV)).F32(a.scale).I32(l2).DevicePtr(a.dq16).DevicePtr(a.dk16).DevicePtr(a.dv16)
+	return a.afterQK(loader.NewArgs().DevicePtr(q).DevicePtr(k).I32(int32(qkStride)))
 }
 
 // argsQKBwd: gdn_qk_bwd(dqv, dkv, qn, kn, q_rstd, k_rstd, dq, dk, dq_stride, T, HQK, HV, l2norm).
