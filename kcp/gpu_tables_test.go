@@ -348,33 +348,65 @@ func parseKernelSignatures(t *testing.T, dir string) map[string][]loader.ParamSp
 		t.Skipf("needs the kernel sources in %s (run from the package directory of a full checkout)", dir)
 	}
 	re := regexp.MustCompile(`(?s)extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\s*\(([^)]*)\)`)
+	// An entry defined by a macro (#define MACRO(NAME, ...) whose body is
+	// the extern "C" definition of NAME): each line MACRO(name, ...) is an
+	// entry name with the body's parameters.
+	defRe := regexp.MustCompile(`#define (\w+)\((\w+)[,)]`)
 	out := map[string][]loader.ParamSpec{}
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		require.NoError(t, err)
-		for _, m := range re.FindAllStringSubmatch(string(raw), -1) {
-			var specs []loader.ParamSpec
-			off := 0
-			for _, p := range strings.Split(m[2], ",") {
-				p = strings.TrimSpace(p)
-				size := 0
-				switch {
-				case strings.Contains(p, "*"), strings.Contains(p, "long long"):
-					size = 8
-				case strings.Contains(p, "int"), strings.Contains(p, "float"), strings.Contains(p, "unsigned"):
-					size = 4
-				default:
-					t.Fatalf("%s: %s: cannot size parameter %q", f, m[1], p)
+		src := strings.ReplaceAll(string(raw), "\\\n", "\n")
+		defs := defRe.FindAllStringSubmatchIndex(src, -1)
+		for _, mi := range re.FindAllStringSubmatchIndex(src, -1) {
+			name, specs := src[mi[2]:mi[3]], entryParams(t, f, src[mi[2]:mi[3]], src[mi[4]:mi[5]])
+			// The last #define before the entry makes it a macro's body
+			// where the entry's name is that macro's first parameter.
+			macro := ""
+			for _, d := range defs {
+				if d[0] < mi[0] && src[d[4]:d[5]] == name {
+					macro = src[d[2]:d[3]]
+				} else if d[0] < mi[0] {
+					macro = ""
 				}
-				off = (off + size - 1) / size * size
-				fields := strings.Fields(strings.NewReplacer("*", " ").Replace(p))
-				specs = append(specs, loader.ParamSpec{Name: fields[len(fields)-1], Size: size, Align: size, Offset: off})
-				off += size
 			}
-			out[m[1]] = specs
+			if macro == "" {
+				out[name] = specs
+				continue
+			}
+			uses := regexp.MustCompile(`(?m)^`+macro+`\((\w+)`).FindAllStringSubmatch(src, -1)
+			require.NotEmpty(t, uses, "%s: the entry macro %s is never used", f, macro)
+			for _, u := range uses {
+				out[u[1]] = specs
+			}
 		}
 	}
 	return out
+}
+
+// entryParams lays out the parameters (params, a C parameter list) of the
+// entry name of file f.
+func entryParams(t *testing.T, f, name, params string) []loader.ParamSpec {
+	t.Helper()
+	var specs []loader.ParamSpec
+	off := 0
+	for _, p := range strings.Split(params, ",") {
+		p = strings.TrimSpace(p)
+		size := 0
+		switch {
+		case strings.Contains(p, "*"), strings.Contains(p, "long long"):
+			size = 8
+		case strings.Contains(p, "int"), strings.Contains(p, "float"), strings.Contains(p, "unsigned"):
+			size = 4
+		default:
+			t.Fatalf("%s: %s: cannot size parameter %q", f, name, p)
+		}
+		off = (off + size - 1) / size * size
+		fields := strings.Fields(strings.NewReplacer("*", " ").Replace(p))
+		specs = append(specs, loader.ParamSpec{Name: fields[len(fields)-1], Size: size, Align: size, Offset: off})
+		off += size
+	}
+	return specs
 }
 
 // The shared-memory sizes match the launch table in gdn_fwd.cu's header.

@@ -326,6 +326,38 @@ gdn_dvlocal_mma(const float* __restrict__ qn, const float* __restrict__ kn, cons
 constexpr int kDvlMMAGSmem = kDvlMMASmem + 4 * kC;  // a second gamma stage
 static_assert(kDvlMMAGSmem == 82432, "kDvlMMAGSmem: keep the header and kcp in step");
 
+// dvl_later_heads: heads 1 .. G - 1 of a grouped dV'_local (dvlocal_g, gdn_dvlocal_mma_gr), once head 0 is
+// stored and head 1's dO (stage 0) and gamma (gam + 64) are on their way: for head j, wait and
+// __syncthreads (head j's dO and gamma staged; head j - 1's stage and gamma free), copy head j + 1's dO into
+// stage j % 2 and its gamma, then the lane's raw S^T from the stash ss, P^T by mask(s, head j's gamma) and
+// (2) with the store.
+template <class Mask>
+__device__ __forceinline__ void dvl_later_heads(const float* ss, bf16* stage0, float* gam, const bf16* dout, const float* gcum,
+                                                float* dvl, long long vrow, int t0, int n, int h0, int G, int HV, int rt,
+                                                int last, int cb0, int lane, bool active, float scale, Mask mask) {
+	const int tid = threadIdx.x;
+	float s[8][4];
+#pragma unroll 1
+	for (int j = 1; j < G; ++j) {
+		tc::cp_async_wait<0>();
+		__syncthreads();  // head j's dO and gamma staged; head j - 1's stage and gamma free
+		if (j + 1 < G) {
+			copy_do(stage0 + kC * kD * (j % 2), dout + ((long long)t0 * HV + h0 + j + 1) * kD, vrow, n);
+			tc::cp_async_commit();
+			if (tid < kC) gam[kC * ((j + 1) % 2) + tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h0 + j + 1] : 0.f;
+		}
+		if (active) {
+#pragma unroll
+			for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+				for (int e = 0; e < 4; ++e) s[nt][e] = ss[32 * (4 * nt + e)];
+			mask(s, gam + kC * (j % 2));
+			dvl_pdo_store(s, stage0 + kC * kD * ((j - 1) % 2), rt, last, cb0, lane, dvl + ((long long)t0 * HV + h0 + j) * kD,
+			              vrow, n, scale);
+		}
+	}
+}
+
 // dvlocal_g: gdn_dvlocal_mma_g's body; KT: gdn_dvlocal_mma_gk (kn is K^T's walk planes).
 template <bool KT>
 __device__ __forceinline__ void dvlocal_g(float* smem, const float* qn, const float* kn, const float* gcum, const bf16* dout,
@@ -376,25 +408,8 @@ __device__ __forceinline__ void dvlocal_g(float* smem, const float* qn, const fl
 		dvl_mask(s, gam, rt, last, lane, n);
 		dvl_pdo_store(s, DO, rt, last, cb0, lane, dvl + ((long long)t0 * HV + h0) * kD, vrow, n, scale);
 	}
-#pragma unroll 1
-	for (int j = 1; j < G; ++j) {
-		tc::cp_async_wait<0>();
-		__syncthreads();  // head j's dO and gamma staged; head j - 1's stage and gamma free
-		if (j + 1 < G) {
-			copy_do(stage0 + kC * kD * (j % 2), dout + ((long long)t0 * HV + h0 + j + 1) * kD, vrow, n);
-			tc::cp_async_commit();
-			if (tid < kC) gam[kC * ((j + 1) % 2) + tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h0 + j + 1] : 0.f;
-		}
-		if (active) {
-#pragma unroll
-			for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-				for (int e = 0; e < 4; ++e) s[nt][e] = ss[32 * (4 * nt + e)];
-			dvl_mask(s, gam + kC * (j % 2), rt, last, lane, n);
-			dvl_pdo_store(s, stage0 + kC * kD * ((j - 1) % 2), rt, last, cb0, lane, dvl + ((long long)t0 * HV + h0 + j) * kD,
-			              vrow, n, scale);
-		}
-	}
+	dvl_later_heads(ss, stage0, gam, dout, gcum, dvl, vrow, t0, n, h0, G, HV, rt, last, cb0, lane, active, scale,
+	                [&](float (&m)[8][4], const float* gj) { dvl_mask(m, gj, rt, last, lane, n); });
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
@@ -553,25 +568,8 @@ gdn_dvlocal_mma_gr(const __nv_bfloat16* __restrict__ q, int q_stride, const floa
 		dvl_mask_r(s, gam, rq, rk, rt, last, lane, n);
 		dvl_pdo_store(s, DO, rt, last, cb0, lane, dvl + ((long long)t0 * HV + h0) * kD, vrow, n, scale);
 	}
-#pragma unroll 1
-	for (int j = 1; j < G; ++j) {
-		tc::cp_async_wait<0>();
-		__syncthreads();  // head j's dO and gamma staged; head j - 1's stage and gamma free
-		if (j + 1 < G) {
-			copy_do(stage0 + kC * kD * (j % 2), dout + ((long long)t0 * HV + h0 + j + 1) * kD, vrow, n);
-			tc::cp_async_commit();
-			if (tid < kC) gam[kC * ((j + 1) % 2) + tid] = tid < n ? gcum[(long long)(t0 + tid) * HV + h0 + j + 1] : 0.f;
-		}
-		if (active) {
-#pragma unroll
-			for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-				for (int e = 0; e < 4; ++e) s[nt][e] = ss[32 * (4 * nt + e)];
-			dvl_mask_r(s, gam + kC * (j % 2), rq, rk, rt, last, lane, n);
-			dvl_pdo_store(s, stage0 + kC * kD * ((j - 1) % 2), rt, last, cb0, lane, dvl + ((long long)t0 * HV + h0 + j) * kD,
-			              vrow, n, scale);
-		}
-	}
+	dvl_later_heads(ss, stage0, gam, dout, gcum, dvl, vrow, t0, n, h0, G, HV, rt, last, cb0, lane, active, scale,
+	                [&](float (&m)[8][4], const float* gj) { dvl_mask_r(m, gj, rq, rk, rt, last, lane, n); });
 }
 
 }  // namespace dvlmma

@@ -633,73 +633,30 @@ gdn_offset_walk_planes_h(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat
 // entry a width: ptxas 13.0 fits each alone in 255 / 254 registers on sm_90a without a spill, the two
 // bodies in one entry spilled 4-8 bytes. gdn_tape_walk_planes_h and gdn_tape_walk_planes_w128_h: the same
 // arguments, every product on single bf16 operands (TapePlaneWalker's HI; wp's lo plane is not read).
-extern "C" __global__ void __launch_bounds__(256)
-gdn_tape_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
-                     const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,
-                     const float* __restrict__ q_rstd,
-                     const float* __restrict__ gcum, const float* __restrict__ dvl, const __nv_bfloat16* __restrict__ dout,
-                     const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
-                     const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk,
-                     const float* __restrict__ dend, float* __restrict__ d_chunk, float* __restrict__ dvnew,
-                     float* __restrict__ dstart, int HQK, int HV, int vh, float scale, float* __restrict__ dvnewp,
-                     __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16, const int* __restrict__ order) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	if (vh != 64) __trap();         // kcp launches the entry of the width (kernelSet.tapeEntry)
-	tape_walk<64>(smem, reinterpret_cast<const unsigned char*>(wp), KRows{k, k_stride, k_rstd}, q, q_stride, q_rstd, gcum,
-	              dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend, d_chunk, dvnew, dstart, HQK, HV, scale,
-	              dvnewp, dvnew16, d16, order);
-}
+// GDNKCP_TAPE_PLANES_ENTRY(NAME, VH, HI) defines the tape walk entry NAME of width VH (vh must be VH: kcp
+// launches the entry of the width, kernelSet.tapeEntry) and product form HI; the four entries differ in nothing
+// else.
+#define GDNKCP_TAPE_PLANES_ENTRY(NAME, VH, HI)                                                                                \
+	extern "C" __global__ void __launch_bounds__(256)                                                                        \
+	NAME(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,                            \
+	     const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,                                \
+	     const float* __restrict__ q_rstd, const float* __restrict__ gcum, const float* __restrict__ dvl,                    \
+	     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,      \
+	     const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk, const float* __restrict__ dend,             \
+	     float* __restrict__ d_chunk, float* __restrict__ dvnew, float* __restrict__ dstart, int HQK, int HV, int vh,        \
+	     float scale, float* __restrict__ dvnewp, __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16,      \
+	     const int* __restrict__ order) {                                                                                    \
+		extern __shared__ float smem[]; /* C linkage: the one dynamic shared memory of every kernel here */                   \
+		if (vh != VH) __trap();                                                                                              \
+		tape_walk<VH, HI>(smem, reinterpret_cast<const unsigned char*>(wp), KRows{k, k_stride, k_rstd}, q, q_stride, q_rstd, \
+		                  gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend, d_chunk, dvnew, dstart, HQK, \
+		                  HV, scale, dvnewp, dvnew16, d16, order);                                                           \
+	}
 
-extern "C" __global__ void __launch_bounds__(256)
-gdn_tape_walk_planes_w128(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
-                          const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,
-                          const float* __restrict__ q_rstd,
-                          const float* __restrict__ gcum, const float* __restrict__ dvl, const __nv_bfloat16* __restrict__ dout,
-                          const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
-                          const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk,
-                          const float* __restrict__ dend, float* __restrict__ d_chunk, float* __restrict__ dvnew,
-                          float* __restrict__ dstart, int HQK, int HV, int vh, float scale, float* __restrict__ dvnewp,
-                          __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16, const int* __restrict__ order) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	if (vh != 128) __trap();         // kcp launches the entry of the width (kernelSet.tapeEntry)
-	tape_walk<128>(smem, reinterpret_cast<const unsigned char*>(wp), KRows{k, k_stride, k_rstd}, q, q_stride, q_rstd, gcum,
-	               dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend, d_chunk, dvnew, dstart, HQK, HV, scale,
-	               dvnewp, dvnew16, d16, order);
-}
-
-extern "C" __global__ void __launch_bounds__(256)
-gdn_tape_walk_planes_h(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
-                       const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,
-                       const float* __restrict__ q_rstd,
-                       const float* __restrict__ gcum, const float* __restrict__ dvl, const __nv_bfloat16* __restrict__ dout,
-                       const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
-                       const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk,
-                       const float* __restrict__ dend, float* __restrict__ d_chunk, float* __restrict__ dvnew,
-                       float* __restrict__ dstart, int HQK, int HV, int vh, float scale, float* __restrict__ dvnewp,
-                       __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16, const int* __restrict__ order) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	if (vh != 64) __trap();         // kcp launches the entry of the width (kernelSet.tapeEntry)
-	tape_walk<64, true>(smem, reinterpret_cast<const unsigned char*>(wp), KRows{k, k_stride, k_rstd}, q, q_stride, q_rstd, gcum,
-	                    dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend, d_chunk, dvnew, dstart, HQK, HV, scale,
-	                    dvnewp, dvnew16, d16, order);
-}
-
-extern "C" __global__ void __launch_bounds__(256)
-gdn_tape_walk_planes_w128_h(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
-                            const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,
-                            const float* __restrict__ q_rstd,
-                            const float* __restrict__ gcum, const float* __restrict__ dvl, const __nv_bfloat16* __restrict__ dout,
-                            const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
-                            const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk,
-                            const float* __restrict__ dend, float* __restrict__ d_chunk, float* __restrict__ dvnew,
-                            float* __restrict__ dstart, int HQK, int HV, int vh, float scale, float* __restrict__ dvnewp,
-                            __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16, const int* __restrict__ order) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	if (vh != 128) __trap();         // kcp launches the entry of the width (kernelSet.tapeEntry)
-	tape_walk<128, true>(smem, reinterpret_cast<const unsigned char*>(wp), KRows{k, k_stride, k_rstd}, q, q_stride, q_rstd, gcum,
-	                     dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk, dend, d_chunk, dvnew, dstart, HQK, HV, scale,
-	                     dvnewp, dvnew16, d16, order);
-}
+GDNKCP_TAPE_PLANES_ENTRY(gdn_tape_walk_planes, 64, false)
+GDNKCP_TAPE_PLANES_ENTRY(gdn_tape_walk_planes_w128, 128, false)
+GDNKCP_TAPE_PLANES_ENTRY(gdn_tape_walk_planes_h, 64, true)
+GDNKCP_TAPE_PLANES_ENTRY(gdn_tape_walk_planes_w128_h, 128, true)
 
 }  // namespace tapep
 }  // namespace gdnkcp
