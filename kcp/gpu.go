@@ -718,25 +718,29 @@ type GPUOptions struct {
 	// the first free SM). Both give the same bits; it exists to measure the
 	// difference. A walk split by SplitHeads keeps its split's order.
 	LaunchOrder bool
-	// MixedBackward splits the v5 offset and tape walks between the two
-	// widths where the width rule's cost model puts the split at least
-	// sched.MixedMarginPercent below the better single width
-	// (sched.MixedWalk): some (segment, value head) walks at vh = 128, the
-	// rest at vh = 64, as two launches side by side, the vh = 128 one first.
-	// Both widths write the same bits, so the gradients do not change;
-	// GPUGrads.Split says where it split. It fills the SMs where one width
-	// packs a backward walk badly (issue 6's 120,908 tokens: the tape walk
-	// 11% by the model; several CP rows' offset walks ~11%); it is off by
-	// default until measured on the GPU (docs/perf-notes.md, "Walks split
-	// between the widths"). ForceVH and LaunchOrder turn it off, and so do
-	// kernel sets whose walks cannot split (SplitHeads). A split walk's
-	// dispatch orders (4 T (2 S HV - W) bytes: S segments, W walks at vh =
-	// 128, T column sets) go in the table every walk reserves at its vh = 64
-	// size, so the peak device memory is the same split or not.
-	MixedBackward bool
+	// SingleWidth runs every walk at the width rule's one width. Unset, the
+	// v5 plane walks split between the two widths where the width rule's
+	// cost model puts a split at least sched.MixedMarginPercent below the
+	// better single width (sched.MixedWalk with sched.CostRule.SplitFor's
+	// costs: the offset and tape walks, and the state walk of the core
+	// stage): some (segment, value head) walks at vh = 128, the rest at vh =
+	// 64, as two launches side by side, the vh = 128 one first. Both widths
+	// write the same bits, so neither the outputs nor the gradients change;
+	// GPUForward.Split and GPUGrads.Split say where a walk split. It fills
+	// the SMs where one width packs a walk badly: on an H100 at issue 6's
+	// 120,908 tokens in 3 documents the state walk took 4.47 ms split against
+	// 5.46 at vh = 64, the tape walk 4.82 against 5.52 (docs/perf-notes.md,
+	// "Walks split between the widths, measured"); one document of 32K
+	// tokens never splits (its vh = 64 walks fit the SMs). ForceVH and
+	// LaunchOrder also keep every walk at one width, and so do kernel sets
+	// whose walks cannot split (SplitHeads). A split walk's dispatch orders
+	// (4 T (2 S HV - W) bytes: S segments, W walks at vh = 128, T column
+	// sets) go in the table every walk reserves at its vh = 64 size, so the
+	// peak device memory is the same split or not.
+	SingleWidth bool
 	// SplitHeads[k], where not 0, runs walk k of every rank split between
 	// the widths with that many value heads of every chain at vh = 128 and
-	// the rest at vh = 64, whatever the width rule or MixedBackward say: for
+	// the rest at vh = 64, whatever the width rule or SingleWidth say: for
 	// measuring splits. Only the v5 plane walks split (another kernel set
 	// is an error from NewGPU and ForPlan); 0 < SplitHeads[k] < HV, and not
 	// with ForceVH. The bits are those of either width.
@@ -1015,7 +1019,7 @@ func openFleet(devs []int, opts GPUOptions) (*gpuFleet, GPUOptions, error) {
 // devices, blobs and kernels (no reload, no JIT). opts.Device, opts.Devices,
 // opts.Blob and the kernel choice must be left zero or equal g's (Kernels
 // may also be KernelsAuto: g's choice); Options,
-// KeepDevice, HostExchange, LaunchOrder, MixedBackward, SplitHeads and SplitPriority are opts'; Comm, Communicator, Timeout and StageHook are
+// KeepDevice, HostExchange, LaunchOrder, SingleWidth, SplitHeads and SplitPriority are opts'; Comm, Communicator, Timeout and StageHook are
 // opts' when set, else g's. The ranks of the new plan are placed on the
 // devices anew (a plan of another rank count spreads differently), and an
 // NCCL group is shared with every backend of the family whose ranks run on
@@ -1039,7 +1043,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	gopts := g.gopts
 	gopts.Options, gopts.KeepDevice, gopts.HostExchange = opts.Options, opts.KeepDevice, opts.HostExchange
-	gopts.LaunchOrder, gopts.MixedBackward, gopts.SplitHeads, gopts.SplitPriority = opts.LaunchOrder, opts.MixedBackward, opts.SplitHeads,
+	gopts.LaunchOrder, gopts.SingleWidth, gopts.SplitHeads, gopts.SplitPriority = opts.LaunchOrder, opts.SingleWidth, opts.SplitHeads,
 		opts.SplitPriority
 	if err := gopts.checkSplitHeads(plan.Config.HV); err != nil {
 		return nil, err

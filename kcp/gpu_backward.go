@@ -130,7 +130,7 @@ type GPUGrads struct {
 	// 0 where nothing launched (an empty walk list, or a forward walk).
 	VH [][sched.NumWalkKinds]int
 	// Split is, [rank][walk kind], how many (segment, value head) walks of a
-	// walk split between the widths (GPUOptions.MixedBackward, SplitHeads) ran
+	// walk split between the widths (by the width rule's model unless GPUOptions.SingleWidth, or SplitHeads) ran
 	// at vh = 128, the rest at vh = 64 (VH then holds the rule's width); 0
 	// where the walk ran at one width.
 	Split [][sched.NumWalkKinds]int

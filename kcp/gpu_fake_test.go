@@ -485,7 +485,7 @@ func TestFakeDriverKernels(t *testing.T) {
 // driver (in a child process, as TestFakeDriverFaults) over 80 random plans:
 // 1-6 documents of 1-300 tokens, 1-8 ranks (empty ranks included) on one fake
 // device or two, every layout, both stages, value heads 2-6 over 1-2 QK heads, walk widths by the
-// rule, forced to 64 or 128, or split (SplitHeads, MixedBackward), launch or
+// rule, forced to 64 or 128, or split (SplitHeads, the model unless SingleWidth), launch or
 // dispatch order: forward, backward, checkpoint, recompute and backward
 // again. Each must run without an error (the fake checks every launch's grid,
 // block and shared memory against an H200's limits), and leave nothing held.
@@ -523,7 +523,7 @@ func TestFakeDriverRandomPlans(t *testing.T) {
 				o.SplitPriority = r.IntN(2) == 0
 			}
 		case 2:
-			o.MixedBackward = true
+			o.SingleWidth = true
 		}
 		what := fmt.Sprintf("plan %d: docs %v, R %d, layout %s, heads %v, %s, split %v, devices %v", it, docs, R, layout, hd, stage,
 			o.SplitHeads, o.Devices)

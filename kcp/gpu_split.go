@@ -14,8 +14,8 @@ import (
 // CTAs of its full launch (dispatch_cta in ptx/src/mma.cuh decodes with the
 // grid's x and y extents only). Both widths compute the same bits, so a
 // split walk writes what either width writes. GPUOptions.SplitHeads forces
-// a split of any walk; GPUOptions.MixedBackward lets the width rule's cost
-// model split the offset and tape walks.
+// a split of any walk; unless GPUOptions.SingleWidth, the width rule's cost
+// model splits the walks that sched.CostRule.SplitFor names.
 
 // splitStreams are a rank's side streams and events for split walks, made
 // on first use in the rank's device memory.
@@ -76,15 +76,15 @@ func splitSupported(ks kernelSet, k sched.WalkKind) bool {
 // walkSplit is how rk's walk k over chains (its walked segments' chunk
 // counts, in list order) runs split between the widths, or nil where it
 // runs at one width: GPUOptions.SplitHeads[k] heads of every chain at vh =
-// 128 where set (newGPU refused it for kernels that cannot split); else, for the
-// offset and tape walks under GPUOptions.MixedBackward (and neither ForceVH
-// nor LaunchOrder), sched.MixedWalk's split where the width rule's cost rule
-// puts it sched.MixedMarginPercent under the better single width. Model
+// 128 where set (newGPU refused it for kernels that cannot split); else,
+// unless GPUOptions.SingleWidth, ForceVH or LaunchOrder, sched.MixedWalk's
+// split by sched.CostRule.SplitFor's costs where those name walk k and it
+// comes sched.MixedMarginPercent under the better single width. Model
 // splits are remembered by the backend (its plan and profile are fixed).
 func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind, chains32 []int32) (*sched.Mixed, error) {
 	o, ks := g.opts, rk.dev.ks
 	forced := g.gopts.SplitHeads[k]
-	model := !k.Forward() && g.gopts.MixedBackward && !g.gopts.LaunchOrder && o.ForceVH == 0
+	model := !g.gopts.SingleWidth && !g.gopts.LaunchOrder && o.ForceVH == 0
 	if len(chains32) == 0 {
 		return nil, nil
 	}
@@ -101,7 +101,9 @@ func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind, chains32 []int32) (*sched
 	hv, tiles, slots := g.plan.Config.HV, k.ColumnSets(), walkSlots(o.Profile)
 	cost, measured := sched.ChunkCost{Narrow: 3, Wide: 5}, false
 	if rules, err := sched.RulesFor(o.Profile.Variant); err == nil && rules.Cost != nil {
-		cost, measured = rules.Cost.ForRun(k, o.Profile.LeanForward), true
+		if c, ok := rules.Cost.SplitFor(k, o.Profile.LeanForward); ok {
+			cost, measured = c, true
+		}
 	}
 	if forced > 0 {
 		wide := make([]int, len(chains))

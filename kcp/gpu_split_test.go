@@ -57,9 +57,10 @@ func TestCheckSplitHeads(t *testing.T) {
 //     splits, and the peak device memory is vh 64's;
 //   - the model: heads 16 / 48, documents of 10, 11 and 9 chunks on one rank
 //     (issue 6's three-document pack scaled down), where sm_90a's cost rule
-//     splits the tape walk by sched.MixedWalk (GPUOptions.MixedBackward: 72 of
-//     144 walks at vh 128), on the rank's and a side stream and on two
-//     prioritised side streams; without MixedBackward it runs at one width.
+//     splits the state and tape walks by sched.MixedWalk by default (72 of
+//     144 walks at vh 128 each), on the rank's and a side stream and on two
+//     prioritised side streams; with GPUOptions.SingleWidth they run at one
+//     width.
 func TestGPUSplitWalks(t *testing.T) {
 	seed := gpuTestSeed(t)
 	var v5 GPUOptions // the plane walks split; ForPlan keeps the base's kernels
@@ -109,18 +110,22 @@ func TestGPUSplitWalks(t *testing.T) {
 				continue
 			}
 			_, narrow := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore, ForceVH: 64}}, in, dout)
+			// By default the state and tape walks split (sched.MixedWalk on
+			// chains 10, 11, 9 at CostRule.SplitFor's 5/3: 24 heads of each
+			// chain at vh 128).
 			for _, prio := range []bool{false, true} {
-				_, mixed := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}, MixedBackward: true, SplitPriority: prio}, in, dout)
-				requireSameGradBits(t, fmt.Sprintf("%s: vh 64 vs the split tape walk (priority %v)", tg.name, prio), narrow, mixed)
-				require.Equal(t, 72, mixed.Split[0][sched.Tape], "%s: tape walks at vh 128 (sched.MixedWalk on chains 10, 11, 9)", tg.name)
-				require.Zero(t, mixed.Split[0][sched.State], "%s: MixedBackward split the state walk", tg.name)
+				fw, mixed := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}, SplitPriority: prio}, in, dout)
+				requireSameGradBits(t, fmt.Sprintf("%s: vh 64 vs the split walks (priority %v)", tg.name, prio), narrow, mixed)
+				require.Equal(t, 72, mixed.Split[0][sched.Tape], "%s: tape walks at vh 128", tg.name)
+				require.Equal(t, 72, fw.Split[0][sched.State], "%s: state walks at vh 128", tg.name)
 				require.Zero(t, mixed.Split[0][sched.Offset], "%s: one rank, no offset walk", tg.name)
-				require.Equal(t, narrow.PeakBytes, mixed.PeakBytes, "%s: peak device memory, vh 64 vs the split tape walk", tg.name)
+				require.Equal(t, narrow.PeakBytes, mixed.PeakBytes, "%s: peak device memory, vh 64 vs the split walks", tg.name)
 			}
-			_, plain := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}}, in, dout)
-			assert.Zero(t, plain.Split[0][sched.Tape], "%s: split without GPUOptions.MixedBackward", tg.name)
-			requireSameGradBits(t, tg.name+": the rule's width vs vh 64", plain, narrow)
-			require.Equal(t, narrow.PeakBytes, plain.PeakBytes, "%s: peak device memory, vh 64 vs the rule's widths", tg.name)
+			fw, single := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}, SingleWidth: true}, in, dout)
+			assert.Zero(t, single.Split[0][sched.Tape], "%s: the tape walk split with GPUOptions.SingleWidth", tg.name)
+			assert.Zero(t, fw.Split[0][sched.State], "%s: the state walk split with GPUOptions.SingleWidth", tg.name)
+			requireSameGradBits(t, tg.name+": the rule's width vs vh 64", single, narrow)
+			require.Equal(t, narrow.PeakBytes, single.PeakBytes, "%s: peak device memory, vh 64 vs the rule's widths", tg.name)
 		}
 	})
 }

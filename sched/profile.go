@@ -65,7 +65,7 @@ var variants = map[string]VariantRules{
 	VariantSM90a: {
 		DefaultSMs: 132,
 		Cost: &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 1, Wide: 2},
-			Backward: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true},
+			Backward: ChunkCost{Narrow: 3, Wide: 5}, StateSplitLean: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true},
 		Measured: true,
 		Note: "Hopper (H100/H200, 132 SMs): measured on an H200 with the v5 kernels (docs/perf-notes.md, " +
 			"\"Width rule on sm_90a\"): one walk CTA an SM; a vh = 128 CTA's chunk costs 9/4 of a vh = 64 CTA's in " +
@@ -74,7 +74,10 @@ var variants = map[string]VariantRules{
 			"tape walk stores fp32 dV' planes (the module stage) and, since the v5.32 walks, where it stores only bf16 " +
 			"ones too (a lean run: 1.63-1.77 measured; v5.31's took 10/7, CostRule.BackwardLean, now unset); " +
 			"vh = 64 iff Narrow*M64 <= Wide*M128, M the makespan of the CTAs over SM slots in the walks' dispatch " +
-			"order (DispatchOrder)",
+			"order (DispatchOrder). Splits between the widths (MixedWalk, CostRule.SplitFor): the offset and tape " +
+			"walks at their 5/3, the lean state walk at 5/3 too (measured on an H100 at 120,908 tokens in 3 " +
+			"documents: 24 heads of 48 at vh = 128 took the state walk 5.46 -> 4.47 ms, the tape walk's split " +
+			"5.52 -> 4.82; docs/perf-notes.md, \"Walks split between the widths, measured\")",
 	},
 	VariantGeneric: {
 		Note: "any other GPU: not measured; uses rule B as written for sm_103a until measured; give the SM count",
@@ -111,6 +114,13 @@ type CostRule struct {
 	// kcp's v5 core stage, whose tape walk stores only bf16 dV' and D, where the
 	// module stage's also stores fp32 dV' planes); zero: Backward.
 	BackwardLean ChunkCost
+	// StateSplitLean: the chunk costs by which MixedWalk models the state walk
+	// of a lean run split between the widths (SplitFor); zero: the model splits
+	// no forward walk. Not ForwardLean: the single-width costs are measured
+	// with every CTA of a walk at one width, and a split launch runs fewer CTAs
+	// beside each other (less of the walks' HBM traffic at once), so its wide
+	// CTAs cost less than ForwardLean says.
+	StateSplitLean ChunkCost
 	// Dispatch: the variant's walks run their CTAs in DispatchOrder's order
 	// (kcp passes it to the v5 walks), so the makespans compared are
 	// DispatchOrder's; otherwise launch order's (ListMakespan).
@@ -144,6 +154,21 @@ func (c CostRule) ForRun(kind WalkKind, lean bool) ChunkCost {
 		return l
 	}
 	return c.For(kind)
+}
+
+// SplitFor returns the chunk costs by which MixedWalk models walk kind split
+// between the widths in a lean run or not, and whether the model splits that
+// walk at all: the offset and tape walks at their ForRun costs; the state
+// walk of a lean run at StateSplitLean where it is set; no other walk (the
+// summary walk's and the fp32 forward's splits are not measured).
+func (c CostRule) SplitFor(kind WalkKind, lean bool) (ChunkCost, bool) {
+	switch {
+	case !kind.Forward():
+		return c.ForRun(kind, lean), true
+	case kind == State && lean && c.StateSplitLean != (ChunkCost{}):
+		return c.StateSplitLean, true
+	}
+	return ChunkCost{}, false
 }
 
 // Variants returns the known width-rule variants, sorted.

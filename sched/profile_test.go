@@ -23,7 +23,28 @@ func TestProfiles(t *testing.T) {
 	r, _ = RulesFor(VariantSM90a)
 	assert.True(t, r.Measured)
 	assert.Equal(t, &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 1, Wide: 2},
-		Backward: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true}, r.Cost)
+		Backward: ChunkCost{Narrow: 3, Wide: 5}, StateSplitLean: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true}, r.Cost)
+	// The walks the model splits between the widths, and at what costs: the
+	// backward walks always, the state walk of a lean run only.
+	for _, tc := range []struct {
+		kind WalkKind
+		lean bool
+		want ChunkCost
+		ok   bool
+	}{
+		{Tape, false, ChunkCost{Narrow: 3, Wide: 5}, true},
+		{Offset, true, ChunkCost{Narrow: 3, Wide: 5}, true},
+		{State, true, ChunkCost{Narrow: 3, Wide: 5}, true},
+		{State, false, ChunkCost{}, false},
+		{Summary, true, ChunkCost{}, false},
+	} {
+		got, ok := r.Cost.SplitFor(tc.kind, tc.lean)
+		assert.Equal(t, tc.ok, ok, "%s lean %v", tc.kind, tc.lean)
+		assert.Equal(t, tc.want, got, "%s lean %v", tc.kind, tc.lean)
+	}
+	var none CostRule
+	_, ok := none.SplitFor(State, true)
+	assert.False(t, ok, "a rule without StateSplitLean splits no state walk")
 	assert.Equal(t, ChunkCost{Narrow: 4, Wide: 9}, r.Cost.For(State))
 	assert.Equal(t, ChunkCost{Narrow: 4, Wide: 9}, r.Cost.For(Summary))
 	assert.Equal(t, ChunkCost{Narrow: 3, Wide: 5}, r.Cost.For(Offset))

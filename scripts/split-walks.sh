@@ -6,14 +6,14 @@
 #
 # TestGPUSplitWalks first (split walks' outputs and gradients bitwise against vh 64; TESTS=0 skips it),
 # then `kcp bench --modes core+bwd` on DOCS (default: issue 6's three documents) for each of VARIANTS
-# (name=flags, ';'-separated; default: a = the rule's widths, m = --mixed-backward, p = the same on
-# prioritised streams, s = m plus the state walk split 24 heads of 48), all variants in each of ROUNDS
+# (name=flags, ';'-separated; default: a = one width a walk (--single-width), d = the default splits, p = the same
+# on prioritised streams, s36 = the state walk split 36 heads of 48), all variants in each of ROUNDS
 # rounds, medians of REPS; then `kcp bench --modes core` (issue 5's core forward, the lean state walk) for each
-# of FWD_VARIANTS (default: f = the rule's width, s24 / s36 = the state walk split 24 / 36 heads of 48, which
-# sched's model puts 4.7% under vh 64 at the measured 1.86 and equal to each other; FWD_VARIANTS= skips them);
+# of FWD_VARIANTS (default: f = the rule's one width (--single-width), d = the default split (24 heads of 48 on
+# issue 6's pack), s36 = 36 heads of 48; FWD_VARIANTS= skips them);
 # a table of the state walk, tape walk and total last. Logs, JSON under $OUT.
 # CP_PACK='P1 4 Z' (off by default) also times `kcp run` of that pack, CP and layout on this one GPU (core
-# stage, B1, no check, --reps 3 after a warm-up) without and with --mixed-backward: the slowest rank and
+# stage, B1, no check, --reps 3 after a warm-up) with --single-width (a) and without (m: the default splits): the slowest rank and
 # every rank's offset and tape walks (`kcp plan --all` lists the CP rows a split should shorten).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +23,8 @@ mkdir -p "$out"
 DOCS=${DOCS:-40000,45000,35908}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-2}
-VARIANTS=${VARIANTS:-a=;m=--mixed-backward;p=--mixed-backward --split-priority;s=--mixed-backward --split state=24}
-FWD_VARIANTS=${FWD_VARIANTS-f=;s24=--split state=24;s36=--split state=36}
+VARIANTS=${VARIANTS:-a=--single-width;d=;p=--split-priority;s36=--split state=36}
+FWD_VARIANTS=${FWD_VARIANTS-f=--single-width;d=;s36=--split state=36}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if [ "${TESTS:-1}" = 1 ]; then
 	(cd kcp && ../.gpu/kcp.test -test.run 'TestGPUSplitWalks|TestCheckSplitHeads' -test.v -test.timeout 400s) >"$out/test.log" 2>&1
@@ -54,7 +54,7 @@ if [ -n "${CP_PACK:-}" ]; then
 	read -r pack cp layout <<<"$CP_PACK"
 	for v in a m; do
 		flag=
-		[ "$v" = m ] && flag=--mixed-backward
+		[ "$v" = a ] && flag=--single-width
 		# shellcheck disable=SC2086 # flag is a word or none
 		if ! .gpu/kcp run --backend gpu --pack "$pack" --cp "$cp" --layout "$layout" --stage core --mode b1 \
 			--check=false --reps 3 --warmup 1 --json --no-progress $flag >"$out/cp-$v.json" 2>"$out/cp-$v.err"; then

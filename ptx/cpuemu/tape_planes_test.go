@@ -138,7 +138,7 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 				[]string{order})...)
 	}
 	// The tape and offset walks split between the widths as kcp launches them
-	// (GPUOptions.MixedBackward, SplitHeads): the vh 128 entry (the offset
+	// (the width rule's model, GPUOptions.SplitHeads): the vh 128 entry (the offset
 	// walk's one entry at vh 128) on some (segment, head) walks, the vh 64
 	// entry on the others.
 	m := addSplit(j, listChunks(l, nil), HV, 1, "tape")
@@ -180,7 +180,7 @@ const tapeHiTol = 5e-3
 // tiles are the walk's own fp32 values; vh 64 and 128 and the two runners
 // give the same bits, and so do the tape walk split between its two entries
 // and the offset walk split between its widths (sched.SplitWalk, as kcp's
-// GPUOptions.MixedBackward launches them: partial grids whose dispatch orders
+// walk splits launch them: partial grids whose dispatch orders
 // name CTAs of the full launch); the log shows wgmma in the wgmma runner
 // only.
 func TestTapePlanesOnCPU(t *testing.T) {

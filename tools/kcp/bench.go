@@ -24,7 +24,7 @@ type benchOptions struct {
 	reps, warmup               int
 	copyTBs, mmaTFLOPs         float64
 	json, splitGrads           bool
-	launchOrder, mixedBackward bool
+	launchOrder, singleWidth   bool
 	splitPriority              bool
 	splitTape, splitDvLocal    bool
 	fp32QKGrads                bool
@@ -95,8 +95,8 @@ on the CUDA cores).`,
 	f.BoolVar(&o.json, "json", false, "write JSON to stdout")
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at this width (64 or 128) instead of the plan's decision; 0: the decision")
 	f.BoolVar(&o.launchOrder, "launch-order", false, "v5: run the walks' CTAs in launch order instead of kcp's dispatch order (same bits; to measure what the order saves where segments differ in length)")
-	f.BoolVar(&o.mixedBackward, "mixed-backward", false, "v5: split the tape walk between the widths where sm_90a's cost model puts it 2% below the better single width (kcp.GPUOptions.MixedBackward; same bits; off until measured)")
-	f.StringToIntVar(&o.split, "split", nil, "v5: run walks split between the widths, WALK=K,...: K value heads of every segment at vh 128 and the rest at vh 64 (walks summary, state, offset, tape; kcp.GPUOptions.SplitHeads; same bits; to measure splits; wins over --mixed-backward's model)")
+	f.BoolVar(&o.singleWidth, "single-width", false, "v5: run every walk at the width rule's one width (kcp.GPUOptions.SingleWidth); by default the core stage's state walk and the tape walk split between the widths where sm_90a's cost model puts a split 2% below the better single width (same bits)")
+	f.StringToIntVar(&o.split, "split", nil, "v5: run walks split between the widths, WALK=K,...: K value heads of every segment at vh 128 and the rest at vh 64 (walks summary, state, offset, tape; kcp.GPUOptions.SplitHeads; same bits; to measure splits; wins over the model's splits)")
 	f.BoolVar(&o.splitPriority, "split-priority", false, "launch a split walk's vh 128 half on a side stream of the greatest priority beside the vh 64 half's, instead of on the rank's stream (kcp.GPUOptions.SplitPriority)")
 	f.BoolVar(&o.splitGrads, "split-grads", false, "v5, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, 1.5 ms faster at 32K, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
 	f.BoolVar(&o.splitTape, "split-tape", false, "v5, core stage: the tape and offset walks on hi / lo split products (gdn_tape_walk_planes, kcp.GPUOptions.SplitTape) instead of single bf16 ones (gdn_tape_walk_planes_h: no splits, since the chunk gradients read the walk's outputs in bf16; other gradient bits, within the same bounds)")
@@ -106,24 +106,24 @@ on the CUDA cores).`,
 }
 
 type benchRow struct {
-	Kernels       string             `json:"kernels"`
-	Mode          string             `json:"mode"`
-	Tokens        int                `json:"tokens"`
-	Docs          []int              `json:"docs"`
-	Blob          string             `json:"blob"`
-	Reps          int                `json:"reps"`
-	MedianMillis  float64            `json:"median_ms"`
-	MinMillis     float64            `json:"min_ms"`
-	Stages        map[string]float64 `json:"stage_median_ms"`
-	StageOrder    []string           `json:"stages"`
-	PeakBytes     int64              `json:"peak_bytes,omitempty"`
-	SplitGrads    bool               `json:"split_grads,omitempty"`
-	LaunchOrder   bool               `json:"launch_order,omitempty"`
-	MixedBackward bool               `json:"mixed_tape,omitempty"`
-	SplitPrio     bool               `json:"split_priority,omitempty"`
-	SplitTape     bool               `json:"split_tape,omitempty"`
-	SplitDvLocal  bool               `json:"split_dvlocal,omitempty"`
-	FP32QKGrads   bool               `json:"fp32_qk_grads,omitempty"`
+	Kernels      string             `json:"kernels"`
+	Mode         string             `json:"mode"`
+	Tokens       int                `json:"tokens"`
+	Docs         []int              `json:"docs"`
+	Blob         string             `json:"blob"`
+	Reps         int                `json:"reps"`
+	MedianMillis float64            `json:"median_ms"`
+	MinMillis    float64            `json:"min_ms"`
+	Stages       map[string]float64 `json:"stage_median_ms"`
+	StageOrder   []string           `json:"stages"`
+	PeakBytes    int64              `json:"peak_bytes,omitempty"`
+	SplitGrads   bool               `json:"split_grads,omitempty"`
+	LaunchOrder  bool               `json:"launch_order,omitempty"`
+	SingleWidth  bool               `json:"single_width,omitempty"`
+	SplitPrio    bool               `json:"split_priority,omitempty"`
+	SplitTape    bool               `json:"split_tape,omitempty"`
+	SplitDvLocal bool               `json:"split_dvlocal,omitempty"`
+	FP32QKGrads  bool               `json:"fp32_qk_grads,omitempty"`
 	// Split is, per walk that ran split between the widths, how many of its
 	// (segment, head) walks ran at vh 128.
 	Split     map[string]int `json:"split_walks_vh128,omitempty"`
@@ -154,8 +154,8 @@ func (o *benchOptions) run(cmd *cobra.Command) error {
 		}
 		splitHeads[kind] = k
 	}
-	if o.splitPriority && !o.mixedBackward && splitHeads == ([sched.NumWalkKinds]int{}) {
-		return fmt.Errorf("--split-priority: only with --mixed-backward or --split")
+	if o.splitPriority && o.singleWidth && splitHeads == ([sched.NumWalkKinds]int{}) {
+		return fmt.Errorf("--split-priority: no walk splits with --single-width unless --split forces one")
 	}
 	o.splitHeads = splitHeads
 	if o.forceVH != 0 && o.forceVH != 64 && o.forceVH != 128 {
@@ -321,7 +321,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		return benchRow{}, fmt.Errorf("--kernels: %w", err)
 	}
 	gopts.SplitGrads, gopts.SplitTape, gopts.SplitDvLocal, gopts.FP32QKGrads = o.splitGrads, o.splitTape, o.splitDvLocal, o.fp32QKGrads
-	gopts.LaunchOrder, gopts.MixedBackward, gopts.SplitPriority = o.launchOrder, o.mixedBackward, o.splitPriority
+	gopts.LaunchOrder, gopts.SingleWidth, gopts.SplitPriority = o.launchOrder, o.singleWidth, o.splitPriority
 	gopts.SplitHeads = o.splitHeads
 	g, err := kcp.NewGPU(plan, gopts)
 	if err != nil {
@@ -333,7 +333,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 	defer g.Close()
 	row := benchRow{Kernels: kernels, Mode: mode, Tokens: plan.Tokens, Docs: plan.Config.Docs, Reps: o.reps, Stages: map[string]float64{},
 		ForceVH: o.forceVH, SplitGrads: o.splitGrads && kernels == "v5" && stage == kcp.StageCore, LaunchOrder: o.launchOrder,
-		MixedBackward: o.mixedBackward, SplitPrio: o.splitPriority,
+		SingleWidth: o.singleWidth, SplitPrio: o.splitPriority,
 		SplitTape:    o.splitTape && kernels == "v5" && stage == kcp.StageCore && !o.splitGrads && mode != benchCore,
 		SplitDvLocal: o.splitDvLocal && kernels == "v5" && mode != benchCore,
 		FP32QKGrads:  o.fp32QKGrads && kernels == "v5" && mode != benchCore}
@@ -437,8 +437,8 @@ func writeBench(w io.Writer, rows []benchRow) error {
 				}
 			}
 		}
-		if r.MixedBackward && r.Split["tape"] == 0 {
-			b.WriteString("; tape walk not split (--mixed-backward: the model gains too little)")
+		if r.SingleWidth {
+			b.WriteString("; every walk at one width (--single-width)")
 		}
 		switch {
 		case r.ForceVH != 0:

@@ -26,13 +26,13 @@ func TestWriteBench(t *testing.T) {
 		{"launch order", 64, 0, "; walks in launch order (--launch-order); state walk at vh 64\n", "forced"},
 		{"mixed tape", 64, 0, "; tape walk split, 72 (segment, head) walks at vh 128; state walk at vh 64\n", "not split"},
 		{"split on prioritised streams", 64, 0, "; state walk split, 24 (segment, head) walks at vh 128 (vh 128 on a prioritised stream); tape walk split, 72 (segment, head) walks at vh 128 (vh 128 on a prioritised stream); state walk at vh 64\n", "not split"},
-		{"mixed tape not split", 64, 0, "; tape walk not split (--mixed-backward: the model gains too little); state walk at vh 64\n", "walks at vh 128"},
+		{"single width", 64, 0, "; every walk at one width (--single-width); state walk at vh 64\n", "walks at vh 128"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := base
 			r.StateVH, r.ForceVH = tc.stateVH, tc.force
 			r.LaunchOrder = tc.name == "launch order"
-			r.MixedBackward = strings.HasPrefix(tc.name, "mixed tape")
+			r.SingleWidth = tc.name == "single width"
 			switch tc.name {
 			case "mixed tape":
 				r.Split = map[string]int{"tape": 72}
@@ -53,9 +53,9 @@ func TestWriteBench(t *testing.T) {
 // TestBenchSplitPriorityFlag: --split-priority without a split to launch,
 // and --split with an unknown walk, are errors before any GPU work.
 func TestBenchSplitPriorityFlag(t *testing.T) {
-	_, stderr, code := execute("bench", "--split-priority")
+	_, stderr, code := execute("bench", "--split-priority", "--single-width")
 	assert.NotEqual(t, 0, code)
-	assert.Contains(t, stderr, "--split-priority: only with --mixed-backward or --split")
+	assert.Contains(t, stderr, "--split-priority: no walk splits with --single-width unless --split forces one")
 	_, stderr, code = execute("bench", "--split", "stat=4")
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, stderr, `--split stat=4: sched: unknown walk "stat"`)

@@ -41,17 +41,17 @@ func TestCLIOnFakeDriver(t *testing.T) {
 	assert.Contains(t, stdout, "Fake NVIDIA H200 (fakecuda)")
 
 	// scripts/split-walks.sh's variants, on its three documents scaled down to 10, 11 and 9 chunks (where
-	// sched.MixedWalk splits the tape walk as on the full pack).
+	// sched.MixedWalk splits the state and tape walks as on the full pack: 24 heads of each chain at vh 128).
 	bench := []struct {
 		mode, flags string
 		split       map[string]int // walks at vh 128 the JSON reports (nil: none)
 	}{
-		{"core+bwd", "", nil},
-		{"core+bwd", "--mixed-backward", map[string]int{"tape": 72}},
-		{"core+bwd", "--mixed-backward --split-priority", map[string]int{"tape": 72}},
-		{"core+bwd", "--mixed-backward --split state=24", map[string]int{"state": 72, "tape": 72}},
-		{"core", "", nil},
-		{"core", "--split state=24", map[string]int{"state": 72}},
+		{"core+bwd", "--single-width", nil},
+		{"core+bwd", "", map[string]int{"state": 72, "tape": 72}},
+		{"core+bwd", "--split-priority", map[string]int{"state": 72, "tape": 72}},
+		{"core+bwd", "--split state=36", map[string]int{"state": 108, "tape": 72}},
+		{"core", "--single-width", nil},
+		{"core", "", map[string]int{"state": 72}},
 		{"core", "--split state=36", map[string]int{"state": 108}},
 	}
 	for _, b := range bench {
@@ -82,7 +82,7 @@ func TestCLIOnFakeDriver(t *testing.T) {
 
 	// CP_PACK's run, scaled down: the fields its summary reads.
 	stdout, stderr, code = execute("run", "--backend", "gpu", "--pack", "P1@4096", "--cp", "4", "--layout", "Z", "--stage", "core",
-		"--mode", "b1", "--check=false", "--reps", "1", "--warmup", "0", "--json", "--no-progress", "--mixed-backward")
+		"--mode", "b1", "--check=false", "--reps", "1", "--warmup", "0", "--json", "--no-progress")
 	require.Equal(t, 0, code, stderr)
 	var rep struct {
 		GPU struct {

@@ -42,10 +42,11 @@ the architecture's SM count (sm_100a, sm_103a, sm_107a: 148; sm_90a: 132; generi
 --lean-forward plans a run whose walks store no fp32 per-chunk states, as the GPU
 backend's v5 core stage does (sm_90a's measured rule then costs a wide walk less: 2 narrow
 ones in the forward, where it is 9/4; in the backward 5/3 in both, since the v5.32 walks).
-On sm_90a each rank's offset and tape walks also show their best split between the widths by
-that cost model (some (segment, head) walks at vh 128, the rest at vh 64, launched side by
-side) and whether --mixed-backward (kcp run, bench) would take it (2% or more under the better single
-width).
+On sm_90a each rank's offset and tape walks (and, with --lean-forward, its state walk) also
+show their best split between the widths by that cost model (some (segment, head) walks at
+vh 128, the rest at vh 64, launched side by side; the split's costs are 5/3 for all three)
+and whether kcp run and bench take it (2% or more under the better single width; not with
+--single-width).
 
 --all plans every pack P1-P5 x CP 2/4/8 x layout C/Z/D on the four reference profiles
 (sm_100a, sm_103a, sm_107a with 148 SMs, sm_90a with 132) and summarizes which decisions

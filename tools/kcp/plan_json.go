@@ -70,9 +70,10 @@ type walkJSON struct {
 	Reason       string `json:"reason"`
 	ReasonA      string `json:"reason_a"`
 	ReasonB      string `json:"reason_b"`
-	// Mixed is an offset or tape walk's best split between the widths on a
-	// variant with a measured cost rule (kcp.GPUOptions.MixedBackward,
-	// sched.MixedWalk): absent elsewhere.
+	// Mixed is a walk's best split between the widths on a variant with a
+	// measured cost rule, for the walks its sched.CostRule.SplitFor names
+	// (sched.MixedWalk; kcp's GPU backend takes it unless
+	// GPUOptions.SingleWidth): absent elsewhere.
 	Mixed *mixedJSON `json:"mixed,omitempty"`
 }
 
@@ -87,14 +88,19 @@ type mixedJSON struct {
 	Summary  string `json:"summary"`
 }
 
-// backwardMixed is k's split on prof where k is a backward walk (offset,
-// tape), it launches and prof's variant has a cost rule; else nil.
-func backwardMixed(k sched.WalkKind, chains []int, hv int, prof sched.Profile) (*mixedJSON, error) {
+// walkMixed is k's split on prof where k launches, prof's variant has a
+// cost rule and that rule's SplitFor names k (the offset and tape walks,
+// and on sm_90a the state walk of a lean run); else nil.
+func walkMixed(k sched.WalkKind, chains []int, hv int, prof sched.Profile) (*mixedJSON, error) {
 	rules, err := sched.RulesFor(prof.Variant)
-	if k.Forward() || len(chains) == 0 || err != nil || rules.Cost == nil {
+	if len(chains) == 0 || err != nil || rules.Cost == nil {
 		return nil, nil
 	}
-	m, err := sched.MixedWalk(chains, hv, k.ColumnSets(), rules.Cost.CTAsPerSM*prof.SMs, rules.Cost.ForRun(k, prof.LeanForward))
+	cost, ok := rules.Cost.SplitFor(k, prof.LeanForward)
+	if !ok {
+		return nil, nil
+	}
+	m, err := sched.MixedWalk(chains, hv, k.ColumnSets(), rules.Cost.CTAsPerSM*prof.SMs, cost)
 	if err != nil || m == nil {
 		return nil, err
 	}
@@ -159,7 +165,7 @@ func buildPlanJSON(pack string, p *kcp.Plan, prof sched.Profile, rule sched.Rule
 			if rule == sched.RuleA {
 				wj.Reason = a.Reason
 			}
-			if wj.Mixed, err = backwardMixed(k, wj.Chains, cfg.HV, prof); err != nil {
+			if wj.Mixed, err = walkMixed(k, wj.Chains, cfg.HV, prof); err != nil {
 				return planJSON{}, fmt.Errorf("rank %d: %w", r, err)
 			}
 			rj.Walks = append(rj.Walks, wj)

@@ -352,9 +352,10 @@ func TestPlanAllText(t *testing.T) {
 		assert.Contains(t, stdout, "\n"+p.String()+" ")
 	}
 	assert.Contains(t, stdout, "of 90")
-	// The backward walks a split shortens: sm_90a only (the one cost rule),
-	// each one faster by the model.
-	block := stdout[strings.Index(stdout, "backward walks whose slowest rank a split between the widths shortens"):]
+	// The walks a split shortens: sm_90a only (the one cost rule), each one
+	// faster by the model; --all plans runs that are not lean, whose state
+	// walks the model does not split.
+	block := stdout[strings.Index(stdout, "walks whose slowest rank a split between the widths shortens"):]
 	block = block[:strings.Index(block, "\n\n")]
 	lines := strings.Split(block, "\n")[3:]
 	require.NotEmpty(t, lines)
@@ -396,30 +397,37 @@ func TestSummarizeCounts(t *testing.T) {
 }
 
 // TestPlanSplits: on sm_90a the plan shows the backward walks' best splits
-// between the widths (sched.MixedWalk) and whether kcp bench --mixed-backward
-// would take them: issue 6's three-document pack splits 72 of its 144 tape
-// walks at 11% under vh 64's makespan; two equal documents do not split (vh
-// 128 packs them); the forward walks, and variants without a cost rule, show
-// none. P1 at CP 4 in layout Z splits rank 1's offset walk (two column sets
-// a walk) 11.8% under its best single width.
+// between the widths (sched.MixedWalk), and with --lean-forward the state
+// walk's, and whether kcp run and bench take them: issue 6's three-document
+// pack splits 72 of its 144 tape walks (and, lean, of its state walks) at 11%
+// under vh 64's makespan; two equal documents do not split (vh 128 packs
+// them); the summary walk, the state walk of a run that is not lean, and
+// variants without a cost rule show none. P1 at CP 4 in layout Z splits rank
+// 1's offset walk (two column sets a walk) 11.8% under its best single width.
 func TestPlanSplits(t *testing.T) {
 	for _, c := range []struct {
 		docs, arch string
+		lean       bool
 		taken      bool
 		walks128   int
 		none       bool
 	}{
-		{"40000,45000,35908", "sm_90a", true, 72, false},
-		{"32768,32768", "sm_90a", false, 0, false},
-		{"40000,45000,35908", "sm_100a", false, 0, true},
+		{"40000,45000,35908", "sm_90a", false, true, 72, false},
+		{"40000,45000,35908", "sm_90a", true, true, 72, false},
+		{"32768,32768", "sm_90a", false, false, 0, false},
+		{"40000,45000,35908", "sm_100a", true, false, 0, true},
 	} {
-		t.Run(c.docs+"/"+c.arch, func(t *testing.T) {
-			stdout, stderr, code := execute("plan", "--docs", c.docs, "--cp", "1", "--layout", "C", "--arch", c.arch, "--json")
+		t.Run(fmt.Sprintf("%s/%s/lean %v", c.docs, c.arch, c.lean), func(t *testing.T) {
+			args := []string{"plan", "--docs", c.docs, "--cp", "1", "--layout", "C", "--arch", c.arch}
+			if c.lean {
+				args = append(args, "--lean-forward")
+			}
+			stdout, stderr, code := execute(append(args, "--json")...)
 			require.Equal(t, 0, code, stderr)
 			var pj planJSON
 			require.NoError(t, json.Unmarshal([]byte(stdout), &pj))
 			for _, wj := range pj.Ranks[0].Walks {
-				if wj.Walk != "tape" || c.none {
+				if !(wj.Walk == "tape" || (wj.Walk == "state" && c.lean)) || c.none {
 					assert.Nil(t, wj.Mixed, "%s walk", wj.Walk)
 					continue
 				}
@@ -427,18 +435,23 @@ func TestPlanSplits(t *testing.T) {
 				assert.Equal(t, c.taken, wj.Mixed.Taken, wj.Mixed.Summary)
 				if c.taken {
 					assert.Equal(t, c.walks128, wj.Mixed.Walks128)
-					assert.Equal(t, 3*1686, wj.Mixed.Single)
+					assert.Equal(t, 3*1686, wj.Mixed.Single) // both walks' split costs are 5/3
 					assert.Less(t, 100*wj.Mixed.Makespan, 98*wj.Mixed.Single)
 				}
 			}
-			text, stderr, code := execute("plan", "--docs", c.docs, "--cp", "1", "--layout", "C", "--arch", c.arch)
+			text, stderr, code := execute(args...)
 			require.Equal(t, 0, code, stderr)
 			switch {
 			case c.none:
 				assert.NotContains(t, text, "split between the widths")
 			case c.taken:
-				assert.Contains(t, text, "tape walk split between the widths (kcp run or bench --mixed-backward; off by default): mixed: 72 of 144")
+				assert.Contains(t, text, "tape walk split between the widths (kcp run and bench unless --single-width): mixed: 72 of 144")
 				assert.Contains(t, text, ": taken (margin 2%)")
+				if c.lean {
+					assert.Contains(t, text, "state walk split between the widths (kcp run and bench unless --single-width): mixed: 72 of 144")
+				} else {
+					assert.NotContains(t, text, "state walk split")
+				}
 			default:
 				assert.Contains(t, text, ": not taken (margin 2%)")
 			}

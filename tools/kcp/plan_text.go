@@ -112,7 +112,7 @@ func writePlanText(w io.Writer, pj planJSON, p *kcp.Plan) error {
 				if m.Taken {
 					taken = "taken"
 				}
-				fmt.Fprintf(b, "  %s walk split between the widths (kcp run or bench --mixed-backward; off by default): %s: %s (margin %d%%)\n",
+				fmt.Fprintf(b, "  %s walk split between the widths (kcp run and bench unless --single-width): %s: %s (margin %d%%)\n",
 					wj.Walk, m.Summary, taken, sched.MixedMarginPercent)
 			}
 		}
@@ -167,14 +167,14 @@ func writeAllText(w io.Writer, plans []planJSON) error {
 }
 
 // writeMixedText lists, for --all, the (row, walk) pairs whose slowest
-// rank's offset or tape walk a split between the widths (kcp bench
-// --mixed-backward) shortens by the cost model: the largest makespan of that
+// rank's walk a split between the widths (kcp run and bench unless
+// --single-width) shortens by the cost model: the largest makespan of that
 // walk over the ranks at the rule's width, and with each rank's split where
 // it is taken.
 func writeMixedText(w io.Writer, plans []planJSON) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "backward walks whose slowest rank a split between the widths shortens (kcp run or bench --mixed-backward, off by")
-	fmt.Fprintln(tw, "default; makespans in cost units: chunks x the rule's chunk cost; profiles with a measured cost rule only)")
+	fmt.Fprintln(tw, "walks whose slowest rank a split between the widths shortens (kcp run and bench unless --single-width;")
+	fmt.Fprintln(tw, "makespans in cost units: chunks x the rule's chunk cost; profiles with a measured cost rule only)")
 	fmt.Fprintln(tw, "pack\tcp\tlayout\tarch\twalk\tslowest rank's walk: rule -> split\tranks split")
 	rows := 0
 	for _, pj := range plans {

@@ -33,7 +33,7 @@ type runOptions struct {
 	timeout                                              time.Duration
 	seed                                                 uint64
 	json, checkFinite, noProgress, check, hostExchange   bool
-	splitGrads, mixedBackward, splitPriority             bool
+	splitGrads, singleWidth, splitPriority               bool
 }
 
 // probeGPU says whether GPU device can run the GPU backend with the given
@@ -101,8 +101,8 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	f.StringVar(&o.rule, "rule", "b", "width rule: a or b")
 	f.IntVar(&o.forceVH, "force-vh", 0, "run every walk at vh 64 or 128 instead of the rule's width")
 	f.BoolVar(&o.splitGrads, "split-grads", false, "GPU backend, v5 kernels, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, faster, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
-	f.BoolVar(&o.mixedBackward, "mixed-backward", false, "GPU backend, v5 kernels: split the offset and tape walks between the widths where the width rule's cost model gains 2% or more (kcp.GPUOptions.MixedBackward; same bits; off until measured)")
-	f.BoolVar(&o.splitPriority, "split-priority", false, "GPU backend, with --mixed-backward: launch a split walk's vh 128 half on a side stream of the greatest priority (kcp.GPUOptions.SplitPriority)")
+	f.BoolVar(&o.singleWidth, "single-width", false, "GPU backend, v5 kernels: run every walk at the width rule's one width (kcp.GPUOptions.SingleWidth); by default the core stage's state walk and the offset and tape walks split between the widths where the width rule's cost model gains 2% or more (same bits)")
+	f.BoolVar(&o.splitPriority, "split-priority", false, "GPU backend: launch a split walk's vh 128 half on a side stream of the greatest priority (kcp.GPUOptions.SplitPriority)")
 	f.StringVar(&o.dump, "dump", "", "write inputs, outputs and gradients as .npy files and meta.json into this folder")
 	f.StringVar(&o.inputs, "inputs", "", "read the inputs from .npy files in this folder")
 	f.BoolVar(&o.checkFinite, "check-finite", true, "reject inputs holding NaN or Inf")
@@ -255,7 +255,7 @@ type runWalk struct {
 	NWalk  int    `json:"n_walk"`
 	VH     *int   `json:"vh"` // null for an empty walk list
 	Reason string `json:"reason"`
-	// Split is, for a walk split between the widths (--mixed-backward), how
+	// Split is, for a walk split between the widths (unless --single-width), how
 	// many of its (segment, head) walks ran at vh 128; VH is the rule's.
 	Split int `json:"split_vh128,omitempty"`
 }
@@ -278,8 +278,8 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if o.reps < 1 || o.warmup < 0 {
 		return fmt.Errorf("--reps %d, --warmup %d: need at least one timed repetition", o.reps, o.warmup)
 	}
-	if o.splitPriority && !o.mixedBackward {
-		return fmt.Errorf("--split-priority: only with --mixed-backward")
+	if o.splitPriority && o.singleWidth {
+		return fmt.Errorf("--split-priority: no walk splits with --single-width")
 	}
 	layout, err := kcp.ParseLayout(o.layout)
 	if err != nil {
@@ -530,7 +530,7 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 	if err := kopts.SetKernels(o.kernels); err != nil { // auto: NewGPU chooses on the first rank's device
 		return nil, fmt.Errorf("--kernels: %w", err)
 	}
-	kopts.SplitGrads, kopts.MixedBackward, kopts.SplitPriority = o.splitGrads, o.mixedBackward, o.splitPriority
+	kopts.SplitGrads, kopts.SingleWidth, kopts.SplitPriority = o.splitGrads, o.singleWidth, o.splitPriority
 	hook, err := o.stageHook(stderr)
 	if err != nil {
 		return nil, err

@@ -129,7 +129,7 @@ func TestRunBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"--reps", "0"}, "need at least one timed repetition"},
-		{[]string{"--split-priority"}, "--split-priority: only with --mixed-backward"},
+		{[]string{"--split-priority", "--single-width"}, "--split-priority: no walk splits with --single-width"},
 		{[]string{"--backend", "tpu"}, "want auto, cpu or gpu"},
 		{[]string{"--mode", "b2"}, "want b1 or b3"},
 		{[]string{"--stage", "attn"}, "unknown stage"},
