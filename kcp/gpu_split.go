@@ -77,8 +77,8 @@ func splitSupported(ks kernelSet, k sched.WalkKind) bool {
 // counts, in list order) runs split between the widths, or nil where it
 // runs at one width: GPUOptions.SplitHeads[k] heads of every chain at vh =
 // 128 where set (newGPU refused it for kernels that cannot split); else,
-// unless GPUOptions.SingleWidth, ForceVH or LaunchOrder, sched.MixedWalk's
-// split by sched.CostRule.SplitFor's costs where those name walk k and it
+// unless GPUOptions.SingleWidth, ForceVH or LaunchOrder, sched.MixedWalkAtMost's
+// split by sched.CostRule.SplitFor's model where it names walk k and it
 // comes sched.MixedMarginPercent under the better single width. Model
 // splits are remembered by the backend (its plan and profile are fixed).
 func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind, chains32 []int32) (*sched.Mixed, error) {
@@ -99,12 +99,13 @@ func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind, chains32 []int32) (*sched
 		chains[i] = int(c)
 	}
 	hv, tiles, slots := g.plan.Config.HV, k.ColumnSets(), walkSlots(o.Profile)
-	cost, measured := sched.ChunkCost{Narrow: 3, Wide: 5}, false
+	sm, measured := sched.SplitModel{Cost: sched.ChunkCost{Narrow: 3, Wide: 5}}, false
 	if rules, err := sched.RulesFor(o.Profile.Variant); err == nil && rules.Cost != nil {
-		if c, ok := rules.Cost.SplitFor(k, o.Profile.LeanForward); ok {
-			cost, measured = c, true
+		if m, ok := rules.Cost.SplitFor(k, o.Profile.LeanForward); ok {
+			sm, measured = m, true
 		}
 	}
+	cost := sm.Cost
 	if forced > 0 {
 		wide := make([]int, len(chains))
 		for i := range wide {
@@ -119,11 +120,11 @@ func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind, chains32 []int32) (*sched
 	if !measured || slices.Contains(chains, 0) {
 		return nil, nil
 	}
-	key := fmt.Sprint(k, hv, cost, slots, chains)
+	key := fmt.Sprint(k, hv, sm, slots, chains)
 	if v, ok := g.mixed.Load(key); ok {
 		return v.(*sched.Mixed), nil
 	}
-	m, err := sched.MixedWalk(chains, hv, tiles, slots, cost)
+	m, err := sched.MixedWalkAtMost(chains, hv, sm.MaxWide(hv), tiles, slots, cost)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %s walk: %w", rk.rank, k, err)
 	}

@@ -110,9 +110,21 @@ func (m *Mixed) String() string {
 // slots < 1, hv < 1, tiles < 1, a chain below 1 chunk, costs below 1, more
 // CTAs than an int32 indexes.
 func MixedWalk(chains []int, hv, tiles, slots int, cost ChunkCost) (*Mixed, error) {
+	return MixedWalkAtMost(chains, hv, hv, tiles, slots, cost)
+}
+
+// MixedWalkAtMost is MixedWalk trying only splits that put at most maxWide
+// of a chain's hv value heads at vh = 128 (k in 1..maxWide; MixedWalk tries
+// 1..hv): where the cost model is known to hold only for a few wide CTAs
+// beside the narrow ones (CostRule.StateSplitLean). Errors: MixedWalk's, and
+// maxWide outside [1, hv].
+func MixedWalkAtMost(chains []int, hv, maxWide, tiles, slots int, cost ChunkCost) (*Mixed, error) {
 	single, singleVH, err := mixedSingle("mixed walk", chains, hv, tiles, slots, cost)
 	if err != nil || len(chains) == 0 {
 		return nil, err
+	}
+	if maxWide < 1 || maxWide > hv {
+		return nil, fmt.Errorf("sched: mixed walk: at most %d wide heads of %d, want 1..%d", maxWide, hv, hv)
 	}
 	S := len(chains)
 	lengths := slices.Clone(chains)
@@ -134,7 +146,7 @@ func MixedWalk(chains []int, hv, tiles, slots int, cost ChunkCost) (*Mixed, erro
 					n++
 				}
 			}
-			for k := 1; k <= hv; k++ {
+			for k := 1; k <= maxWide; k++ {
 				if w := n * k; w%S != 0 || w == S*hv {
 					continue
 				}

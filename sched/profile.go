@@ -65,7 +65,8 @@ var variants = map[string]VariantRules{
 	VariantSM90a: {
 		DefaultSMs: 132,
 		Cost: &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 1, Wide: 2},
-			Backward: ChunkCost{Narrow: 3, Wide: 5}, StateSplitLean: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true},
+			Backward: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true,
+			StateSplitLean: SplitModel{Cost: ChunkCost{Narrow: 3, Wide: 5}, MaxWidePercent: 50}},
 		Measured: true,
 		Note: "Hopper (H100/H200, 132 SMs): measured on an H200 with the v5 kernels (docs/perf-notes.md, " +
 			"\"Width rule on sm_90a\"): one walk CTA an SM; a vh = 128 CTA's chunk costs 9/4 of a vh = 64 CTA's in " +
@@ -75,9 +76,11 @@ var variants = map[string]VariantRules{
 			"ones too (a lean run: 1.63-1.77 measured; v5.31's took 10/7, CostRule.BackwardLean, now unset); " +
 			"vh = 64 iff Narrow*M64 <= Wide*M128, M the makespan of the CTAs over SM slots in the walks' dispatch " +
 			"order (DispatchOrder). Splits between the widths (MixedWalk, CostRule.SplitFor): the offset and tape " +
-			"walks at their 5/3, the lean state walk at 5/3 too (measured on an H100 at 120,908 tokens in 3 " +
-			"documents: 24 heads of 48 at vh = 128 took the state walk 5.46 -> 4.47 ms, the tape walk's split " +
-			"5.52 -> 4.82; docs/perf-notes.md, \"Walks split between the widths, measured\")",
+			"walks at their 5/3, the lean state walk at 5/3 too with at most half of a chain's heads at vh = 128 " +
+			"(measured on an H100 at 120,908 tokens in 3 documents: 24 heads of 48 at vh = 128 took the state walk " +
+			"5.46 -> 4.46 ms, the tape walk's split 5.51 -> 4.83; on 3 x 342 chunks 8 heads 2.65 -> 2.41; on 4 x 256 " +
+			"the 30 heads the uncapped model picks 2.16 -> 2.40, slower; docs/perf-notes.md, \"Walks split between " +
+			"the widths, measured\")",
 	},
 	VariantGeneric: {
 		Note: "any other GPU: not measured; uses rule B as written for sm_103a until measured; give the SM count",
@@ -114,13 +117,14 @@ type CostRule struct {
 	// kcp's v5 core stage, whose tape walk stores only bf16 dV' and D, where the
 	// module stage's also stores fp32 dV' planes); zero: Backward.
 	BackwardLean ChunkCost
-	// StateSplitLean: the chunk costs by which MixedWalk models the state walk
-	// of a lean run split between the widths (SplitFor); zero: the model splits
-	// no forward walk. Not ForwardLean: the single-width costs are measured
-	// with every CTA of a walk at one width, and a split launch runs fewer CTAs
-	// beside each other (less of the walks' HBM traffic at once), so its wide
-	// CTAs cost less than ForwardLean says.
-	StateSplitLean ChunkCost
+	// StateSplitLean: how MixedWalkAtMost models the state walk of a lean
+	// run split between the widths (SplitFor); zero: the model splits no
+	// forward walk. Its costs are not ForwardLean's: those are measured with
+	// every CTA of a walk at one width, and a split launch with a few wide
+	// CTAs among narrow ones runs them beside fewer CTAs' HBM traffic, so
+	// they cost less than ForwardLean says; with most heads wide they cost
+	// what ForwardLean says, hence the cap on wide heads.
+	StateSplitLean SplitModel
 	// Dispatch: the variant's walks run their CTAs in DispatchOrder's order
 	// (kcp passes it to the v5 walks), so the makespans compared are
 	// DispatchOrder's; otherwise launch order's (ListMakespan).
@@ -156,19 +160,38 @@ func (c CostRule) ForRun(kind WalkKind, lean bool) ChunkCost {
 	return c.For(kind)
 }
 
-// SplitFor returns the chunk costs by which MixedWalk models walk kind split
-// between the widths in a lean run or not, and whether the model splits that
-// walk at all: the offset and tape walks at their ForRun costs; the state
-// walk of a lean run at StateSplitLean where it is set; no other walk (the
-// summary walk's and the fp32 forward's splits are not measured).
-func (c CostRule) SplitFor(kind WalkKind, lean bool) (ChunkCost, bool) {
+// SplitModel is how the width rule models a walk split between the widths
+// (MixedWalkAtMost): its chunk costs, and the most of a chain's value heads
+// it puts at vh = 128, MaxWidePercent of them (MaxWide; 0: all).
+type SplitModel struct {
+	Cost           ChunkCost
+	MaxWidePercent int
+}
+
+// MaxWide is the most of a chain's hv value heads m puts at vh = 128: hv
+// MaxWidePercent / 100 rounded down, at least 1, or hv where MaxWidePercent
+// is 0.
+func (m SplitModel) MaxWide(hv int) int {
+	if m.MaxWidePercent <= 0 {
+		return hv
+	}
+	return min(hv, max(1, hv*m.MaxWidePercent/100))
+}
+
+// SplitFor returns how MixedWalkAtMost models walk kind split between the
+// widths in a lean run or not, and whether the model splits that walk at
+// all: the offset and tape walks at their ForRun costs, any number of heads
+// wide; the state walk of a lean run by StateSplitLean where it is set; no
+// other walk (the summary walk's and the fp32 forward's splits are not
+// measured).
+func (c CostRule) SplitFor(kind WalkKind, lean bool) (SplitModel, bool) {
 	switch {
 	case !kind.Forward():
-		return c.ForRun(kind, lean), true
-	case kind == State && lean && c.StateSplitLean != (ChunkCost{}):
+		return SplitModel{Cost: c.ForRun(kind, lean)}, true
+	case kind == State && lean && c.StateSplitLean != (SplitModel{}):
 		return c.StateSplitLean, true
 	}
-	return ChunkCost{}, false
+	return SplitModel{}, false
 }
 
 // Variants returns the known width-rule variants, sorted.

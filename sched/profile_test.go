@@ -23,25 +23,31 @@ func TestProfiles(t *testing.T) {
 	r, _ = RulesFor(VariantSM90a)
 	assert.True(t, r.Measured)
 	assert.Equal(t, &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 1, Wide: 2},
-		Backward: ChunkCost{Narrow: 3, Wide: 5}, StateSplitLean: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true}, r.Cost)
-	// The walks the model splits between the widths, and at what costs: the
-	// backward walks always, the state walk of a lean run only.
+		Backward: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true,
+		StateSplitLean: SplitModel{Cost: ChunkCost{Narrow: 3, Wide: 5}, MaxWidePercent: 50}}, r.Cost)
+	// The walks the model splits between the widths, at what costs and with
+	// how many of 48 heads at most at vh 128: the backward walks always, any
+	// number; the state walk of a lean run only, half.
 	for _, tc := range []struct {
-		kind WalkKind
-		lean bool
-		want ChunkCost
-		ok   bool
+		kind    WalkKind
+		lean    bool
+		want    ChunkCost
+		maxWide int
+		ok      bool
 	}{
-		{Tape, false, ChunkCost{Narrow: 3, Wide: 5}, true},
-		{Offset, true, ChunkCost{Narrow: 3, Wide: 5}, true},
-		{State, true, ChunkCost{Narrow: 3, Wide: 5}, true},
-		{State, false, ChunkCost{}, false},
-		{Summary, true, ChunkCost{}, false},
+		{Tape, false, ChunkCost{Narrow: 3, Wide: 5}, 48, true},
+		{Offset, true, ChunkCost{Narrow: 3, Wide: 5}, 48, true},
+		{State, true, ChunkCost{Narrow: 3, Wide: 5}, 24, true},
+		{State, false, ChunkCost{}, 48, false},
+		{Summary, true, ChunkCost{}, 48, false},
 	} {
 		got, ok := r.Cost.SplitFor(tc.kind, tc.lean)
 		assert.Equal(t, tc.ok, ok, "%s lean %v", tc.kind, tc.lean)
-		assert.Equal(t, tc.want, got, "%s lean %v", tc.kind, tc.lean)
+		assert.Equal(t, tc.want, got.Cost, "%s lean %v", tc.kind, tc.lean)
+		assert.Equal(t, tc.maxWide, got.MaxWide(48), "%s lean %v", tc.kind, tc.lean)
 	}
+	assert.Equal(t, 1, SplitModel{MaxWidePercent: 50}.MaxWide(1), "at least one head")
+	assert.Equal(t, 3, SplitModel{MaxWidePercent: 100}.MaxWide(3))
 	var none CostRule
 	_, ok := none.SplitFor(State, true)
 	assert.False(t, ok, "a rule without StateSplitLean splits no state walk")

@@ -96,11 +96,11 @@ func walkMixed(k sched.WalkKind, chains []int, hv int, prof sched.Profile) (*mix
 	if len(chains) == 0 || err != nil || rules.Cost == nil {
 		return nil, nil
 	}
-	cost, ok := rules.Cost.SplitFor(k, prof.LeanForward)
+	model, ok := rules.Cost.SplitFor(k, prof.LeanForward)
 	if !ok {
 		return nil, nil
 	}
-	m, err := sched.MixedWalk(chains, hv, k.ColumnSets(), rules.Cost.CTAsPerSM*prof.SMs, cost)
+	m, err := sched.MixedWalkAtMost(chains, hv, model.MaxWide(hv), k.ColumnSets(), rules.Cost.CTAsPerSM*prof.SMs, model.Cost)
 	if err != nil || m == nil {
 		return nil, err
 	}
