@@ -45,17 +45,26 @@ func TestCLIOnFakeDriver(t *testing.T) {
 	bench := []struct {
 		mode, flags string
 		split       map[string]int // walks at vh 128 the JSON reports (nil: none)
+		docs        string         // default 640,704,576
 	}{
-		{"core+bwd", "--single-width", nil},
-		{"core+bwd", "", map[string]int{"state": 72, "tape": 72}},
-		{"core+bwd", "--split-priority", map[string]int{"state": 72, "tape": 72}},
-		{"core+bwd", "--split state=36", map[string]int{"state": 108, "tape": 72}},
-		{"core", "--single-width", nil},
-		{"core", "", map[string]int{"state": 72}},
-		{"core", "--split state=36", map[string]int{"state": 108}},
+		{"core+bwd", "--single-width", nil, ""},
+		{"core+bwd", "", map[string]int{"state": 72, "tape": 72}, ""},
+		{"core+bwd", "--split-priority", map[string]int{"state": 72, "tape": 72}, ""},
+		{"core+bwd", "--split state=36", map[string]int{"state": 108, "tape": 72}, ""},
+		{"core", "--single-width", nil, ""},
+		{"core", "", map[string]int{"state": 72}, ""},
+		{"core", "--split state=36", map[string]int{"state": 108}, ""},
+		// Four equal documents (4 x 256 chunks scaled down): the state walk's
+		// model, capped at half the heads, finds no split; the tape walk's,
+		// uncapped, puts 30 heads of each chain at vh 128.
+		{"core+bwd", "", map[string]int{"tape": 120}, "256,256,256,256"},
 	}
 	for _, b := range bench {
-		args := []string{"bench", "--docs", "640,704,576", "--kernels", "v5", "--modes", b.mode, "--reps", "1", "--json"}
+		docs := b.docs
+		if docs == "" {
+			docs = "640,704,576"
+		}
+		args := []string{"bench", "--docs", docs, "--kernels", "v5", "--modes", b.mode, "--reps", "1", "--json"}
 		args = append(args, strings.Fields(b.flags)...)
 		stdout, stderr, code := execute(args...)
 		require.Equal(t, 0, code, "%v: %s", args, stderr)
