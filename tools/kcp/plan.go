@@ -51,8 +51,8 @@ and whether kcp run and bench take it (2% or more under the better single width;
 
 --all plans every pack P1-P5 x CP 2/4/8 x layout C/Z/D on the four reference profiles
 (sm_100a, sm_103a, sm_107a with 148 SMs, sm_90a with 132) and summarizes which decisions
-rule B changes, and which backward walks' slowest rank a split between the widths would
-shorten (sm_90a, by its cost model). With --json, stdout holds only JSON (for --all, an array of plans; the
+rule B changes, and which walks' slowest rank a split between the widths would shorten
+(sm_90a, by its cost model; --all's runs are not lean, so only the offset and tape walks). With --json, stdout holds only JSON (for --all, an array of plans; the
 A/B summary then goes to stderr).`,
 		Example: `  kcp plan --pack P3 --cp 8 --layout D --arch sm_100a
   kcp plan --docs 1000,2000,30000 --cp 4 --layout Z --arch generic --sms 84 --json
