@@ -59,8 +59,8 @@ func TestCheckSplitHeads(t *testing.T) {
 //     (issue 6's three-document pack scaled down), where sm_90a's cost rule
 //     splits the state and tape walks by sched.MixedWalk by default (72 of
 //     144 walks at vh 128 each), on the rank's and a side stream and on two
-//     prioritised side streams; with GPUOptions.SingleWidth they run at one
-//     width.
+//     prioritised side streams, and in B3 (checkpoint, recompute, backward);
+//     with GPUOptions.SingleWidth they run at one width.
 func TestGPUSplitWalks(t *testing.T) {
 	seed := gpuTestSeed(t)
 	var v5 GPUOptions // the plane walks split; ForPlan keeps the base's kernels
@@ -121,6 +121,14 @@ func TestGPUSplitWalks(t *testing.T) {
 				require.Zero(t, mixed.Split[0][sched.Offset], "%s: one rank, no offset walk", tg.name)
 				require.Equal(t, narrow.PeakBytes, mixed.PeakBytes, "%s: peak device memory, vh 64 vs the split walks", tg.name)
 			}
+			// B3 (checkpoint, recompute, backward) with the default splits:
+			// vh 64's gradient bits, the tape walk split as in B1.
+			g3, err := tg.g.ForPlan(p, GPUOptions{Options: Options{Stage: StageCore}, KeepDevice: true})
+			require.NoError(t, err)
+			b3 := b3Grads(t, g3, in, dout)
+			require.NoError(t, g3.Close())
+			requireSameGradBits(t, tg.name+": vh 64 vs B3 with the split walks", narrow, b3)
+			require.Equal(t, 72, b3.Split[0][sched.Tape], "%s: B3's tape walks at vh 128", tg.name)
 			fw, single := gpuB1(t, tg.g, p, GPUOptions{Options: Options{Stage: StageCore}, SingleWidth: true}, in, dout)
 			assert.Zero(t, single.Split[0][sched.Tape], "%s: the tape walk split with GPUOptions.SingleWidth", tg.name)
 			assert.Zero(t, fw.Split[0][sched.State], "%s: the state walk split with GPUOptions.SingleWidth", tg.name)
