@@ -915,7 +915,7 @@ type GPU struct {
 	layout rankLayout
 	runMu  sync.Mutex // serializes runs over a given Communicator
 	orders sync.Map   // the walks' dispatch orders ([]int32, nil for launch order) by fmt.Sprint(hv, tiles, chains)
-	mixed  sync.Map   // the walks' model splits (*sched.Mixed, nil for none) by fmt.Sprint(kind, hv, cost, slots, chains)
+	mixed  sync.Map   // the walks' model splits (*sched.Mixed, nil for none) by fmt.Sprint(kind, hv, profile, chains)
 
 	mu     sync.Mutex
 	closed bool

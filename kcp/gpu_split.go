@@ -77,8 +77,8 @@ func splitSupported(ks kernelSet, k sched.WalkKind) bool {
 // counts, in list order) runs split between the widths, or nil where it
 // runs at one width: GPUOptions.SplitHeads[k] heads of every chain at vh =
 // 128 where set (newGPU refused it for kernels that cannot split); else,
-// unless GPUOptions.SingleWidth, ForceVH or LaunchOrder, sched.MixedWalkAtMost's
-// split by sched.CostRule.SplitFor's model where it names walk k and it
+// unless GPUOptions.SingleWidth, ForceVH or LaunchOrder, the profile's best
+// split (sched.Profile.BestSplit) where its rule models walk k and the split
 // comes sched.MixedMarginPercent under the better single width. Model
 // splits are remembered by the backend (its plan and profile are fixed).
 func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind, chains32 []int32) (*sched.Mixed, error) {
@@ -98,33 +98,32 @@ func (g *GPU) walkSplit(rk *gpuRank, k sched.WalkKind, chains32 []int32) (*sched
 	for i, c := range chains32 {
 		chains[i] = int(c)
 	}
-	hv, tiles, slots := g.plan.Config.HV, k.ColumnSets(), walkSlots(o.Profile)
-	sm, measured := sched.SplitModel{Cost: sched.ChunkCost{Narrow: 3, Wide: 5}}, false
-	if rules, err := sched.RulesFor(o.Profile.Variant); err == nil && rules.Cost != nil {
-		if m, ok := rules.Cost.SplitFor(k, o.Profile.LeanForward); ok {
-			sm, measured = m, true
-		}
-	}
-	cost := sm.Cost
+	hv := g.plan.Config.HV
 	if forced > 0 {
 		wide := make([]int, len(chains))
 		for i := range wide {
 			wide[i] = forced
 		}
-		m, err := sched.SplitWalk(chains, wide, hv, tiles, slots, cost)
+		// The costs only cost the split for its report; a walk the rule
+		// does not model split takes the backward walks' 5/3.
+		sm, ok := o.Profile.SplitModelFor(k)
+		if !ok {
+			sm.Cost = sched.ChunkCost{Narrow: 3, Wide: 5}
+		}
+		m, err := sched.SplitWalk(chains, wide, hv, k.ColumnSets(), walkSlots(o.Profile), sm.Cost)
 		if err != nil {
 			return nil, fmt.Errorf("rank %d: GPUOptions.SplitHeads[%s]: %w", rk.rank, k, err)
 		}
 		return m, nil
 	}
-	if !measured || slices.Contains(chains, 0) {
+	if slices.Contains(chains, 0) {
 		return nil, nil
 	}
-	key := fmt.Sprint(k, hv, sm, slots, chains)
+	key := fmt.Sprint(k, hv, o.Profile, chains)
 	if v, ok := g.mixed.Load(key); ok {
 		return v.(*sched.Mixed), nil
 	}
-	m, err := sched.MixedWalkAtMost(chains, hv, sm.MaxWide(hv), tiles, slots, cost)
+	m, err := o.Profile.BestSplit(k, chains, hv)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %s walk: %w", rk.rank, k, err)
 	}

@@ -170,6 +170,30 @@ func MixedWalkAtMost(chains []int, hv, maxWide, tiles, slots int, cost ChunkCost
 	return best, nil
 }
 
+// SplitModelFor returns how p's width rule models walk kind split between
+// the widths (CostRule.SplitFor with p.LeanForward) and whether it does:
+// false where p's variant has no cost rule or that rule splits no such walk.
+func (p Profile) SplitModelFor(kind WalkKind) (SplitModel, bool) {
+	r, err := RulesFor(p.Variant)
+	if err != nil || r.Cost == nil {
+		return SplitModel{}, false
+	}
+	return r.Cost.SplitFor(kind, p.LeanForward)
+}
+
+// BestSplit is the model's best split of walk kind over chains (hv value
+// heads) on p: MixedWalkAtMost by SplitModelFor's model over the cost rule's
+// CTAsPerSM*SMs slots, whether or not it is Better; nil (and no error) where
+// p's rule models no split of kind, or chains is empty.
+func (p Profile) BestSplit(kind WalkKind, chains []int, hv int) (*Mixed, error) {
+	sm, ok := p.SplitModelFor(kind)
+	if !ok || len(chains) == 0 {
+		return nil, nil
+	}
+	r, _ := RulesFor(p.Variant) // SplitModelFor found its cost rule
+	return MixedWalkAtMost(chains, hv, sm.MaxWide(hv), kind.ColumnSets(), r.Cost.CTAsPerSM*p.SMs, sm.Cost)
+}
+
 // SplitWalk is the split wide gives a walk launch (Mixed, with wide[s] the
 // value heads of chain s at vh = 128), ordered and costed as MixedWalk orders
 // and costs its best: for tests and measurements that want a given split.

@@ -291,3 +291,42 @@ func TestMixedWalkErrors(t *testing.T) {
 	assert.False(t, m.Better())
 	assert.Equal(t, "no mixed launch", m.String())
 }
+
+// TestProfileBestSplit: a profile's best split is its rule's model (the
+// state walk of a lean sm_90a run, the tape walk of any) or none.
+func TestProfileBestSplit(t *testing.T) {
+	chains := []int{625, 704, 562}
+	lean, err := NewProfile(VariantSM90a, 0)
+	require.NoError(t, err)
+	lean.LeanForward = true
+	full := lean
+	full.LeanForward = false
+	blackwell, err := NewProfile(VariantSM100a, 0)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name string
+		p    Profile
+		kind WalkKind
+		want []int // nil: no split modelled
+	}{
+		{"lean state", lean, State, []int{24, 24, 24}},
+		{"lean tape", lean, Tape, []int{24, 24, 24}},
+		{"full tape", full, Tape, []int{24, 24, 24}},
+		{"full state", full, State, nil},
+		{"summary", lean, Summary, nil},
+		{"sm_100a tape", blackwell, Tape, nil},
+	} {
+		m, err := c.p.BestSplit(c.kind, chains, 48)
+		require.NoError(t, err, c.name)
+		if c.want == nil {
+			assert.Nil(t, m, c.name)
+			continue
+		}
+		require.NotNil(t, m, c.name)
+		assert.Equal(t, c.want, m.Wide, c.name)
+		assert.True(t, m.Better(), c.name)
+	}
+	m, err := lean.BestSplit(State, nil, 48)
+	require.NoError(t, err)
+	assert.Nil(t, m, "no chains, no split")
+}

@@ -92,15 +92,7 @@ type mixedJSON struct {
 // cost rule and that rule's SplitFor names k (the offset and tape walks,
 // and on sm_90a the state walk of a lean run); else nil.
 func walkMixed(k sched.WalkKind, chains []int, hv int, prof sched.Profile) (*mixedJSON, error) {
-	rules, err := sched.RulesFor(prof.Variant)
-	if len(chains) == 0 || err != nil || rules.Cost == nil {
-		return nil, nil
-	}
-	model, ok := rules.Cost.SplitFor(k, prof.LeanForward)
-	if !ok {
-		return nil, nil
-	}
-	m, err := sched.MixedWalkAtMost(chains, hv, model.MaxWide(hv), k.ColumnSets(), rules.Cost.CTAsPerSM*prof.SMs, model.Cost)
+	m, err := prof.BestSplit(k, chains, hv)
 	if err != nil || m == nil {
 		return nil, err
 	}
