@@ -116,8 +116,8 @@ func MixedWalk(chains []int, hv, tiles, slots int, cost ChunkCost) (*Mixed, erro
 // MixedWalkAtMost is MixedWalk trying only splits that put at most maxWide
 // of a chain's hv value heads at vh = 128 (k in 1..maxWide; MixedWalk tries
 // 1..hv): where the cost model is known to hold only for a few wide CTAs
-// beside the narrow ones (CostRule.StateSplitLean). Errors: MixedWalk's, and
-// maxWide outside [1, hv].
+// beside the narrow ones (CostRule.StateSplitLean, BackwardSplitMaxWidePercent).
+// Errors: MixedWalk's, and maxWide outside [1, hv].
 func MixedWalkAtMost(chains []int, hv, maxWide, tiles, slots int, cost ChunkCost) (*Mixed, error) {
 	single, singleVH, err := mixedSingle("mixed walk", chains, hv, tiles, slots, cost)
 	if err != nil || len(chains) == 0 {

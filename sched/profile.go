@@ -66,7 +66,8 @@ var variants = map[string]VariantRules{
 		DefaultSMs: 132,
 		Cost: &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 1, Wide: 2},
 			Backward: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true,
-			StateSplitLean: SplitModel{Cost: ChunkCost{Narrow: 3, Wide: 5}, MaxWidePercent: 50}},
+			StateSplitLean:              SplitModel{Cost: ChunkCost{Narrow: 3, Wide: 5}, MaxWidePercent: 50},
+			BackwardSplitMaxWidePercent: 50},
 		Measured: true,
 		Note: "Hopper (H100/H200, 132 SMs): measured on an H200 with the v5 kernels (docs/perf-notes.md, " +
 			"\"Width rule on sm_90a\"): one walk CTA an SM; a vh = 128 CTA's chunk costs 9/4 of a vh = 64 CTA's in " +
@@ -76,11 +77,11 @@ var variants = map[string]VariantRules{
 			"ones too (a lean run: 1.63-1.77 measured; v5.31's took 10/7, CostRule.BackwardLean, now unset); " +
 			"vh = 64 iff Narrow*M64 <= Wide*M128, M the makespan of the CTAs over SM slots in the walks' dispatch " +
 			"order (DispatchOrder). Splits between the widths (MixedWalk, CostRule.SplitFor): the offset and tape " +
-			"walks at their 5/3, the lean state walk at 5/3 too with at most half of a chain's heads at vh = 128 " +
+			"walks at their 5/3, the lean state walk at 5/3 too, each with at most half of a chain's heads at vh = 128 " +
 			"(measured on an H100 at 120,908 tokens in 3 documents: 24 heads of 48 at vh = 128 took the state walk " +
-			"5.46 -> 4.46 ms, the tape walk's split 5.51 -> 4.83; on 3 x 342 chunks 8 heads 2.65 -> 2.41; on 4 x 256 " +
-			"the 30 heads the uncapped model picks 2.16 -> 2.40, slower; docs/perf-notes.md, \"Walks split between " +
-			"the widths, measured\")",
+			"5.46 -> 4.46 ms, the tape walk's split 5.51 -> 4.83; on 3 x 342 chunks 8 heads 2.65 -> 2.41 (state), " +
+			"2.79 -> 2.63 (tape); on 4 x 256 the 30 heads the uncapped model picks 2.16 -> 2.40 (state), " +
+			"2.34 -> 2.65 (tape), slower; docs/perf-notes.md, \"Walks split between the widths, measured\")",
 	},
 	VariantGeneric: {
 		Note: "any other GPU: not measured; uses rule B as written for sm_103a until measured; give the SM count",
@@ -125,6 +126,14 @@ type CostRule struct {
 	// they cost less than ForwardLean says; with most heads wide they cost
 	// what ForwardLean says, hence the cap on wide heads.
 	StateSplitLean SplitModel
+	// BackwardSplitMaxWidePercent: the most of a chain's value heads, in
+	// percent, a split of the offset and tape walks puts at vh = 128
+	// (SplitModel.MaxWidePercent; 0: any number). The cap is
+	// StateSplitLean's, for the same reason: with most heads wide a wide CTA
+	// costs what the single-width Backward says, and the model's uncapped
+	// pick on four 256-chunk documents (30 of 48 heads) made the tape walk
+	// 13% slower than vh 64 on an H100.
+	BackwardSplitMaxWidePercent int
 	// Dispatch: the variant's walks run their CTAs in DispatchOrder's order
 	// (kcp passes it to the v5 walks), so the makespans compared are
 	// DispatchOrder's; otherwise launch order's (ListMakespan).
@@ -180,14 +189,14 @@ func (m SplitModel) MaxWide(hv int) int {
 
 // SplitFor returns how MixedWalkAtMost models walk kind split between the
 // widths in a lean run or not, and whether the model splits that walk at
-// all: the offset and tape walks at their ForRun costs, any number of heads
-// wide; the state walk of a lean run by StateSplitLean where it is set; no
-// other walk (the summary walk's and the fp32 forward's splits are not
-// measured).
+// all: the offset and tape walks at their ForRun costs, with at most
+// BackwardSplitMaxWidePercent of a chain's heads wide; the state walk of a
+// lean run by StateSplitLean where it is set; no other walk (the summary
+// walk's and the fp32 forward's splits are not measured).
 func (c CostRule) SplitFor(kind WalkKind, lean bool) (SplitModel, bool) {
 	switch {
 	case !kind.Forward():
-		return SplitModel{Cost: c.ForRun(kind, lean)}, true
+		return SplitModel{Cost: c.ForRun(kind, lean), MaxWidePercent: c.BackwardSplitMaxWidePercent}, true
 	case kind == State && lean && c.StateSplitLean != (SplitModel{}):
 		return c.StateSplitLean, true
 	}

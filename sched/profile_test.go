@@ -24,10 +24,11 @@ func TestProfiles(t *testing.T) {
 	assert.True(t, r.Measured)
 	assert.Equal(t, &CostRule{CTAsPerSM: 1, Forward: ChunkCost{Narrow: 4, Wide: 9}, ForwardLean: ChunkCost{Narrow: 1, Wide: 2},
 		Backward: ChunkCost{Narrow: 3, Wide: 5}, Dispatch: true,
-		StateSplitLean: SplitModel{Cost: ChunkCost{Narrow: 3, Wide: 5}, MaxWidePercent: 50}}, r.Cost)
+		StateSplitLean:              SplitModel{Cost: ChunkCost{Narrow: 3, Wide: 5}, MaxWidePercent: 50},
+		BackwardSplitMaxWidePercent: 50}, r.Cost)
 	// The walks the model splits between the widths, at what costs and with
-	// how many of 48 heads at most at vh 128: the backward walks always, any
-	// number; the state walk of a lean run only, half.
+	// how many of 48 heads at most at vh 128: the backward walks always, the
+	// state walk of a lean run only; half the heads at most.
 	for _, tc := range []struct {
 		kind    WalkKind
 		lean    bool
@@ -35,8 +36,8 @@ func TestProfiles(t *testing.T) {
 		maxWide int
 		ok      bool
 	}{
-		{Tape, false, ChunkCost{Narrow: 3, Wide: 5}, 48, true},
-		{Offset, true, ChunkCost{Narrow: 3, Wide: 5}, 48, true},
+		{Tape, false, ChunkCost{Narrow: 3, Wide: 5}, 24, true},
+		{Offset, true, ChunkCost{Narrow: 3, Wide: 5}, 24, true},
 		{State, true, ChunkCost{Narrow: 3, Wide: 5}, 24, true},
 		{State, false, ChunkCost{}, 48, false},
 		{Summary, true, ChunkCost{}, 48, false},

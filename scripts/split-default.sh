@@ -7,7 +7,8 @@
 #    backward, ten-run repeatability) and kcp bench core, core + bwd on BENCH_DOCS (default issue 6's three documents
 #    and 32K), each followed by core + bwd with --single-width;
 # 2. kcp bench --modes PACK_MODE (default core) on PACKS (default: 3 x 342 and 4 x 256 chunks, where sm_90a's
-#    model splits the state walk 8 and 0 heads of 48 and the tape walk 8 and 30, and issue 6's pack) by default and
+#    model splits the state and tape walks 8 and 0 heads of 48 (v5.39: the tape walk's uncapped 30 heads measured slower),
+#    and issue 6's pack) by default and
 #    with --single-width, A B A B when ROUNDS=2: the state and tape walks' times and splits, and the total.
 # TESTS='^$' runs no test; BENCH_DOCS= no step-1 bench; BENCH_VARIANTS= no --single-width runs in step 1.
 set -uo pipefail

@@ -54,10 +54,11 @@ func TestCLIOnFakeDriver(t *testing.T) {
 		{"core", "--single-width", nil, ""},
 		{"core", "", map[string]int{"state": 72}, ""},
 		{"core", "--split state=36", map[string]int{"state": 108}, ""},
-		// Four equal documents (4 x 256 chunks scaled down): the state walk's
-		// model, capped at half the heads, finds no split; the tape walk's,
-		// uncapped, puts 30 heads of each chain at vh 128.
-		{"core+bwd", "", map[string]int{"tape": 120}, "256,256,256,256"},
+		// Four equal documents (4 x 256 chunks scaled down): the state and
+		// tape walks' models, capped at half the heads, find no split (the
+		// uncapped model put 30 heads of each chain at vh 128: both walks
+		// slower on an H100).
+		{"core+bwd", "", nil, "256,256,256,256"},
 	}
 	for _, b := range bench {
 		docs := b.docs

@@ -45,7 +45,7 @@ ones in the forward, where it is 9/4; in the backward 5/3 in both, since the v5.
 On sm_90a each rank's offset and tape walks (and, with --lean-forward, its state walk) also
 show their best split between the widths by that cost model (some (segment, head) walks at
 vh 128, the rest at vh 64, launched side by side; the split's costs are 5/3 for all three, and
-the state walk's puts at most half of a chain's heads at vh 128)
+each puts at most half of a chain's heads at vh 128)
 and whether kcp run and bench take it (2% or more under the better single width; not with
 --single-width).
 
