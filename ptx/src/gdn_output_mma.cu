@@ -612,9 +612,11 @@ __device__ __forceinline__ void copy_ht_sw128(void* dst, const bf16* src) {
 // GDNKCP_OUT_WG_QH_BATCH: the k steps of Q H whose Q fragments out16_qh_wg loads before it issues their
 // products, a commit group each, the previous group waited for (wait<1>) before the next one's loads: 8 (all
 // 16 fragments first, 64 registers, one group), 2 (32 registers, four groups, two in flight) or 1 (16). The
-// same products in the same order either way.
+// same products in the same order either way. 1 since the thirty-seventh session: sm_90a's grouped entries
+// spill 8-16 bytes where 2 spilled 16-32, and the output took 0.812 against 0.816 ms at 32K and 2.929 against
+// 2.934 at 120,908 tokens on an H100 (knob-sweep, two rounds of medians of 5).
 #ifndef GDNKCP_OUT_WG_QH_BATCH
-#define GDNKCP_OUT_WG_QH_BATCH 2
+#define GDNKCP_OUT_WG_QH_BATCH 1
 #endif
 constexpr int kQHBatch = GDNKCP_OUT_WG_QH_BATCH;
 static_assert(kQHBatch == 1 || kQHBatch == 2 || kQHBatch == 4 || kQHBatch == 8, "GDNKCP_OUT_WG_QH_BATCH divides 8");

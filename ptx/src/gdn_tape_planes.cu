@@ -582,48 +582,32 @@ __device__ __forceinline__ void offset_walk(float* smem, const unsigned char* wp
 
 // gdn_offset_walk_planes: gdn_offset_walk_mma's walks (grid (2 x 128/vh, nlist, HV), out_pt and out_r as
 // there) on the walk planes and q's bf16 rows, as gdn_tape_walk_planes reads them in place of w, kt and qn;
-// dynamic shared memory tape_planes_smem(vh).
-extern "C" __global__ void __launch_bounds__(256)
-gdn_offset_walk_planes(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
-                       const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,
-                       const float* __restrict__ q_rstd,
-                       const float* __restrict__ gcum, const float* __restrict__ dvl,
-                       const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
-                       const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
-                       const int* __restrict__ seg_nchunk, const int* __restrict__ list, float* __restrict__ out_pt,
-                       float* __restrict__ out_r, int HQK, int HV, int vh, float scale, const int* __restrict__ order) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
-	const KRows kr{k, k_stride, k_rstd};
-	if (vh == 64)
-		offset_walk<64>(smem, p, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk,
-		                list, out_pt, out_r, HQK, HV, scale, order);
-	else
-		offset_walk<128>(smem, p, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, seg_nchunk,
-		                 list, out_pt, out_r, HQK, HV, scale, order);
-}
+// dynamic shared memory tape_planes_smem(vh). gdn_offset_walk_planes_h: the same arguments on single bf16
+// products (TapePlaneWalker's HI): the offset walk of the core stage with gdn_tape_walk_planes_h (kcp's
+// GPUOptions.TapeBF16). GDNKCP_OFFSET_PLANES_ENTRY(NAME, HI) defines the offset walk entry NAME of product
+// form HI (both widths, by vh); the two entries differ in nothing else.
+#define GDNKCP_OFFSET_PLANES_ENTRY(NAME, HI)                                                                          \
+	extern "C" __global__ void __launch_bounds__(256)                                                                 \
+	NAME(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,                     \
+	     const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,                         \
+	     const float* __restrict__ q_rstd, const float* __restrict__ gcum, const float* __restrict__ dvl,             \
+	     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len, \
+	     const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk, const int* __restrict__ list,        \
+	     float* __restrict__ out_pt, float* __restrict__ out_r, int HQK, int HV, int vh, float scale,                 \
+	     const int* __restrict__ order) {                                                                             \
+		extern __shared__ float smem[]; /* C linkage: the one dynamic shared memory of every kernel here */            \
+		const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);                                          \
+		const KRows kr{k, k_stride, k_rstd};                                                                          \
+		if (vh == 64)                                                                                                 \
+			offset_walk<64, HI>(smem, p, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0,  \
+			                    seg_nchunk, list, out_pt, out_r, HQK, HV, scale, order);                              \
+		else                                                                                                          \
+			offset_walk<128, HI>(smem, p, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0, \
+			                     seg_nchunk, list, out_pt, out_r, HQK, HV, scale, order);                             \
+	}
 
-// gdn_offset_walk_planes_h: gdn_offset_walk_planes on single bf16 products (TapePlaneWalker's HI), the same
-// arguments: the offset walk of the core stage with gdn_tape_walk_planes_h (kcp's GPUOptions.TapeBF16).
-extern "C" __global__ void __launch_bounds__(256)
-gdn_offset_walk_planes_h(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,
-                         const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,
-                         const float* __restrict__ q_rstd,
-                         const float* __restrict__ gcum, const float* __restrict__ dvl,
-                         const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
-                         const int* __restrict__ chunk_len, const int* __restrict__ seg_chunk0,
-                         const int* __restrict__ seg_nchunk, const int* __restrict__ list, float* __restrict__ out_pt,
-                         float* __restrict__ out_r, int HQK, int HV, int vh, float scale, const int* __restrict__ order) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);
-	const KRows kr{k, k_stride, k_rstd};
-	if (vh == 64)
-		offset_walk<64, true>(smem, p, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0,
-		                      seg_nchunk, list, out_pt, out_r, HQK, HV, scale, order);
-	else
-		offset_walk<128, true>(smem, p, kr, q, q_stride, q_rstd, gcum, dvl, dout, chunk_tok0, chunk_len, seg_chunk0,
-		                       seg_nchunk, list, out_pt, out_r, HQK, HV, scale, order);
-}
+GDNKCP_OFFSET_PLANES_ENTRY(gdn_offset_walk_planes, false)
+GDNKCP_OFFSET_PLANES_ENTRY(gdn_offset_walk_planes_h, true)
 
 // gdn_tape_walk_planes (vh 64) and gdn_tape_walk_planes_w128 (vh 128): gdn_tape_walk_mma's walk on the walk
 // planes: wp (-W, 32 KB a chunk and value head), k and q (bf16 rows of k_stride / q_stride elements, 16-byte
