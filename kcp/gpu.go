@@ -752,6 +752,18 @@ type GPUOptions struct {
 	// stream and the vh = 64 half on a side stream. Which of the two keeps
 	// the model's order on the GPU is for the measurement to say.
 	SplitPriority bool
+	// SerialRanks runs the GPU work of the ranks that share a device one
+	// rank at a time: a rank takes its device's turn before it records the
+	// event that starts a stage, and gives it back, its stream synchronized,
+	// when it enters an exchange stage or ends the op. So every stage but
+	// the exchanges times one rank's kernels alone on the device, as they
+	// would run with a device of their own, where unset the ranks' streams
+	// run side by side and each stage's time holds the others' work too.
+	// The exchange stages then include the waits for the turn, and the
+	// totals are longer; the bits do not change. For measuring a CP plan's
+	// walks on one GPU (kcp run --serial-ranks); ranks on devices of their
+	// own are not affected.
+	SerialRanks bool
 
 	// Devices are the CUDA devices the ranks run on: rank r of an R-rank
 	// plan runs on Devices[r*len(Devices)/R], in contiguous blocks (R = 4 on
@@ -1019,7 +1031,7 @@ func openFleet(devs []int, opts GPUOptions) (*gpuFleet, GPUOptions, error) {
 // devices, blobs and kernels (no reload, no JIT). opts.Device, opts.Devices,
 // opts.Blob and the kernel choice must be left zero or equal g's (Kernels
 // may also be KernelsAuto: g's choice); Options,
-// KeepDevice, HostExchange, LaunchOrder, SingleWidth, SplitHeads and SplitPriority are opts'; Comm, Communicator, Timeout and StageHook are
+// KeepDevice, HostExchange, LaunchOrder, SingleWidth, SplitHeads, SplitPriority and SerialRanks are opts'; Comm, Communicator, Timeout and StageHook are
 // opts' when set, else g's. The ranks of the new plan are placed on the
 // devices anew (a plan of another rank count spreads differently), and an
 // NCCL group is shared with every backend of the family whose ranks run on
@@ -1045,6 +1057,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	gopts.Options, gopts.KeepDevice, gopts.HostExchange = opts.Options, opts.KeepDevice, opts.HostExchange
 	gopts.LaunchOrder, gopts.SingleWidth, gopts.SplitHeads, gopts.SplitPriority = opts.LaunchOrder, opts.SingleWidth, opts.SplitHeads,
 		opts.SplitPriority
+	gopts.SerialRanks = opts.SerialRanks
 	if err := gopts.checkSplitHeads(plan.Config.HV); err != nil {
 		return nil, err
 	}

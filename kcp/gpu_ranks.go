@@ -498,6 +498,57 @@ type stageTracker struct {
 	stages []string
 	idx    int // the current stage, -1 before the first
 	hook   func(rank int, stage string) error
+	// turn is the device's turn where the rank takes turns with the others
+	// on its device (GPUOptions.SerialRanks), else nil; held says the rank
+	// has it; sync waits for the rank's stream (set by its stage clock)
+	// before the turn is given back.
+	turn chan struct{}
+	held bool
+	sync func() error
+}
+
+// isExchangeStage says whether stage is one of the exchanges, where a rank
+// waits for the others (GPUForwardStages, GPUBackwardStages).
+func isExchangeStage(stage string) bool { return strings.HasPrefix(stage, "exchange") }
+
+// takeTurn waits for the rank's device turn, where it takes turns and does
+// not hold it already. The stage clock calls it before every event that
+// starts a stage other than an exchange, so the GPU work of every such
+// stage runs while the rank holds the turn.
+func (s *stageTracker) takeTurn() {
+	if s == nil || s.turn == nil || s.held {
+		return
+	}
+	s.turn <- struct{}{}
+	s.held = true
+}
+
+// endTurn gives the turn back, once the rank's stream has run what it was
+// given: at an exchange stage and at the stage clock's last event.
+func (s *stageTracker) endTurn() error {
+	if s == nil || !s.held {
+		return nil
+	}
+	var err error
+	if s.sync != nil {
+		if err = s.sync(); err != nil {
+			err = fmt.Errorf("rank %d: synchronize before giving the device's turn back: %w", s.rank, err)
+		}
+	}
+	s.held = false
+	<-s.turn
+	return err
+}
+
+// dropTurn gives the turn back without waiting for the stream: a failed
+// rank's, so that the others on its device can go on (to fail at their
+// next exchange).
+func (s *stageTracker) dropTurn() {
+	if s == nil || !s.held {
+		return
+	}
+	s.held = false
+	<-s.turn
 }
 
 // current is the stage the rank is in, or "" before the first.
@@ -528,6 +579,11 @@ func (s *stageTracker) upTo(stage string) error {
 		if s.hook != nil {
 			if err := s.hook(s.rank, s.stages[s.idx]); err != nil {
 				return fmt.Errorf("stage hook: %w", err)
+			}
+		}
+		if isExchangeStage(s.stages[s.idx]) {
+			if err := s.endTurn(); err != nil {
+				return err
 			}
 		}
 	}
@@ -623,6 +679,29 @@ type runSpec struct {
 	exchange bool                // the ranks get their communicators (else they only abort them on failure)
 	timeout  time.Duration       // bounds every collective; 0: none of ours
 	hook     func(rank int, stage string) error
+	serial   bool // GPUOptions.SerialRanks: the ranks sharing a device take turns (stageTracker.takeTurn)
+}
+
+// deviceTurns makes one turn (a semaphore of one) for every device that
+// two or more of the ranks share, indexed like ranks: nil for a rank alone
+// on its device.
+func deviceTurns(devices []int) []chan struct{} {
+	byDev := map[int]chan struct{}{}
+	count := map[int]int{}
+	for _, d := range devices {
+		count[d]++
+	}
+	out := make([]chan struct{}, len(devices))
+	for i, d := range devices {
+		if count[d] < 2 {
+			continue
+		}
+		if byDev[d] == nil {
+			byDev[d] = make(chan struct{}, 1)
+		}
+		out[i] = byDev[d]
+	}
+	return out
 }
 
 // runRankGroup runs fn once per local rank, each on its own goroutine, and
@@ -642,8 +721,15 @@ func runRankGroup(ctx context.Context, spec runSpec, fn func(ctx context.Context
 		first = -1 // index of the first local rank to fail
 		wg    sync.WaitGroup
 	)
+	var turns []chan struct{}
+	if spec.serial {
+		turns = deviceTurns(spec.devices)
+	}
 	for i, r := range spec.ranks {
 		w := &rankWork{rank: r, device: spec.devices[i], st: &stageTracker{rank: r, stages: spec.stages, idx: -1, hook: spec.hook}}
+		if turns != nil {
+			w.st.turn = turns[i]
+		}
 		if spec.devs != nil {
 			w.dev = spec.devs[i]
 		}
@@ -706,6 +792,10 @@ func callRank(ctx context.Context, w *rankWork, fn func(context.Context, *rankWo
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 		}
+		// A failed rank's turn, or one held past the stage clock's last
+		// event (the clock gives it back there, its stream synchronized;
+		// by now the rank may have closed its stream).
+		w.st.dropTurn()
 	}()
 	if len(w.st.stages) > 0 {
 		if err := w.st.upTo(w.st.stages[0]); err != nil {
@@ -749,7 +839,8 @@ func (g *GPU) runRanks(ctx context.Context, op string, stages []string, exchange
 		g.runMu.Lock() // one run at a time on the caller's communicator
 		defer g.runMu.Unlock()
 	}
-	spec := runSpec{op: op, stages: stages, ranks: l.local, exchange: exchange, timeout: g.gopts.Timeout, hook: g.gopts.stageHook()}
+	spec := runSpec{op: op, stages: stages, ranks: l.local, exchange: exchange, timeout: g.gopts.Timeout, hook: g.gopts.stageHook(),
+		serial: g.gopts.SerialRanks}
 	for _, r := range l.local {
 		spec.devices = append(spec.devices, l.devices[r])
 		spec.devs = append(spec.devs, g.fleet.device(l.devices[r]))

@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gdnkcp/gdnkcp/archdetect"
@@ -573,4 +575,148 @@ func TestDeviceGatherOf(t *testing.T) {
 	err = g(context.Background(), nil, nil, nil)
 	require.ErrorIs(t, err, comm.ErrTimeout)
 	require.ErrorContains(t, err, "GPUOptions.Timeout 20ms")
+}
+
+// deviceTurns gives the ranks that share a device one turn between them and
+// a rank alone on its device none.
+func TestDeviceTurns(t *testing.T) {
+	for _, tc := range []struct {
+		devices []int
+		same    [][]int // groups of rank indices sharing a turn
+		none    []int   // rank indices without one
+	}{
+		{[]int{0, 0, 0, 0}, [][]int{{0, 1, 2, 3}}, nil},
+		{[]int{0, 0, 1, 1}, [][]int{{0, 1}, {2, 3}}, nil},
+		{[]int{0, 0, 1}, [][]int{{0, 1}}, []int{2}},
+		{[]int{0, 1, 2}, nil, []int{0, 1, 2}},
+		{[]int{3, 5, 3}, [][]int{{0, 2}}, []int{1}},
+	} {
+		turns := deviceTurns(tc.devices)
+		require.Len(t, turns, len(tc.devices))
+		for _, g := range tc.same {
+			require.NotNil(t, turns[g[0]], "%v: rank index %d", tc.devices, g[0])
+			for _, i := range g[1:] {
+				assert.Equal(t, turns[g[0]], turns[i], "%v: rank indices %d and %d", tc.devices, g[0], i)
+			}
+		}
+		for i, a := range tc.same {
+			for _, b := range tc.same[i+1:] {
+				assert.NotEqual(t, turns[a[0]], turns[b[0]], "%v: two devices, one turn", tc.devices)
+			}
+		}
+		for _, i := range tc.none {
+			assert.Nil(t, turns[i], "%v: rank index %d", tc.devices, i)
+		}
+	}
+}
+
+// serialForward is rank work that takes turns as the stage clock does
+// (takeTurn before every stage it enters that is not an exchange) and
+// records, per device, which rank is inside a turn: a second rank of the
+// device inside one at the same time is an overlap.
+func serialForward(owner []atomic.Int32, overlaps *atomic.Int32) func(ctx context.Context, w *rankWork) error {
+	return func(ctx context.Context, w *rankWork) error {
+		for _, stage := range GPUForwardStages[1:] {
+			if strings.HasPrefix(stage, "exchange") {
+				if w.st.held {
+					owner[w.device].Store(-1) // upTo gives the turn back
+				}
+				if err := w.st.upTo(stage); err != nil {
+					return err
+				}
+				if _, err := comm.AllGatherFloat32(ctx, w.cm, []float32{float32(w.rank)}); err != nil {
+					return err
+				}
+				continue
+			}
+			w.st.takeTurn()
+			if w.st.turn != nil {
+				if prev := owner[w.device].Swap(int32(w.rank)); prev != -1 && prev != int32(w.rank) {
+					overlaps.Add(1)
+				}
+			}
+			time.Sleep(time.Millisecond) // the stage's work: room for another rank to slip in
+			if err := w.st.upTo(stage); err != nil {
+				return err
+			}
+		}
+		if w.st.held {
+			owner[w.device].Store(-1) // callRank gives the turn back
+		}
+		return nil
+	}
+}
+
+// GPUOptions.SerialRanks: the ranks sharing a device never hold its turn at
+// once, every rank still passes through every stage, a rank alone on its
+// device takes no turn, and a rank failing inside its turn gives it back,
+// so the others end with errors instead of waiting for ever.
+func TestRunRanksSerial(t *testing.T) {
+	p := rankPlan(t, 4)
+	for _, tc := range []struct {
+		devices []int
+		ords    []int
+		serial  bool
+		turns   bool
+	}{
+		{[]int{0}, []int{0}, true, true},
+		{[]int{0, 1}, []int{0, 1}, true, true},
+		{[]int{0}, []int{0}, false, false},
+	} {
+		t.Run(fmt.Sprintf("devices %v serial %v", tc.devices, tc.serial), func(t *testing.T) {
+			var mu sync.Mutex
+			stages := map[int][]string{}
+			hook := func(rank int, stage string) error {
+				mu.Lock()
+				defer mu.Unlock()
+				stages[rank] = append(stages[rank], stage)
+				return nil
+			}
+			g := fakeGPU(t, p, GPUOptions{Devices: tc.devices, StageHook: hook, SerialRanks: tc.serial}, tc.ords...)
+			owner := make([]atomic.Int32, 2)
+			for i := range owner {
+				owner[i].Store(-1)
+			}
+			var overlaps atomic.Int32
+			var turned atomic.Bool
+			fn := serialForward(owner, &overlaps)
+			require.NoError(t, g.runRanks(t.Context(), "forward", GPUForwardStages, true, func(ctx context.Context, w *rankWork) error {
+				if w.st.turn != nil {
+					turned.Store(true)
+				}
+				return fn(ctx, w)
+			}))
+			assert.Zero(t, overlaps.Load(), "ranks inside one device's turn at once")
+			assert.Equal(t, tc.turns, turned.Load(), "ranks took turns")
+			for r := range 4 {
+				assert.Equal(t, GPUForwardStages, stages[r], "rank %d stages", r)
+			}
+		})
+	}
+	t.Run("a rank fails inside its turn", func(t *testing.T) {
+		injected := errors.New("fault injected")
+		fault := func(rank int, stage string) error {
+			if rank == 1 && stage == "prep" {
+				return injected
+			}
+			return nil
+		}
+		g := fakeGPU(t, p, GPUOptions{Devices: []int{0}, SerialRanks: true, fault: fault}, 0)
+		owner := make([]atomic.Int32, 1)
+		owner[0].Store(-1)
+		var overlaps atomic.Int32
+		done := make(chan error, 1)
+		go func() {
+			done <- g.runRanks(t.Context(), "forward", GPUForwardStages, true, serialForward(owner, &overlaps))
+		}()
+		select {
+		case err := <-done:
+			var re *RunError
+			require.ErrorAs(t, err, &re, "%v", err)
+			require.Equal(t, 1, re.First)
+			require.ErrorIs(t, err, injected)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the ranks still wait for the failed rank's turn after 10 s")
+		}
+	})
 }

@@ -13,8 +13,10 @@
 # issue 6's pack), s36 = 36 heads of 48; FWD_VARIANTS= skips them);
 # a table of the state walk, tape walk and total last. Logs, JSON under $OUT.
 # CP_PACK='P1 4 Z' (off by default) also times `kcp run` of that pack, CP and layout on this one GPU (core
-# stage, B1, no check, --reps 3 after a warm-up) with --single-width (a) and without (m: the default splits): the slowest rank and
-# every rank's offset and tape walks (`kcp plan --all` lists the CP rows a split should shorten).
+# stage, B1, no check, --reps 3 after a warm-up, --serial-ranks: each rank's stages alone on the GPU) with
+# --single-width (a) and without (m: the default splits): every rank's offset and tape walks (`kcp plan --all`
+# lists the CP rows a split should shorten). Without --serial-ranks the ranks' streams run side by side and their
+# stage times hold each other's work (the thirty-seventh session's try: unreadable).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -f .gpu/pack.tgz ] && tar -C .gpu -xzf .gpu/pack.tgz
@@ -57,7 +59,7 @@ if [ -n "${CP_PACK:-}" ]; then
 		[ "$v" = a ] && flag=--single-width
 		# shellcheck disable=SC2086 # flag is a word or none
 		if ! .gpu/kcp run --backend gpu --pack "$pack" --cp "$cp" --layout "$layout" --stage core --mode b1 \
-			--check=false --reps 3 --warmup 1 --json --no-progress $flag >"$out/cp-$v.json" 2>"$out/cp-$v.err"; then
+			--check=false --reps 3 --warmup 1 --json --no-progress --serial-ranks $flag >"$out/cp-$v.json" 2>"$out/cp-$v.err"; then
 			echo "kcp run $CP_PACK ($v) failed:"
 			tail -3 "$out/cp-$v.err"
 		fi
@@ -75,7 +77,13 @@ for v in "am":
     walks = {r["rank"]: {s["stage"]: s["ms"] for s in r["stages"]} for r in g["ranks"]}
     per = "  ".join(f"r{r}: offset {st.get('backward: offset walk', 0):.3f} tape {st.get('backward: tape walk', 0):.3f}"
                     for r, st in sorted(walks.items()))
-    print(f"cp {v}: slowest rank {g['slowest_rank']} {g['slowest_ms']:.3f} ms; {per}")
+    # With --serial-ranks a rank's stages other than the exchanges are its work alone on the GPU; the
+    # uploads (host to device copies of the inputs, tens to hundreds of ms) are left out too.
+    alone = {r: sum(ms for name, ms in st.items() if "exchange" not in name and "upload" not in name)
+             for r, st in walks.items()}
+    worst = max(alone, key=alone.get)
+    print(f"cp {v}: serial {g.get('serial_ranks', False)}; slowest rank's kernels alone r{worst} {alone[worst]:.3f} ms "
+          f"(slowest total {g['slowest_ms']:.3f}); {per}")
 PY
 fi
 python3 - "$out" "$ROUNDS" "${names[@]}" <<'PY'

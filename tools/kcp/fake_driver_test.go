@@ -94,12 +94,14 @@ func TestCLIOnFakeDriver(t *testing.T) {
 	stdout, stderr, code = execute("run", "--backend", "gpu", "--pack", "P1@4096", "--cp", "4", "--layout", "Z", "--stage", "core",
 		"--mode", "b1", "--check=false", "--reps", "1", "--warmup", "0", "--json", "--no-progress")
 	require.Equal(t, 0, code, stderr)
-	var rep struct {
+	type cpReport struct {
 		GPU struct {
-			Kernels       string  `json:"kernels"`
-			KernelsChoice string  `json:"kernels_choice"`
-			SlowestRank   int     `json:"slowest_rank"`
-			SlowestMs     float64 `json:"slowest_ms"`
+			Kernels       string            `json:"kernels"`
+			KernelsChoice string            `json:"kernels_choice"`
+			SlowestRank   int               `json:"slowest_rank"`
+			SlowestMs     float64           `json:"slowest_ms"`
+			SerialRanks   bool              `json:"serial_ranks"`
+			Digests       map[string]string `json:"digests"`
 			Ranks         []struct {
 				Rank   int `json:"rank"`
 				Stages []struct {
@@ -109,8 +111,10 @@ func TestCLIOnFakeDriver(t *testing.T) {
 			} `json:"ranks"`
 		} `json:"gpu"`
 	}
+	var rep cpReport
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 	require.Len(t, rep.GPU.Ranks, 4)
+	assert.False(t, rep.GPU.SerialRanks)
 	// --kernels auto (the default): NewGPU's choice, and why.
 	assert.Equal(t, "v5", rep.GPU.Kernels)
 	assert.Contains(t, rep.GPU.KernelsChoice, "auto: v5 (the fastest set")
@@ -120,6 +124,19 @@ func TestCLIOnFakeDriver(t *testing.T) {
 	}
 	assert.Contains(t, stages, "backward: offset walk")
 	assert.Contains(t, stages, "backward: tape walk")
+	// The same run with the four ranks taking turns on the one device: the same digests, and the report says so.
+	stdout, stderr, code = execute("run", "--backend", "gpu", "--pack", "P1@4096", "--cp", "4", "--layout", "Z", "--stage", "core",
+		"--mode", "b1", "--check=false", "--reps", "1", "--warmup", "0", "--json", "--no-progress", "--serial-ranks")
+	require.Equal(t, 0, code, stderr)
+	var serial cpReport
+	require.NoError(t, json.Unmarshal([]byte(stdout), &serial))
+	assert.True(t, serial.GPU.SerialRanks)
+	require.Len(t, serial.GPU.Digests, 4)
+	assert.Equal(t, rep.GPU.Digests, serial.GPU.Digests)
+	stdout, stderr, code = execute("run", "--backend", "gpu", "--pack", "P1@4096", "--cp", "4", "--layout", "Z", "--stage", "core",
+		"--mode", "b3", "--check=false", "--no-progress", "--serial-ranks")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "ran their stages one at a time (--serial-ranks)")
 
 	// scripts/width-sweep.sh's forced widths (both modes in one call), knob-sweep's text report and
 	// ab-bits.sh's dump.

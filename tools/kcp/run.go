@@ -34,6 +34,7 @@ type runOptions struct {
 	seed                                                 uint64
 	json, checkFinite, noProgress, check, hostExchange   bool
 	splitGrads, singleWidth, splitPriority               bool
+	serialRanks                                          bool
 }
 
 // probeGPU says whether GPU device can run the GPU backend with the given
@@ -103,6 +104,7 @@ and the documents from DIR/meta.json unless --pack or --docs is given.`,
 	f.BoolVar(&o.splitGrads, "split-grads", false, "GPU backend, v5 kernels, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, faster, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
 	f.BoolVar(&o.singleWidth, "single-width", false, "GPU backend, v5 kernels: run every walk at the width rule's one width (kcp.GPUOptions.SingleWidth); by default the core stage's state walk and the offset and tape walks split between the widths where the width rule's cost model gains 2% or more (same bits)")
 	f.BoolVar(&o.splitPriority, "split-priority", false, "GPU backend: launch a split walk's vh 128 half on a side stream of the greatest priority (kcp.GPUOptions.SplitPriority)")
+	f.BoolVar(&o.serialRanks, "serial-ranks", false, "GPU backend: ranks sharing a GPU run their stages one rank at a time, so each stage but the exchanges times one rank's kernels alone (kcp.GPUOptions.SerialRanks; the exchanges then hold the waits, the totals are longer, the bits the same)")
 	f.StringVar(&o.dump, "dump", "", "write inputs, outputs and gradients as .npy files and meta.json into this folder")
 	f.StringVar(&o.inputs, "inputs", "", "read the inputs from .npy files in this folder")
 	f.BoolVar(&o.checkFinite, "check-finite", true, "reject inputs holding NaN or Inf")
@@ -205,6 +207,9 @@ type runGPU struct {
 	// Exchange is how the summaries and offsets travelled: "device" (NCCL
 	// all-gathers of device memory) or "host" (through host memory).
 	Exchange string `json:"exchange"`
+	// SerialRanks says the ranks sharing a GPU ran their stages one at a
+	// time (--serial-ranks).
+	SerialRanks bool `json:"serial_ranks,omitempty"`
 	// Digests are, per rank run here, a sha256 of its rows of the output
 	// and of every gradient (kcp.RankDigest): equal digests mean bitwise
 	// equal results, across processes, devices and exchanges.
@@ -531,6 +536,7 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 		return nil, fmt.Errorf("--kernels: %w", err)
 	}
 	kopts.SplitGrads, kopts.SingleWidth, kopts.SplitPriority = o.splitGrads, o.singleWidth, o.splitPriority
+	kopts.SerialRanks = o.serialRanks
 	hook, err := o.stageHook(stderr)
 	if err != nil {
 		return nil, err
@@ -594,6 +600,7 @@ func (o *runOptions) runGPU(stderr io.Writer, pl gpuPlacement, plan *kcp.Plan, n
 	rep.GPU.KernelsChoice = kernelsWhy
 	rep.GPU.Devices, rep.GPU.Comm, rep.GPU.RankDevices = g.Devices(), string(g.Comm()), g.RankDevices()
 	rep.GPU.Exchange = exchangeKind(g)
+	rep.GPU.SerialRanks = o.serialRanks
 	rep.GPU.Digests = map[string]string{}
 	for _, r := range local {
 		d, err := last.digest(r)
@@ -919,6 +926,9 @@ func writeRunText(w io.Writer, r *runReport) error {
 			fmt.Fprintf(&b, "kernels %s\n", gi.KernelsChoice)
 		}
 		fmt.Fprintf(&b, "gpu ranks on devices %v, exchanging through %s (%s exchange)\n", gi.RankDevices, gi.Comm, orUnknown(gi.Exchange))
+		if gi.SerialRanks {
+			b.WriteString("gpu ranks sharing a device ran their stages one at a time (--serial-ranks): each stage but the exchanges is one rank's work alone; the exchanges hold the waits\n")
+		}
 		for _, rk := range gi.Ranks {
 			fmt.Fprintf(&b, "  rank %d digest %s\n", rk.Rank, gi.Digests[fmt.Sprint(rk.Rank)])
 		}
