@@ -364,6 +364,8 @@ func (f *GPUForward) backwardRank(ctx context.Context, w *rankWork, dout []float
 		if err := b.collect(); err != nil {
 			return err
 		}
+	} else {
+		b.res.rows.setEmpty(r, module)
 	}
 	o.progress(r, "conv backward")
 	if err := b.st.finish(); err != nil {

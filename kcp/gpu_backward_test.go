@@ -120,19 +120,29 @@ func requireSameGradBits(t *testing.T, what string, a, b *GPUGrads) {
 	}
 }
 
-// b3Grads runs B3 on g: the forward in checkpoint mode, the recompute from
-// its handle (no communication) and the backward; it returns the gradients
-// (host rows) with the recomputed forward closed.
-func b3Grads(t *testing.T, g *GPU, in *Inputs, dout []float32) *GPUGrads {
+// b3Run runs B3 on g: the forward in checkpoint mode, the recompute from
+// its handle (no communication) and the backward. It returns the
+// checkpoint, the recomputed forward (still open: the caller closes it) and
+// the gradients (host rows).
+func b3Run(t *testing.T, g *GPU, in *Inputs, dout []float32) (*GPUCheckpoint, *GPUForward, *GPUGrads) {
 	t.Helper()
 	ctx := context.Background()
 	ck, err := g.ForwardCheckpoint(ctx, in)
 	require.NoError(t, err)
 	f3, err := ck.Recompute(ctx)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, f3.Close()) }()
 	g3, err := f3.Backward(ctx, dout)
-	require.NoError(t, err)
+	if err != nil {
+		require.NoError(t, errors.Join(err, f3.Close()))
+	}
+	return ck, f3, g3
+}
+
+// b3Grads is b3Run's gradients, with the recomputed forward closed.
+func b3Grads(t *testing.T, g *GPU, in *Inputs, dout []float32) *GPUGrads {
+	t.Helper()
+	_, f3, g3 := b3Run(t, g, in, dout)
+	require.NoError(t, f3.Close())
 	return g3
 }
 

@@ -684,6 +684,8 @@ func (g *GPU) forwardRank(ctx context.Context, w *rankWork, in *Inputs, res *GPU
 		if err := rr.finish(); err != nil {
 			return err
 		}
+	} else if err := rr.res.out.setEmpty(r); err != nil {
+		return err
 	}
 	g.opts.progress(r, "compose")
 	g.opts.progress(r, "state walk")
@@ -719,6 +721,9 @@ func (g *GPU) recomputeRank(ctx context.Context, w *rankWork, ck *GPUCheckpoint,
 			return err
 		}
 	} else {
+		if err := rr.res.out.setEmpty(r); err != nil {
+			return err
+		}
 		g.opts.progress(r, "conv")
 		g.opts.progress(r, "prep")
 	}

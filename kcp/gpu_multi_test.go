@@ -88,13 +88,8 @@ func runB13(t *testing.T, base *GPU, p *Plan, opts GPUOptions, in *Inputs, dout 
 	defer func() { require.NoError(t, f.Close()) }()
 	g1, err := f.Backward(ctx, dout)
 	require.NoError(t, err)
-	ck, err := g.ForwardCheckpoint(ctx, in)
-	require.NoError(t, err)
-	f3, err := ck.Recompute(ctx)
-	require.NoError(t, err)
+	ck, f3, g3 := b3Run(t, g, in, dout)
 	defer func() { require.NoError(t, f3.Close()) }()
-	g3, err := f3.Backward(ctx, dout)
-	require.NoError(t, err)
 	requireSameGradBits(t, "B3 vs B1", g1, g3)
 	// The digests made from the GPU's rows are RankDigest of the float64
 	// tensors.

@@ -169,6 +169,10 @@ func (o *gpuOutRows) set(rank int, rows []bf16.BF16) error {
 	return nil
 }
 
+// setEmpty records rank, which holds no tokens, as run here: its rows are
+// empty, not missing (digestParts tells the two apart).
+func (o *gpuOutRows) setEmpty(rank int) error { return o.set(rank, []bf16.BF16{}) }
+
 // output is the float64 output in global order (ranks not run here: zero),
 // made on the first call.
 func (o *gpuOutRows) output() *Output {
@@ -225,6 +229,19 @@ func (gr *gpuGradRows) gradients() *Grads {
 		}
 	})
 	return gr.g
+}
+
+// setEmpty records rank, which holds no tokens, as run here with empty
+// gradient rows (those of the stage: dx in the module stage, dq, dk, dv in
+// the core stage).
+func (gr *gpuGradRows) setEmpty(rank int, module bool) {
+	rows := &gradRows{DG: []float32{}, DBeta: []float32{}}
+	if module {
+		rows.DX = []bf16.BF16{}
+	} else {
+		rows.DQ, rows.DK, rows.DV = []bf16.BF16{}, []bf16.BF16{}, []bf16.BF16{}
+	}
+	gr.rows[rank] = rows
 }
 
 // digestParts is rank's output and gradients for rankDigest, in the order

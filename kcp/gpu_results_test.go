@@ -160,3 +160,40 @@ func TestGPUCheckRowsBlocks(t *testing.T) {
 	err = checkF32Rows(0, "dg", tokenBlocks(p.Ranks[0].Segments), dg, 2, func(h int) string { return fmt.Sprintf("value head %d", h) })
 	require.ErrorContains(t, err, "rank 0: dg: 1 elements never written, 1 NaN; first at token 1030 (local 1030, document 0) value head 0: NaN")
 }
+
+// A rank holding no tokens that ran here (setEmpty, as the forward, the
+// recompute and the backward record it) has the digest RankDigest gives
+// from the float64 tensors, in both stages; one left unrecorded has none.
+func TestGPURowsEmptyRank(t *testing.T) {
+	for _, stage := range []Stage{StageCore, StageModule} {
+		t.Run(fmt.Sprint(stage), func(t *testing.T) {
+			p, err := NewPlan(PlanConfig{Docs: []int{1, 2}, Ranks: 4, Layout: LayoutC, HQK: 1, HV: 2, DK: 128, DV: 128})
+			require.NoError(t, err)
+			gr, wantO, wantG := fakeGPURows(t, p, stage, 3)
+			var empty []int
+			for r, rp := range p.Ranks {
+				if rp.Tokens == 0 {
+					empty = append(empty, r)
+				}
+			}
+			require.NotEmpty(t, empty, "the plan has no empty rank")
+			for _, r := range empty {
+				gr.out.rows[r], gr.rows[r] = nil, nil
+				_, err := (&GPUGrads{rows: gr}).RankDigest(r)
+				require.ErrorContains(t, err, fmt.Sprintf("rank %d did not run in this process", r))
+				require.NoError(t, gr.out.setEmpty(r))
+				gr.setEmpty(r, stage == StageModule)
+				want, err := RankDigest(p, r, wantO, wantG)
+				require.NoError(t, err)
+				got, err := (&GPUGrads{rows: gr}).RankDigest(r)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "rank %d: output and gradients", r)
+				wantOut, err := RankDigest(p, r, wantO, nil)
+				require.NoError(t, err)
+				gotOut, err := (&GPUForward{plan: p, out: gr.out}).RankDigest(r)
+				require.NoError(t, err)
+				require.Equal(t, wantOut, gotOut, "rank %d: output", r)
+			}
+		})
+	}
+}

@@ -137,6 +137,19 @@ func TestCLIOnFakeDriver(t *testing.T) {
 		"--mode", "b3", "--check=false", "--no-progress", "--serial-ranks")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "ran their stages one at a time (--serial-ranks)")
+	// Ranks holding no tokens (one token over four ranks) have digests too, the same one (they hash nothing):
+	// before the thirty-seventh session the run failed at "rank 2 did not run in this process".
+	for _, mode := range []string{"b1", "b3"} {
+		stdout, stderr, code = execute("run", "--backend", "gpu", "--docs", "1", "--cp", "4", "--layout", "C", "--stage", "module",
+			"--mode", mode, "--check=false", "--json", "--no-progress")
+		require.Equal(t, 0, code, "%s: %s", mode, stderr)
+		var tiny cpReport
+		require.NoError(t, json.Unmarshal([]byte(stdout), &tiny))
+		require.Len(t, tiny.GPU.Digests, 4, mode)
+		assert.Equal(t, tiny.GPU.Digests["1"], tiny.GPU.Digests["3"], "%s: the empty ranks' digests", mode)
+		assert.Equal(t, tiny.GPU.Digests["2"], tiny.GPU.Digests["3"], "%s: the empty ranks' digests", mode)
+		assert.NotEqual(t, tiny.GPU.Digests["0"], tiny.GPU.Digests["3"], mode)
+	}
 
 	// scripts/width-sweep.sh's forced widths (both modes in one call), knob-sweep's text report and
 	// ab-bits.sh's dump.
