@@ -607,3 +607,14 @@ func TestFakeDriverConcurrent(t *testing.T) {
 	require.Equal(t, held0, fk.Held(), "held after the runs")
 	t.Logf("fake driver: 8 concurrent runs on one backend, nothing held")
 }
+
+// TestFakeDriverMultiLoopback runs TestGPUMultiLoopback, which needs two
+// GPUs (the device machine seldom lends them), on two fake devices: CP 4 and
+// 8 over both, every layout, B1 and B3, with the rank digests (the fake
+// computes nothing, so the runs' bits agree as the test requires). It found
+// the empty ranks' missing digests.
+func TestFakeDriverMultiLoopback(t *testing.T) {
+	out := fakecuda.RunChild(t, "TestGPUMultiLoopback", "FAKECUDA_DEVICES=2")
+	require.Contains(t, out, "--- PASS: TestGPUMultiLoopback", out)
+	require.NotContains(t, out, "--- SKIP", out)
+}
