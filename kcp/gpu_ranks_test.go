@@ -207,6 +207,19 @@ func fakeGPU(t *testing.T, p *Plan, opts GPUOptions, ordinals ...int) *GPU {
 	return g
 }
 
+// stageRecorder is a stage hook that records the stages each rank enters,
+// in order, in the map it returns (read it once the run is over).
+func stageRecorder() (func(rank int, stage string) error, map[int][]string) {
+	var mu sync.Mutex
+	stages := map[int][]string{}
+	return func(rank int, stage string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		stages[rank] = append(stages[rank], stage)
+		return nil
+	}, stages
+}
+
 // fakeForward is rank work that walks the forward's stages and takes part
 // in the two exchanges as the forward does (halo in "upload", summaries).
 // It records the devices it ran on.
@@ -243,14 +256,7 @@ func fakeForward(seen *sync.Map) func(ctx context.Context, w *rankWork) error {
 // gets no communicator.
 func TestRunRanksLoopback(t *testing.T) {
 	p := rankPlan(t, 4)
-	var mu sync.Mutex
-	stages := map[int][]string{}
-	hook := func(rank int, stage string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		stages[rank] = append(stages[rank], stage)
-		return nil
-	}
+	hook, stages := stageRecorder()
 	g := fakeGPU(t, p, GPUOptions{Devices: []int{0, 1}, StageHook: hook}, 0, 1)
 	require.Equal(t, CommLoopback, g.Comm())
 	require.Equal(t, []int{0, 0, 1, 1}, g.RankDevices())
@@ -664,14 +670,7 @@ func TestRunRanksSerial(t *testing.T) {
 		{[]int{0}, []int{0}, false, false},
 	} {
 		t.Run(fmt.Sprintf("devices %v serial %v", tc.devices, tc.serial), func(t *testing.T) {
-			var mu sync.Mutex
-			stages := map[int][]string{}
-			hook := func(rank int, stage string) error {
-				mu.Lock()
-				defer mu.Unlock()
-				stages[rank] = append(stages[rank], stage)
-				return nil
-			}
+			hook, stages := stageRecorder()
 			g := fakeGPU(t, p, GPUOptions{Devices: tc.devices, StageHook: hook, SerialRanks: tc.serial}, tc.ords...)
 			owner := make([]atomic.Int32, 2)
 			for i := range owner {

@@ -114,16 +114,7 @@ func TestGPUResultRows(t *testing.T) {
 				}
 				seen := map[string]bool{}
 				for r := range p.Ranks {
-					want, err := RankDigest(p, r, wantO, wantG)
-					require.NoError(t, err)
-					got, err := (&GPUGrads{rows: gr}).RankDigest(r)
-					require.NoError(t, err)
-					require.Equal(t, want, got, "rank %d: output and gradients", r)
-					wantOut, err := RankDigest(p, r, wantO, nil)
-					require.NoError(t, err)
-					gotOut, err := (&GPUForward{plan: p, out: gr.out}).RankDigest(r)
-					require.NoError(t, err)
-					require.Equal(t, wantOut, gotOut, "rank %d: output", r)
+					want, wantOut := requireRankDigests(t, p, r, gr, wantO, wantG)
 					require.NotEqual(t, want, wantOut)
 					require.False(t, seen[want], "rank %d: digest repeated", r)
 					seen[want] = true
@@ -183,17 +174,26 @@ func TestGPURowsEmptyRank(t *testing.T) {
 				require.ErrorContains(t, err, fmt.Sprintf("rank %d did not run in this process", r))
 				require.NoError(t, gr.out.setEmpty(r))
 				gr.setEmpty(r, stage == StageModule)
-				want, err := RankDigest(p, r, wantO, wantG)
-				require.NoError(t, err)
-				got, err := (&GPUGrads{rows: gr}).RankDigest(r)
-				require.NoError(t, err)
-				require.Equal(t, want, got, "rank %d: output and gradients", r)
-				wantOut, err := RankDigest(p, r, wantO, nil)
-				require.NoError(t, err)
-				gotOut, err := (&GPUForward{plan: p, out: gr.out}).RankDigest(r)
-				require.NoError(t, err)
-				require.Equal(t, wantOut, gotOut, "rank %d: output", r)
+				requireRankDigests(t, p, r, gr, wantO, wantG)
 			}
 		})
 	}
+}
+
+// requireRankDigests requires rank's digests from the GPU's rows (output
+// and gradients, and output alone) equal to RankDigest's from the float64
+// tensors, and returns those two.
+func requireRankDigests(t *testing.T, p *Plan, r int, gr *gpuGradRows, wantO *Output, wantG *Grads) (string, string) {
+	t.Helper()
+	want, err := RankDigest(p, r, wantO, wantG)
+	require.NoError(t, err)
+	got, err := (&GPUGrads{rows: gr}).RankDigest(r)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "rank %d: output and gradients", r)
+	wantOut, err := RankDigest(p, r, wantO, nil)
+	require.NoError(t, err)
+	gotOut, err := (&GPUForward{plan: p, out: gr.out}).RankDigest(r)
+	require.NoError(t, err)
+	require.Equal(t, wantOut, gotOut, "rank %d: output", r)
+	return want, wantOut
 }
