@@ -38,11 +38,18 @@
 // rank was in (GPUOptions.Timeout bounds every exchange wait, and
 // GPUOptions.StageHook lets fault tests fail a rank at a stage); device
 // memory is released on every path, and a backend whose NCCL group was
-// aborted reports ErrReopen. Two forward
-// kernel sets: fp32 on the CUDA cores (the default) and the tensor cores with
-// hi/lo split products (GPUOptions.TensorCoreWalks, TensorCoreChunk); both
-// keep the fp32 states within 1e-5 of float64 and give bitwise-identical
-// results at both walk widths.
+// aborted reports ErrReopen. Ranks sharing a GPU run side by side;
+// GPUOptions.SerialRanks makes them take turns, so that each stage's time is
+// one rank's work alone. Four kernel sets (KernelSets, GPUOptions.Kernels):
+// fp32 on the CUDA cores, tc (WMMA tensor cores with hi/lo split products),
+// mma (mma.sync) and v5 (wgmma on sm_90a, the walks on bf16 "walk planes",
+// bf16 products where the output and gradients allow them); by default
+// NewGPU runs the fastest set the device and its blob allow (ChooseKernels:
+// v5 on Hopper). Every set keeps the fp32 states within 1e-4 of float64 and
+// gives bitwise-identical results at both walk widths; with the v5 set the
+// offset and tape walks, and the core stage's state walk, split between the
+// widths where sched's cost model gains (GPUOptions.SingleWidth opts out),
+// with the same bits.
 //
 // The GPU backward (docs/gpu-backward.md) runs on what a forward keeps on the
 // device: GPU.Forward with GPUOptions.KeepDevice returns a GPUForward whose
@@ -58,6 +65,7 @@
 // forward's own code (upload, conv, l2norm, prep, state walk, output), so its
 // intermediates and the gradients of its Backward are bitwise those of B1.
 // Every walk of the forward, the recompute and the backward launches at the
-// width of the plan's memo; the backward kernels are fp32 with one fixed
-// order per output element, so both widths give the same bits.
+// width of the plan's memo (or its split between the widths); every kernel
+// sums in one fixed order per output element, with no floating-point
+// atomics, so both widths give the same bits.
 package kcp

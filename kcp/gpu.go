@@ -616,8 +616,9 @@ type GPUOptions struct {
 	KeepDevice bool
 	// TensorCoreWalks launches the tensor-core summary and state walks
 	// (gdn_summary_walk_tc, gdn_state_walk_tc) instead of the fp32 ones.
-	// The backward kernels are fp32 only; this and TensorCoreChunk select
-	// the forward's (and the recompute's) kernels.
+	// This and TensorCoreChunk select the forward's (and the recompute's)
+	// kernels of the tc set (SetKernels("tc")); its backward is the fp32
+	// set's.
 	TensorCoreWalks bool
 	// TensorCoreChunk launches the tensor-core chunk prep and output
 	// (gdn_prep_tc, gdn_output_tc) instead of the fp32 ones.
