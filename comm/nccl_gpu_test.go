@@ -1,8 +1,9 @@
 package comm
 
 // Tests on real NCCL and GPUs. They skip without libnccl.so.2, without a CUDA driver or GPU, or with
-// fewer GPUs than they need, and have not run yet (this session had no GPU machine). Build them with
-// `CGO_ENABLED=0 go test -c ./comm` and run the binary on a GPU host: -test.run 'GPU'.
+// fewer GPUs than they need. Build them with `CGO_ENABLED=0 go test -c ./comm` and run the binary on a
+// GPU host: -test.run 'GPU'. TestNCCLOnFakes runs them everywhere else on two fake devices and a fake
+// NCCL (internal/fakecuda, internal/fakenccl).
 
 import (
 	"bytes"

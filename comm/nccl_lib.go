@@ -23,6 +23,22 @@ var _ [unsafe.Sizeof(uintptr(0)) - 8]struct{}
 // defaultNCCLNames are the names tried, in order, to open NCCL.
 var defaultNCCLNames = []string{"libnccl.so.2", "libnccl.so"}
 
+// EnvNCCLLibrary names the NCCL library to open in place of libnccl.so.2 and
+// libnccl.so: a path, or a name dlopen resolves. It is read once, when the
+// package initialises. The tests point it at a stand-in NCCL
+// (internal/fakenccl) to run the ranks of one process over NCCL on fake
+// devices.
+const EnvNCCLLibrary = "GDNKCP_NCCL_LIBRARY"
+
+// ncclLibraryNames is what NCCL is opened under: EnvNCCLLibrary's value
+// where it is set, else defaultNCCLNames.
+func ncclLibraryNames() []string {
+	if v := os.Getenv(EnvNCCLLibrary); v != "" {
+		return []string{v}
+	}
+	return defaultNCCLNames
+}
+
 // NCCLSymbolError says that the opened NCCL library lacks a function, typically because it is older
 // than the function.
 type NCCLSymbolError struct {
@@ -120,7 +136,7 @@ func newNCCLAPI(names []string) *ncclAPI {
 
 // ncclLib is the process's NCCL. Tests may replace it (not in parallel) to point the package at a
 // library that does not exist, or at a fake.
-var ncclLib = newNCCLAPI(defaultNCCLNames)
+var ncclLib = newNCCLAPI(ncclLibraryNames())
 
 // ready checks the environment NCCL will read (see [EnsureNVLSOff]) and opens the library.
 func (a *ncclAPI) ready() error {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gdnkcp/gdnkcp/internal/fakecuda"
+	"github.com/gdnkcp/gdnkcp/internal/fakenccl"
 	"github.com/gdnkcp/gdnkcp/loader"
 	"github.com/gdnkcp/gdnkcp/sched"
 )
@@ -616,5 +617,23 @@ func TestFakeDriverConcurrent(t *testing.T) {
 func TestFakeDriverMultiLoopback(t *testing.T) {
 	out := fakecuda.RunChild(t, "TestGPUMultiLoopback", "FAKECUDA_DEVICES=2")
 	require.Contains(t, out, "--- PASS: TestGPUMultiLoopback", out)
+	require.NotContains(t, out, "--- SKIP", out)
+}
+
+// TestFakeDriverMultiNCCL runs the NCCL tests of the GPU backend, which need
+// two GPUs and NCCL (TestGPUMultiNCCL: NCCL on two GPUs against the loopback
+// on one, device and host exchanges; TestGPUMultiFaults: a rank failing
+// mid-run over NCCL, the loopback and a process a rank), on two fake devices
+// and a fake NCCL whose all-gathers really gather (internal/fakenccl).
+func TestFakeDriverMultiNCCL(t *testing.T) {
+	so, err := fakenccl.Build(t.TempDir())
+	if errors.Is(err, fakenccl.ErrUnsupported) {
+		t.Skipf("the fake NCCL: %v", err)
+	}
+	require.NoError(t, err)
+	out := fakecuda.RunChild(t, "(TestGPUMultiNCCL|TestGPUMultiFaults)", "FAKECUDA_DEVICES=2", fakenccl.EnvLibrary+"="+so)
+	for _, name := range []string{"TestGPUMultiNCCL", "TestGPUMultiFaults"} {
+		require.Contains(t, out, "--- PASS: "+name+" ", out)
+	}
 	require.NotContains(t, out, "--- SKIP", out)
 }

@@ -14,11 +14,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/gdnkcp/gdnkcp/internal/cshared"
 )
 
 //go:embed csrc/fakecuda.c
@@ -37,20 +37,12 @@ const (
 
 // Build compiles the fake driver into dir and returns the library's path.
 func Build(dir string) (string, error) {
-	if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
-		return "", fmt.Errorf("%w: %s/%s", ErrUnsupported, runtime.GOOS, runtime.GOARCH)
-	}
-	cc, err := exec.LookPath("cc")
-	if err != nil {
+	so, err := cshared.Build(dir, "fakecuda", source)
+	if errors.Is(err, cshared.ErrUnsupported) {
 		return "", fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
-	src := filepath.Join(dir, "fakecuda.c")
-	so := filepath.Join(dir, "libfakecuda.so")
-	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
+	if err != nil {
 		return "", fmt.Errorf("fakecuda: %w", err)
-	}
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-pthread", "-o", so, src).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("fakecuda: build %s: %v\n%s", src, err, out)
 	}
 	return so, nil
 }
