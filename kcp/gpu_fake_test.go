@@ -622,17 +622,19 @@ func TestFakeDriverMultiLoopback(t *testing.T) {
 
 // TestFakeDriverMultiNCCL runs the NCCL tests of the GPU backend, which need
 // two GPUs and NCCL (TestGPUMultiNCCL: NCCL on two GPUs against the loopback
-// on one, device and host exchanges; TestGPUMultiFaults: a rank failing
-// mid-run over NCCL, the loopback and a process a rank), on two fake devices
-// and a fake NCCL whose all-gathers really gather (internal/fakenccl).
+// on one, device and host exchanges; TestGPUMultiProcessPerRank: a backend a
+// rank over one NCCL group; TestGPUMultiFaults: a rank failing mid-run over
+// NCCL, the loopback and a process a rank), on two fake devices and a fake
+// NCCL whose all-gathers really gather (internal/fakenccl).
 func TestFakeDriverMultiNCCL(t *testing.T) {
 	so, err := fakenccl.Build(t.TempDir())
 	if errors.Is(err, fakenccl.ErrUnsupported) {
 		t.Skipf("the fake NCCL: %v", err)
 	}
 	require.NoError(t, err)
-	out := fakecuda.RunChild(t, "(TestGPUMultiNCCL|TestGPUMultiFaults)", "FAKECUDA_DEVICES=2", fakenccl.EnvLibrary+"="+so)
-	for _, name := range []string{"TestGPUMultiNCCL", "TestGPUMultiFaults"} {
+	out := fakecuda.RunChild(t, "(TestGPUMultiNCCL|TestGPUMultiProcessPerRank|TestGPUMultiFaults)", "FAKECUDA_DEVICES=2",
+		fakenccl.EnvLibrary+"="+so)
+	for _, name := range []string{"TestGPUMultiNCCL", "TestGPUMultiProcessPerRank", "TestGPUMultiFaults"} {
 		require.Contains(t, out, "--- PASS: "+name+" ", out)
 	}
 	require.NotContains(t, out, "--- SKIP", out)
