@@ -753,17 +753,19 @@ type GPUOptions struct {
 	// stream and the vh = 64 half on a side stream. Which of the two keeps
 	// the model's order on the GPU is for the measurement to say.
 	SplitPriority bool
-	// SerialRanks runs the GPU work of the ranks that share a device one
-	// rank at a time: a rank takes its device's turn before it records the
-	// event that starts a stage, and gives it back, its stream synchronized,
-	// when it enters an exchange stage or ends the op. So every stage but
-	// the exchanges times one rank's kernels alone on the device, as they
-	// would run with a device of their own, where unset the ranks' streams
-	// run side by side and each stage's time holds the others' work too.
-	// The exchange stages then include the waits for the turn, and the
-	// totals are longer; the bits do not change. For measuring a CP plan's
-	// walks on one GPU (kcp run --serial-ranks); ranks on devices of their
-	// own are not affected.
+	// SerialRanks runs the ranks that share a device one rank at a time: a
+	// rank holds its device's turn from its start to its end (its
+	// allocations, uploads, kernels, downloads and frees) and gives it back,
+	// its stream synchronized, only while it waits for the others in a
+	// collective. So every stage but the exchanges times one rank's work
+	// alone on the device, as it would run with a device of their own,
+	// where unset the ranks' streams run side by side, each stage's time
+	// holds the others' work too, and one rank's host calls (a download of
+	// hundreds of MB) can stall another's launches inside a stage. The
+	// exchange stages then include the waits for the turn, and the totals
+	// are longer; the bits do not change. For measuring a CP plan's walks
+	// on one GPU (kcp run --serial-ranks); ranks on devices of their own are
+	// not affected.
 	SerialRanks bool
 
 	// Devices are the CUDA devices the ranks run on: rank r of an R-rank

@@ -394,24 +394,12 @@ func (c *stageClock) mark() error {
 	if c.n >= len(c.events) {
 		return fmt.Errorf("rank %d: more stage marks than the %d stages", c.rank, len(c.stages))
 	}
-	// GPUOptions.SerialRanks: the rank's work up to the next event runs
-	// alone on the device, unless it is an exchange's (or nothing: the last
-	// event), which gives the turn back once the stream has run its work.
-	computes := c.n < len(c.stages) && !isExchangeStage(c.stages[c.n])
-	if computes {
-		c.st.takeTurn()
-	}
 	if err := c.events[c.n].Record(c.stream); err != nil {
 		return fmt.Errorf("rank %d: record event: %w", c.rank, err)
 	}
 	c.n++
 	if c.n <= len(c.stages) {
-		if err := c.st.upTo(c.stages[c.n-1]); err != nil { // event n-1 starts stage n-1
-			return err
-		}
-	}
-	if !computes {
-		return c.st.endTurn()
+		return c.st.upTo(c.stages[c.n-1]) // event n-1 starts stage n-1
 	}
 	return nil
 }

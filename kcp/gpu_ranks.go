@@ -501,20 +501,15 @@ type stageTracker struct {
 	// turn is the device's turn where the rank takes turns with the others
 	// on its device (GPUOptions.SerialRanks), else nil; held says the rank
 	// has it; sync waits for the rank's stream (set by its stage clock)
-	// before the turn is given back.
+	// before the turn is given back. A rank holds the turn all through its
+	// run (callRank) but while it waits in a collective (turnComm).
 	turn chan struct{}
 	held bool
 	sync func() error
 }
 
-// isExchangeStage says whether stage is one of the exchanges, where a rank
-// waits for the others (GPUForwardStages, GPUBackwardStages).
-func isExchangeStage(stage string) bool { return strings.HasPrefix(stage, "exchange") }
-
 // takeTurn waits for the rank's device turn, where it takes turns and does
-// not hold it already. The stage clock calls it before every event that
-// starts a stage other than an exchange, so the GPU work of every such
-// stage runs while the rank holds the turn.
+// not hold it already.
 func (s *stageTracker) takeTurn() {
 	if s == nil || s.turn == nil || s.held {
 		return
@@ -524,7 +519,7 @@ func (s *stageTracker) takeTurn() {
 }
 
 // endTurn gives the turn back, once the rank's stream has run what it was
-// given: at an exchange stage and at the stage clock's last event.
+// given: when it waits in a collective.
 func (s *stageTracker) endTurn() error {
 	if s == nil || !s.held {
 		return nil
@@ -581,11 +576,6 @@ func (s *stageTracker) upTo(stage string) error {
 				return fmt.Errorf("stage hook: %w", err)
 			}
 		}
-		if isExchangeStage(s.stages[s.idx]) {
-			if err := s.endTurn(); err != nil {
-				return err
-			}
-		}
 	}
 	return nil
 }
@@ -629,6 +619,38 @@ func (c *timeoutComm) Barrier(ctx context.Context) error {
 	return c.explain(ctx, tctx, c.Communicator.Barrier(tctx))
 }
 
+// turnComm is the communicator of a rank that takes turns with the others
+// of its device (GPUOptions.SerialRanks): it gives the device's turn back,
+// its stream synchronized, while it waits in a collective, and takes it
+// again once the collective is done. A failed collective leaves the turn
+// with the others: the rank's run is over.
+type turnComm struct {
+	comm.Communicator
+	st *stageTracker
+}
+
+// AllGather is the communicator's AllGather out of the rank's turn.
+func (c *turnComm) AllGather(ctx context.Context, send, recv []byte) error {
+	return c.wait(func() error { return c.Communicator.AllGather(ctx, send, recv) })
+}
+
+// Barrier is the communicator's Barrier out of the rank's turn.
+func (c *turnComm) Barrier(ctx context.Context) error {
+	return c.wait(func() error { return c.Communicator.Barrier(ctx) })
+}
+
+// wait runs the collective f out of the rank's turn.
+func (c *turnComm) wait(f func() error) error {
+	if err := c.st.endTurn(); err != nil {
+		return err
+	}
+	if err := f(); err != nil {
+		return err
+	}
+	c.st.takeTurn()
+	return nil
+}
+
 // deviceAllGather all-gathers device memory on a stream: every rank's send
 // (the same size on every rank) lands in recv in rank order; it returns
 // when the stream's work is done (comm.NCCLComm.AllGatherDevice).
@@ -652,6 +674,14 @@ func deviceGatherOf(c comm.Communicator) deviceAllGather {
 			tctx, cancel := context.WithTimeout(ctx, x.d)
 			defer cancel()
 			return x.explain(ctx, tctx, inner(tctx, send, recv, stream))
+		}
+	case *turnComm:
+		inner := deviceGatherOf(x.Communicator)
+		if inner == nil {
+			return nil
+		}
+		return func(ctx context.Context, send, recv *loader.Buffer, stream *loader.Stream) error {
+			return x.wait(func() error { return inner(ctx, send, recv, stream) })
 		}
 	case deviceGatherer:
 		return x.AllGatherDevice
@@ -740,6 +770,9 @@ func runRankGroup(ctx context.Context, spec runSpec, fn func(ctx context.Context
 				c = &timeoutComm{Communicator: c, d: spec.timeout}
 			}
 		}
+		if c != nil && w.st.turn != nil {
+			c = &turnComm{Communicator: c, st: w.st}
+		}
 		if spec.exchange {
 			w.cm = c
 		}
@@ -792,11 +825,17 @@ func callRank(ctx context.Context, w *rankWork, fn func(context.Context, *rankWo
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 		}
-		// A failed rank's turn, or one held past the stage clock's last
-		// event (the clock gives it back there, its stream synchronized;
-		// by now the rank may have closed its stream).
+		// The turn goes back without a wait for the stream: a rank that
+		// ran to its end synchronized it (its downloads) and freed what it
+		// does not keep; a failed rank's launched work is what it is.
 		w.st.dropTurn()
 	}()
+	// GPUOptions.SerialRanks: everything the rank does on its device, its
+	// allocations, uploads, kernels, downloads and frees, runs in its turn;
+	// it gives the turn back only while it waits for the others in a
+	// collective (turnComm), so no stage but the exchanges holds another
+	// rank's work, and no host call of another rank stalls its own.
+	w.st.takeTurn()
 	if len(w.st.stages) > 0 {
 		if err := w.st.upTo(w.st.stages[0]); err != nil {
 			return err

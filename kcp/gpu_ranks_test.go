@@ -616,39 +616,36 @@ func TestDeviceTurns(t *testing.T) {
 	}
 }
 
-// serialForward is rank work that takes turns as the stage clock does
-// (takeTurn before every stage it enters that is not an exchange) and
-// records, per device, which rank is inside a turn: a second rank of the
-// device inside one at the same time is an overlap.
+// serialForward is rank work that records, per device, which rank is doing
+// device work (every moment of its run but its waits in a collective): a
+// second rank of the device at work at the same time is an overlap. Where
+// the ranks take turns (callRank takes the turn, turnComm gives it back for
+// the collective) there is none.
 func serialForward(owner []atomic.Int32, overlaps *atomic.Int32) func(ctx context.Context, w *rankWork) error {
 	return func(ctx context.Context, w *rankWork) error {
-		for _, stage := range GPUForwardStages[1:] {
-			if strings.HasPrefix(stage, "exchange") {
-				if w.st.held {
-					owner[w.device].Store(-1) // upTo gives the turn back
-				}
-				if err := w.st.upTo(stage); err != nil {
-					return err
-				}
-				if _, err := comm.AllGatherFloat32(ctx, w.cm, []float32{float32(w.rank)}); err != nil {
-					return err
-				}
-				continue
-			}
-			w.st.takeTurn()
+		work := func() {
 			if w.st.turn != nil {
 				if prev := owner[w.device].Swap(int32(w.rank)); prev != -1 && prev != int32(w.rank) {
 					overlaps.Add(1)
 				}
 			}
-			time.Sleep(time.Millisecond) // the stage's work: room for another rank to slip in
+			time.Sleep(time.Millisecond) // room for another rank to slip in
+		}
+		for _, stage := range GPUForwardStages[1:] {
 			if err := w.st.upTo(stage); err != nil {
 				return err
 			}
+			work() // a stage's work, or an exchange's download
+			if strings.HasPrefix(stage, "exchange") {
+				owner[w.device].CompareAndSwap(int32(w.rank), -1) // turnComm gives the turn back
+				if _, err := comm.AllGatherFloat32(ctx, w.cm, []float32{float32(w.rank)}); err != nil {
+					return err
+				}
+				work() // the exchange's upload
+			}
 		}
-		if w.st.held {
-			owner[w.device].Store(-1) // callRank gives the turn back
-		}
+		work()                                            // the downloads after the last stage
+		owner[w.device].CompareAndSwap(int32(w.rank), -1) // callRank gives the turn back
 		return nil
 	}
 }
