@@ -15,6 +15,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gdnkcp/gdnkcp/internal/stats"
 	"github.com/gdnkcp/gdnkcp/kcp"
@@ -337,6 +338,14 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if pl.env != nil {
 		backend, choice = "gpu", fmt.Sprintf("launched: rank %d of %d on GPU %d (NCCL_COMM_ID %s)", pl.env.Rank, pl.env.WorldSize, pl.env.LocalRank, pl.env.NCCLCommID)
 	}
+	if backend == "cpu" {
+		if gpuFlags := changedGPUFlags(cmd); len(gpuFlags) > 0 {
+			if o.backend == "cpu" {
+				return fmt.Errorf("%s: GPU backend flags, and --backend cpu runs the CPU reference", strings.Join(gpuFlags, ", "))
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "kcp run: %s; %s not used\n", choice, strings.Join(gpuFlags, ", "))
+		}
+	}
 	opts := kcp.Options{Stage: stage, Profile: prof, Rule: rule, ForceVH: o.forceVH}
 	bar := o.newBar(cmd.ErrOrStderr(), plan, backend)
 	opts.Progress = bar.step
@@ -355,6 +364,18 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		return writeJSON(cmd.OutOrStdout(), rep)
 	}
 	return writeRunText(cmd.OutOrStdout(), rep)
+}
+
+// changedGPUFlags are the flags given on cmd's line that only the GPU
+// backend reads (their help starts "GPU backend"), as --name.
+func changedGPUFlags(cmd *cobra.Command) []string {
+	var out []string
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if strings.HasPrefix(f.Usage, "GPU backend") {
+			out = append(out, "--"+f.Name)
+		}
+	})
+	return out
 }
 
 // chooseBackend resolves --backend auto: gpu when a GPU with the kernels is

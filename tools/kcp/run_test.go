@@ -221,6 +221,36 @@ func TestRunChooseBackend(t *testing.T) {
 	}
 }
 
+// The GPU backend's flags are an error with --backend cpu and a note on
+// stderr where auto falls back to the CPU (small dims: on any machine).
+func TestRunGPUFlagsOnCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		code     int
+		stderr   string
+		noStderr string
+	}{
+		{"explicit cpu", []string{"--backend", "cpu", "--serial-ranks", "--reps", "2"}, 1,
+			"--reps, --serial-ranks: GPU backend flags, and --backend cpu runs the CPU reference", ""},
+		{"explicit cpu, placement flag", []string{"--backend", "cpu", "--devices", "0"}, 1, "--devices: GPU backend flags", ""},
+		{"auto falls back", []string{"--single-width", "--timeout", "1m"}, 0,
+			"kcp run: auto: cpu (the GPU kernels need dims 128, these are 16/16); --single-width, --timeout not used", ""},
+		{"no GPU flag", []string{"--backend", "cpu", "--force-vh", "64"}, 0, "", "not used"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := runKCP(t, append(append([]string{"run"}, small...), tc.args...)...)
+			require.Equal(t, tc.code, code, stderr)
+			if tc.stderr != "" {
+				require.Contains(t, stderr, tc.stderr)
+			}
+			if tc.noStderr != "" {
+				require.NotContains(t, stderr, tc.noStderr)
+			}
+		})
+	}
+}
+
 // --check=false skips the naive reference: the errors are null in the JSON,
 // the checksums are those of the checked run.
 func TestRunNoCheck(t *testing.T) {
