@@ -352,14 +352,25 @@ func parseKernelSignatures(t *testing.T, dir string) map[string][]loader.ParamSp
 	// the extern "C" definition of NAME): each line MACRO(name, ...) is an
 	// entry name with the body's parameters.
 	defRe := regexp.MustCompile(`#define (\w+)\((\w+)[,)]`)
+	// A parameter-list macro (#define NAME_PARAMS type a, type b, ...,
+	// continued over lines) stands in an entry's parameters for its list.
+	paramsRe := regexp.MustCompile(`(?m)^#define (\w+_PARAMS)\b((?:[^\n]*\\\n)*[^\n]*)`)
 	out := map[string][]loader.ParamSpec{}
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		require.NoError(t, err)
+		lists := strings.NewReplacer()
+		var pairs []string
+		for _, m := range paramsRe.FindAllStringSubmatch(string(raw), -1) {
+			pairs = append(pairs, m[1], strings.TrimSpace(strings.ReplaceAll(m[2], "\\\n", " ")))
+		}
+		if len(pairs) > 0 {
+			lists = strings.NewReplacer(pairs...)
+		}
 		src := strings.ReplaceAll(string(raw), "\\\n", "\n")
 		defs := defRe.FindAllStringSubmatchIndex(src, -1)
 		for _, mi := range re.FindAllStringSubmatchIndex(src, -1) {
-			name, specs := src[mi[2]:mi[3]], entryParams(t, f, src[mi[2]:mi[3]], src[mi[4]:mi[5]])
+			name, specs := src[mi[2]:mi[3]], entryParams(t, f, src[mi[2]:mi[3]], lists.Replace(src[mi[4]:mi[5]]))
 			// The last #define before the entry makes it a macro's body
 			// where the entry's name is that macro's first parameter.
 			macro := ""

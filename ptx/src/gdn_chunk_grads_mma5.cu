@@ -1369,58 +1369,45 @@ __device__ __forceinline__ void grads5(float* smem, const float* __restrict__ qn
 	}
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-gdn_chunk_grads_mma5(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
-                     int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
-                     const float* __restrict__ h_state, const float* __restrict__ vnew,
-                     const float* __restrict__ d_chunk, const float* __restrict__ dvnew,
-                     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
-                     const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
-                     const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
-                     float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
-                     int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
-                     __nv_bfloat16* __restrict__ dv16) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	grads5<false>(smem, qn, kn, v, v_stride, gcum, beta, h_state, vnew, d_chunk, dvnew, dout, chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16, dk16, dv16);
-}
+// GDNKCP_GRADS5_OUT_PARAMS: the parameters every chunk-gradient entry of this file ends with (dO, the chunk
+// tables, the rstd rows, the outputs and the sizes), and GDNKCP_GRADS5_OUT_ARGS the same names as arguments.
+#define GDNKCP_GRADS5_OUT_PARAMS                                                                                       \
+	const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,     \
+	    const float* __restrict__ q_rstd, const float* __restrict__ k_rstd, float* __restrict__ dq,                    \
+	    float* __restrict__ dk, int dq_stride, float* __restrict__ dv, int dv_stride, float* __restrict__ dg,          \
+	    float* __restrict__ dbeta, int HQK, int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16,         \
+	    __nv_bfloat16* __restrict__ dk16, __nv_bfloat16* __restrict__ dv16
+#define GDNKCP_GRADS5_OUT_ARGS                                                                                         \
+	dout, chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, \
+	    dq16, dk16, dv16
+
+// GDNKCP_GRADS5_F32_ENTRY(NAME, VNEW, DVNEW, ...) defines the chunk-gradient entry NAME on fp32 qn, kn, H, V', D
+// and dV' (V' and dV' named VNEW and DVNEW) that runs grads5<...>: gdn_chunk_grads_mma5, mma6 and mma7 differ in
+// nothing else.
+#define GDNKCP_GRADS5_F32_ENTRY(NAME, VNEW, DVNEW, ...)                                                                \
+	extern "C" __global__ void __launch_bounds__(kThreads, 1)                                                          \
+	NAME(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v, int v_stride, \
+	     const float* __restrict__ gcum, const float* __restrict__ beta, const float* __restrict__ h_state,             \
+	     const float* __restrict__ VNEW, const float* __restrict__ d_chunk, const float* __restrict__ DVNEW,            \
+	     GDNKCP_GRADS5_OUT_PARAMS) {                                                                                    \
+		extern __shared__ float smem[]; /* C linkage: the one dynamic shared memory of every kernel here */             \
+		grads5<__VA_ARGS__>(smem, qn, kn, v, v_stride, gcum, beta, h_state, VNEW, d_chunk, DVNEW,                      \
+		                    GDNKCP_GRADS5_OUT_ARGS);                                                                    \
+	}
+
+GDNKCP_GRADS5_F32_ENTRY(gdn_chunk_grads_mma5, vnew, dvnew, false)
 
 // gdn_chunk_grads_mma6: gdn_chunk_grads_mma5 with V' and dV' read as token-slot blocks (vnewp from the state
 // walk's vnewp, dvnewp from the tape walk's dvnewp: [NC x HV] blocks of 32 KB, tp_pos' comment) instead of
 // fp32 rows: the same arguments otherwise, grid, block, shared memory and outputs, and the same bits.
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-gdn_chunk_grads_mma6(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
-                     int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
-                     const float* __restrict__ h_state, const float* __restrict__ vnewp,
-                     const float* __restrict__ d_chunk, const float* __restrict__ dvnewp,
-                     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
-                     const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
-                     const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
-                     float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
-                     int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
-                     __nv_bfloat16* __restrict__ dv16) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	grads5<true>(smem, qn, kn, v, v_stride, gcum, beta, h_state, vnewp, d_chunk, dvnewp, dout, chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16, dk16, dv16);
-}
+GDNKCP_GRADS5_F32_ENTRY(gdn_chunk_grads_mma6, vnewp, dvnewp, true)
 
 // gdn_chunk_grads_mma7: gdn_chunk_grads_mma6 (the same arguments, grid, block, shared memory and outputs)
 // whose products take the bf16 hi halves of their operands alone (grads5<true, false>): a third of the
 // mma.sync of the fp32 x fp32 products, half of those with dO or v, no lo planes. Gradients good to bf16
 // (the issue's 1e-2 for dq, dk, dv and 5e-3 for dg, dbeta), not to fp32: TestMMA7ChunkGradsOnCPU measures
 // them against float64 (the precision section of the header).
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-gdn_chunk_grads_mma7(const float* __restrict__ qn, const float* __restrict__ kn, const __nv_bfloat16* __restrict__ v,
-                     int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
-                     const float* __restrict__ h_state, const float* __restrict__ vnewp,
-                     const float* __restrict__ d_chunk, const float* __restrict__ dvnewp,
-                     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
-                     const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
-                     const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
-                     float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
-                     int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
-                     __nv_bfloat16* __restrict__ dv16) {
-	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
-	grads5<true, false>(smem, qn, kn, v, v_stride, gcum, beta, h_state, vnewp, d_chunk, dvnewp, dout, chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16, dk16, dv16);
-}
+GDNKCP_GRADS5_F32_ENTRY(gdn_chunk_grads_mma7, vnewp, dvnewp, true, false)
 
 // gdn_chunk_grads_mma8: gdn_chunk_grads_mma7 on bf16 H^T, D^T, V'^T and dV'^T (grads5<true, false, true>):
 // h16 [NC, HV, 128 (column), 128 (key)] and vnew16 [NC, HV, 128 (feature), 64 (token)] as the state walk
@@ -1434,19 +1421,11 @@ gdn_chunk_grads_mma8(const float* __restrict__ qn, const float* __restrict__ kn,
                      int v_stride, const float* __restrict__ gcum, const float* __restrict__ beta,
                      const __nv_bfloat16* __restrict__ h16, const __nv_bfloat16* __restrict__ vnew16,
                      const __nv_bfloat16* __restrict__ d16, const __nv_bfloat16* __restrict__ dvnew16,
-                     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
-                     const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
-                     const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
-                     float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
-                     int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
-                     __nv_bfloat16* __restrict__ dv16) {
+                     GDNKCP_GRADS5_OUT_PARAMS) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	grads5<true, false, true>(smem, qn, kn, v, v_stride, gcum, beta, reinterpret_cast<const float*>(h16),
 	                          reinterpret_cast<const float*>(vnew16), reinterpret_cast<const float*>(d16),
-	                          reinterpret_cast<const float*>(dvnew16),
-	                          dout, chunk_tok0, chunk_len,
-	                          q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16,
-	                          dk16, dv16);
+	                          reinterpret_cast<const float*>(dvnew16), GDNKCP_GRADS5_OUT_ARGS);
 }
 
 // gdn_chunk_grads_mma6r and gdn_chunk_grads_mma8r: gdn_chunk_grads_mma6 / mma8 with q and k as their raw bf16
@@ -1457,18 +1436,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 gdn_chunk_grads_mma6r(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k, int qk_stride,
                       const __nv_bfloat16* __restrict__ v, int v_stride, const float* __restrict__ gcum,
                       const float* __restrict__ beta, const float* __restrict__ h_state, const float* __restrict__ vnewp,
-                      const float* __restrict__ d_chunk, const float* __restrict__ dvnewp,
-                      const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0,
-                      const int* __restrict__ chunk_len, const float* __restrict__ q_rstd,
-                      const float* __restrict__ k_rstd, float* __restrict__ dq, float* __restrict__ dk, int dq_stride,
-                      float* __restrict__ dv, int dv_stride, float* __restrict__ dg, float* __restrict__ dbeta, int HQK,
-                      int HV, float scale, int l2norm, __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16,
-                      __nv_bfloat16* __restrict__ dv16) {
+                      const float* __restrict__ d_chunk, const float* __restrict__ dvnewp, GDNKCP_GRADS5_OUT_PARAMS) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	grads5<true, true, false, true>(smem, reinterpret_cast<const float*>(q), reinterpret_cast<const float*>(k), v, v_stride,
-	                                gcum, beta, h_state, vnewp, d_chunk, dvnewp, dout, chunk_tok0, chunk_len, q_rstd, k_rstd,
-	                                dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK, HV, scale, l2norm, dq16, dk16, dv16,
-	                                qk_stride);
+	                                gcum, beta, h_state, vnewp, d_chunk, dvnewp, GDNKCP_GRADS5_OUT_ARGS, qk_stride);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
@@ -1476,18 +1447,12 @@ gdn_chunk_grads_mma8r(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* 
                       const __nv_bfloat16* __restrict__ v, int v_stride, const float* __restrict__ gcum,
                       const float* __restrict__ beta, const __nv_bfloat16* __restrict__ h16,
                       const __nv_bfloat16* __restrict__ vnew16, const __nv_bfloat16* __restrict__ d16,
-                      const __nv_bfloat16* __restrict__ dvnew16, const __nv_bfloat16* __restrict__ dout,
-                      const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,
-                      const float* __restrict__ q_rstd, const float* __restrict__ k_rstd, float* __restrict__ dq,
-                      float* __restrict__ dk, int dq_stride, float* __restrict__ dv, int dv_stride,
-                      float* __restrict__ dg, float* __restrict__ dbeta, int HQK, int HV, float scale, int l2norm,
-                      __nv_bfloat16* __restrict__ dq16, __nv_bfloat16* __restrict__ dk16, __nv_bfloat16* __restrict__ dv16) {
+                      const __nv_bfloat16* __restrict__ dvnew16, GDNKCP_GRADS5_OUT_PARAMS) {
 	extern __shared__ float smem[];  // C linkage: the one dynamic shared memory of every kernel here
 	grads5<true, false, true, true>(smem, reinterpret_cast<const float*>(q), reinterpret_cast<const float*>(k), v, v_stride,
 	                                gcum, beta, reinterpret_cast<const float*>(h16), reinterpret_cast<const float*>(vnew16),
-	                                reinterpret_cast<const float*>(d16), reinterpret_cast<const float*>(dvnew16), dout,
-	                                chunk_tok0, chunk_len, q_rstd, k_rstd, dq, dk, dq_stride, dv, dv_stride, dg, dbeta, HQK,
-	                                HV, scale, l2norm, dq16, dk16, dv16, qk_stride);
+	                                reinterpret_cast<const float*>(d16), reinterpret_cast<const float*>(dvnew16),
+	                                GDNKCP_GRADS5_OUT_ARGS, qk_stride);
 }
 
 }  // namespace gradmma

@@ -580,6 +580,14 @@ __device__ __forceinline__ void offset_walk(float* smem, const unsigned char* wp
 		                           seg_chunk0[b.seg], seg_nchunk[b.seg], b.h, HQK, HV, b.c0, scale, out_r + b.blk);
 }
 
+// GDNKCP_BWALK_PLANES_PARAMS: the parameters every offset and tape walk entry opens with.
+#define GDNKCP_BWALK_PLANES_PARAMS                                                                                     \
+	const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,                           \
+	    const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,                           \
+	    const float* __restrict__ q_rstd, const float* __restrict__ gcum, const float* __restrict__ dvl,               \
+	    const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len, \
+	    const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk
+
 // gdn_offset_walk_planes: gdn_offset_walk_mma's walks (grid (2 x 128/vh, nlist, HV), out_pt and out_r as
 // there) on the walk planes and q's bf16 rows, as gdn_tape_walk_planes reads them in place of w, kt and qn;
 // dynamic shared memory tape_planes_smem(vh). gdn_offset_walk_planes_h: the same arguments on single bf16
@@ -588,13 +596,8 @@ __device__ __forceinline__ void offset_walk(float* smem, const unsigned char* wp
 // form HI (both widths, by vh); the two entries differ in nothing else.
 #define GDNKCP_OFFSET_PLANES_ENTRY(NAME, HI)                                                                          \
 	extern "C" __global__ void __launch_bounds__(256)                                                                 \
-	NAME(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,                     \
-	     const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,                         \
-	     const float* __restrict__ q_rstd, const float* __restrict__ gcum, const float* __restrict__ dvl,             \
-	     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len, \
-	     const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk, const int* __restrict__ list,        \
-	     float* __restrict__ out_pt, float* __restrict__ out_r, int HQK, int HV, int vh, float scale,                 \
-	     const int* __restrict__ order) {                                                                             \
+	NAME(GDNKCP_BWALK_PLANES_PARAMS, const int* __restrict__ list, float* __restrict__ out_pt,                        \
+	     float* __restrict__ out_r, int HQK, int HV, int vh, float scale, const int* __restrict__ order) {            \
 		extern __shared__ float smem[]; /* C linkage: the one dynamic shared memory of every kernel here */            \
 		const unsigned char* p = reinterpret_cast<const unsigned char*>(wp);                                          \
 		const KRows kr{k, k_stride, k_rstd};                                                                          \
@@ -622,13 +625,9 @@ GDNKCP_OFFSET_PLANES_ENTRY(gdn_offset_walk_planes_h, true)
 // else.
 #define GDNKCP_TAPE_PLANES_ENTRY(NAME, VH, HI)                                                                                \
 	extern "C" __global__ void __launch_bounds__(256)                                                                        \
-	NAME(const __nv_bfloat16* __restrict__ wp, const __nv_bfloat16* __restrict__ k, int k_stride,                            \
-	     const float* __restrict__ k_rstd, const __nv_bfloat16* __restrict__ q, int q_stride,                                \
-	     const float* __restrict__ q_rstd, const float* __restrict__ gcum, const float* __restrict__ dvl,                    \
-	     const __nv_bfloat16* __restrict__ dout, const int* __restrict__ chunk_tok0, const int* __restrict__ chunk_len,      \
-	     const int* __restrict__ seg_chunk0, const int* __restrict__ seg_nchunk, const float* __restrict__ dend,             \
-	     float* __restrict__ d_chunk, float* __restrict__ dvnew, float* __restrict__ dstart, int HQK, int HV, int vh,        \
-	     float scale, float* __restrict__ dvnewp, __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16,      \
+	NAME(GDNKCP_BWALK_PLANES_PARAMS, const float* __restrict__ dend, float* __restrict__ d_chunk,                            \
+	     float* __restrict__ dvnew, float* __restrict__ dstart, int HQK, int HV, int vh, float scale,                        \
+	     float* __restrict__ dvnewp, __nv_bfloat16* __restrict__ dvnew16, __nv_bfloat16* __restrict__ d16,                   \
 	     const int* __restrict__ order) {                                                                                    \
 		extern __shared__ float smem[]; /* C linkage: the one dynamic shared memory of every kernel here */                   \
 		if (vh != VH) __trap();                                                                                              \
