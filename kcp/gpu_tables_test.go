@@ -359,14 +359,11 @@ func parseKernelSignatures(t *testing.T, dir string) map[string][]loader.ParamSp
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		require.NoError(t, err)
-		lists := strings.NewReplacer()
 		var pairs []string
 		for _, m := range paramsRe.FindAllStringSubmatch(string(raw), -1) {
 			pairs = append(pairs, m[1], strings.TrimSpace(strings.ReplaceAll(m[2], "\\\n", " ")))
 		}
-		if len(pairs) > 0 {
-			lists = strings.NewReplacer(pairs...)
-		}
+		lists := strings.NewReplacer(pairs...)
 		src := strings.ReplaceAll(string(raw), "\\\n", "\n")
 		defs := defRe.FindAllStringSubmatchIndex(src, -1)
 		for _, mi := range re.FindAllStringSubmatchIndex(src, -1) {
