@@ -77,12 +77,9 @@ for v in "am":
     walks = {r["rank"]: {s["stage"]: s["ms"] for s in r["stages"]} for r in g["ranks"]}
     per = "  ".join(f"r{r}: offset {st.get('backward: offset walk', 0):.3f} tape {st.get('backward: tape walk', 0):.3f}"
                     for r, st in sorted(walks.items()))
-    # With --serial-ranks a rank's stages other than the exchanges are its work alone on the GPU; the
-    # uploads (host to device copies of the inputs, tens to hundreds of ms) are left out too.
-    alone = {r: sum(ms for name, ms in st.items() if "exchange" not in name and "upload" not in name)
-             for r, st in walks.items()}
-    worst = max(alone, key=alone.get)
-    print(f"cp {v}: serial {g.get('serial_ranks', False)}; slowest rank's kernels alone r{worst} {alone[worst]:.3f} ms "
+    # With --serial-ranks a rank's stages other than the exchanges are its work alone on the GPU; kcp run's
+    # kernels_ms leaves out the uploads too (host to device copies of the inputs, tens to hundreds of ms).
+    print(f"cp {v}: serial {g.get('serial_ranks', False)}; slowest rank's kernels alone r{g['kernels_rank']} {g['kernels_ms']:.3f} ms "
           f"(slowest total {g['slowest_ms']:.3f}); {per}")
 PY
 fi

@@ -137,6 +137,7 @@ func TestCLIOnFakeDriver(t *testing.T) {
 		"--mode", "b3", "--check=false", "--no-progress", "--serial-ranks")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "ran their stages one at a time (--serial-ranks)")
+	assert.Contains(t, stdout, "gpu kernels alone (every stage but the exchanges and uploads): slowest rank")
 	// Ranks holding no tokens (one token over four ranks) have digests too, the same one (they hash nothing):
 	// before the thirty-seventh session the run failed at "rank 2 did not run in this process".
 	for _, mode := range []string{"b1", "b3"} {

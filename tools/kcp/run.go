@@ -225,6 +225,11 @@ type runGPU struct {
 	// ExchangeShare is the slowest rank's exchange time (every stage named
 	// "exchange ...") over its total.
 	ExchangeShare float64 `json:"exchange_share"`
+	// KernelsMs is the largest of the ranks' KernelsMs, and KernelsRank its
+	// rank: with SerialRanks, the plan's kernel time as on devices of the
+	// ranks' own.
+	KernelsMs   float64 `json:"kernels_ms"`
+	KernelsRank int     `json:"kernels_rank"`
 }
 
 // runGPURank is one rank's GPU timeline.
@@ -237,6 +242,11 @@ type runGPURank struct {
 	BackwardMs  float64 `json:"backward_ms"`
 	TotalMs     float64 `json:"total_ms"`
 	ExchangeMs  float64 `json:"exchange_ms"`
+	// KernelsMs sums the stage medians but the exchanges and the uploads:
+	// the rank's kernels and the copies between them (with SerialRanks its
+	// work alone on its device; else other ranks' work on a shared device
+	// runs inside these stages too).
+	KernelsMs float64 `json:"kernels_ms"`
 	// Stages are the per-stage medians in stream order, named "forward: X",
 	// "recompute: X" or "backward: X".
 	Stages    []runStage `json:"stages"`
@@ -700,12 +710,18 @@ func gpuReport(device, kernels string, warmup int, local []int, steps []*gpuStep
 			for _, key := range order {
 				m := stats.Median(stages[key])
 				rk.Stages = append(rk.Stages, runStage{key, m})
-				if _, stage, _ := strings.Cut(key, ": "); strings.HasPrefix(stage, "exchange") {
+				switch _, stage, _ := strings.Cut(key, ": "); {
+				case strings.HasPrefix(stage, "exchange"):
 					rk.ExchangeMs += m
+				case stage != "upload":
+					rk.KernelsMs += m
 				}
 			}
 		}
 		gi.Ranks = append(gi.Ranks, rk)
+		if rk.KernelsMs > gi.KernelsMs || len(gi.Ranks) == 1 {
+			gi.KernelsMs, gi.KernelsRank = rk.KernelsMs, r
+		}
 	}
 	if s := gi.Ranks[slowIdx]; s.TotalMs > 0 {
 		gi.ExchangeShare = s.ExchangeMs / s.TotalMs
@@ -949,6 +965,7 @@ func writeRunText(w io.Writer, r *runReport) error {
 		fmt.Fprintf(&b, "gpu ranks on devices %v, exchanging through %s (%s exchange)\n", gi.RankDevices, gi.Comm, orUnknown(gi.Exchange))
 		if gi.SerialRanks {
 			b.WriteString("gpu ranks sharing a device ran their stages one at a time (--serial-ranks): each stage but the exchanges is one rank's work alone; the exchanges hold the waits\n")
+			fmt.Fprintf(&b, "gpu kernels alone (every stage but the exchanges and uploads): slowest rank %d, %.3f ms\n", gi.KernelsRank, gi.KernelsMs)
 		}
 		for _, rk := range gi.Ranks {
 			fmt.Fprintf(&b, "  rank %d digest %s\n", rk.Rank, gi.Digests[fmt.Sprint(rk.Rank)])
@@ -960,7 +977,8 @@ func writeRunText(w io.Writer, r *runReport) error {
 			if rk.RecomputeMs > 0 {
 				fmt.Fprintf(&b, " + recompute %.3f", rk.RecomputeMs)
 			}
-			fmt.Fprintf(&b, " + backward %.3f ms; exchanges %.3f ms; peak device memory %.3f GiB\n", rk.BackwardMs, rk.ExchangeMs, float64(rk.PeakBytes)/(1<<30))
+			fmt.Fprintf(&b, " + backward %.3f ms; exchanges %.3f ms; kernels %.3f ms; peak device memory %.3f GiB\n", rk.BackwardMs, rk.ExchangeMs,
+				rk.KernelsMs, float64(rk.PeakBytes)/(1<<30))
 		}
 	}
 	fmt.Fprintf(&b, "time: %.2f s (backend %.2f s, naive reference %.2f s)\n", r.Seconds, r.SecondsBackend, r.SecondsRef)

@@ -334,8 +334,50 @@ func TestRunGPUReport(t *testing.T) {
 	var b strings.Builder
 	require.NoError(t, writeRunText(&b, rep))
 	for _, want := range []string{"gpu B1 (fp32 forward kernels, blob sm_90a): slowest rank 0, 9.000 ms (median of 3 after 1 warm-up",
-		"exchanges 11.1%", "rank 1: total 7.000 ms = forward 5.000 + backward 2.000 ms; exchanges 1.000 ms; peak device memory 2.000 GiB"} {
+		"exchanges 11.1%", "rank 1: total 7.000 ms = forward 5.000 + backward 2.000 ms; exchanges 1.000 ms; kernels 6.000 ms; peak device memory 2.000 GiB"} {
 		require.Contains(t, b.String(), want)
+	}
+}
+
+// A rank's kernels are its stages but the exchanges and the uploads; the
+// report names the rank with the most, and --serial-ranks prints them.
+func TestRunGPUReportKernels(t *testing.T) {
+	timing := func(rank int, stages map[string]float64, order ...string) kcp.RankTiming {
+		tm := kcp.RankTiming{Rank: rank}
+		for _, name := range order {
+			tm.Stages = append(tm.Stages, kcp.StageTime{Stage: name, Millis: stages[name]})
+			tm.TotalMillis += stages[name]
+		}
+		return tm
+	}
+	fwd := []string{"upload", "prep", "exchange summaries", "state walk"}
+	bwd := []string{"upload", "tape walk", "exchange offsets"}
+	step := &gpuStep{
+		phases: [][]kcp.RankTiming{
+			{timing(0, map[string]float64{"upload": 50, "prep": 2, "exchange summaries": 900, "state walk": 3}, fwd...),
+				timing(1, map[string]float64{"upload": 90, "prep": 2, "exchange summaries": 10, "state walk": 4}, fwd...)},
+			{timing(0, map[string]float64{"upload": 70, "tape walk": 3, "exchange offsets": 5}, bwd...),
+				timing(1, map[string]float64{"upload": 80, "tape walk": 3.5, "exchange offsets": 5}, bwd...)},
+		},
+		names: []string{"forward", "backward"}, peak: []int64{1, 1}, blob: "sm_90a",
+	}
+	gi := gpuReport("GPU 0: Test", "v5", 0, []int{0, 1}, []*gpuStep{step})
+	require.Equal(t, 0, gi.SlowestRank) // 1,028 ms against 194.5, most of it a wait
+	require.InDelta(t, 8.0, gi.Ranks[0].KernelsMs, 1e-12)
+	require.InDelta(t, 9.5, gi.Ranks[1].KernelsMs, 1e-12)
+	require.Equal(t, 1, gi.KernelsRank)
+	require.InDelta(t, 9.5, gi.KernelsMs, 1e-12)
+	for _, serial := range []bool{false, true} {
+		gi.SerialRanks = serial
+		var b strings.Builder
+		require.NoError(t, writeRunText(&b, &runReport{Backend: "gpu", Mode: "b1", GPU: gi, RelErr: map[string]float64{}, Checksums: map[string]float64{}}))
+		require.Contains(t, b.String(), "exchanges 15.000 ms; kernels 9.500 ms;")
+		line := "gpu kernels alone (every stage but the exchanges and uploads): slowest rank 1, 9.500 ms"
+		if serial {
+			require.Contains(t, b.String(), line)
+		} else {
+			require.NotContains(t, b.String(), line)
+		}
 	}
 }
 
