@@ -623,7 +623,9 @@ func (c *timeoutComm) Barrier(ctx context.Context) error {
 // of its device (GPUOptions.SerialRanks): it gives the device's turn back,
 // its stream synchronized, while it waits in a collective, and takes it
 // again once the collective is done. A failed collective leaves the turn
-// with the others: the rank's run is over.
+// with the others: the rank's run is over. It has no device all-gather
+// (deviceGatherOf): ranks that take turns share a device, which only the
+// loopback allows, and the loopback has none.
 type turnComm struct {
 	comm.Communicator
 	st *stageTracker
@@ -674,14 +676,6 @@ func deviceGatherOf(c comm.Communicator) deviceAllGather {
 			tctx, cancel := context.WithTimeout(ctx, x.d)
 			defer cancel()
 			return x.explain(ctx, tctx, inner(tctx, send, recv, stream))
-		}
-	case *turnComm:
-		inner := deviceGatherOf(x.Communicator)
-		if inner == nil {
-			return nil
-		}
-		return func(ctx context.Context, send, recv *loader.Buffer, stream *loader.Stream) error {
-			return x.wait(func() error { return inner(ctx, send, recv, stream) })
 		}
 	case deviceGatherer:
 		return x.AllGatherDevice
