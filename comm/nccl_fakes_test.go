@@ -12,7 +12,7 @@ import (
 
 // TestNCCLOnFakes runs the NCCL GPU tests (nccl_gpu_test.go: one rank,
 // two ranks' all-gathers against the loopback's, the abort on a timeout, the
-// init timeout, a duplicate device) in a child process on two fake devices
+// init timeout, a duplicate device, two processes a rank each through NCCL_COMM_ID) in a child process on two fake devices
 // (internal/fakecuda) and a fake NCCL whose all-gathers really gather
 // (internal/fakenccl): the binding's calls, non-blocking waits and aborts
 // without a GPU.
@@ -23,9 +23,9 @@ func TestNCCLOnFakes(t *testing.T) {
 		t.Skipf("the fake NCCL: %v", err)
 	}
 	require.NoError(t, err)
-	out := fakecuda.RunChild(t, "TestNCCLGPU[A-Z].*", "FAKECUDA_DEVICES=2", fakenccl.EnvLibrary+"="+so)
+	out := fakecuda.RunChild(t, "TestNCCLGPU[A-Z].*", "FAKECUDA_DEVICES=2", fakenccl.EnvLibrary+"="+so, "FAKENCCL_DIR="+t.TempDir())
 	for _, name := range []string{"TestNCCLGPUOneRank", "TestNCCLGPUTwoRanksMatchLoopback", "TestNCCLGPUAbortOnTimeout",
-		"TestNCCLGPUInitTimeout", "TestNCCLGPUDuplicateDevice"} {
+		"TestNCCLGPUInitTimeout", "TestNCCLGPUDuplicateDevice", "TestNCCLGPUProcessPerRank"} {
 		require.Contains(t, out, "--- PASS: "+name+" ", out)
 	}
 	require.NotContains(t, out, "--- SKIP", out)

@@ -11,6 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -252,4 +255,106 @@ func TestNCCLGPUDuplicateDevice(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ranks 0 and 1 are both on device 0")
 	assert.False(t, errors.Is(err, ErrNoNCCL))
+}
+
+// rankHelperEnv makes TestNCCLGPUProcessPerRank act out one rank (rankHelper) in a child process.
+const rankHelperEnv = "GDNKCP_COMM_RANK_HELPER"
+
+// TestNCCLGPUProcessPerRank starts two processes of this test binary, one rank each on GPUs 0 and 1, with
+// a launcher's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NCCL_COMM_ID), as kcp launch
+// and torchrun set them: each meets the other through NewNCCLCommFromEnv and checks every host and
+// device all-gather of ncclTestSizes against the bytes both ranks sent, then a barrier.
+func TestNCCLGPUProcessPerRank(t *testing.T) {
+	if os.Getenv(rankHelperEnv) != "" {
+		os.Exit(rankHelper())
+	}
+	ncclGPUs(t, 2)
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port for NCCL's bootstrap root
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	outs := make([]bytes.Buffer, 2)
+	cmds := make([]*exec.Cmd, 2)
+	for r := range cmds {
+		cmds[r] = exec.Command(os.Args[0], "-test.run=^TestNCCLGPUProcessPerRank$", "-test.count=1")
+		cmds[r].Env = append(os.Environ(), rankHelperEnv+"=1", fmt.Sprintf("RANK=%d", r), "WORLD_SIZE=2",
+			fmt.Sprintf("LOCAL_RANK=%d", r), "LOCAL_WORLD_SIZE=2", fmt.Sprintf("NCCL_COMM_ID=127.0.0.1:%d", port))
+		cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
+		require.NoError(t, cmds[r].Start())
+	}
+	for r, cmd := range cmds {
+		err := cmd.Wait()
+		require.NoError(t, err, "rank %d:\n%s", r, outs[r].String())
+		require.Contains(t, outs[r].String(), fmt.Sprintf("rank %d of 2: %d rounds checked", r, len(ncclTestSizes)))
+	}
+}
+
+// rankHelper is one rank of TestNCCLGPUProcessPerRank; it returns the process's exit code.
+func rankHelper() int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "rank helper:", err)
+		return 1
+	}
+	e, err := EnvFromOS()
+	if err != nil {
+		return fail(err)
+	}
+	lctx, err := loader.Primary(e.LocalRank)
+	if err != nil {
+		return fail(err)
+	}
+	defer lctx.Close()
+	c, err := NewNCCLCommFromEnv(lctx, e, NCCLOptions{Timeout: time.Minute})
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for round, n := range ncclTestSizes {
+		want := make([]byte, 0, e.WorldSize*n)
+		for r := range e.WorldSize {
+			want = append(want, ncclTestBytes(11, round, r, n)...)
+		}
+		recv := make([]byte, e.WorldSize*n)
+		if err := c.AllGather(ctx, ncclTestBytes(11, round, e.Rank, n), recv); err != nil {
+			return fail(err)
+		}
+		if !bytes.Equal(recv, want) {
+			return fail(fmt.Errorf("host all-gather, round %d (%d bytes a rank): not the ranks' bytes in rank order", round, n))
+		}
+		err := func() error {
+			send, err := lctx.Alloc(n)
+			if err != nil {
+				return err
+			}
+			defer send.Free()
+			drecv, err := lctx.Alloc(e.WorldSize * n)
+			if err != nil {
+				return err
+			}
+			defer drecv.Free()
+			if err := send.CopyHtoD(ncclTestBytes(11, round, e.Rank, n)); err != nil {
+				return err
+			}
+			if err := c.AllGatherDevice(ctx, send, drecv, nil); err != nil {
+				return err
+			}
+			clear(recv)
+			if err := drecv.CopyDtoH(recv); err != nil {
+				return err
+			}
+			if !bytes.Equal(recv, want) {
+				return fmt.Errorf("device all-gather, round %d (%d bytes a rank): not the ranks' bytes in rank order", round, n)
+			}
+			return nil
+		}()
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return fail(err)
+	}
+	fmt.Printf("rank %d of %d: %d rounds checked\n", e.Rank, e.WorldSize, len(ncclTestSizes))
+	return 0
 }

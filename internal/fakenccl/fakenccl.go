@@ -1,12 +1,15 @@
 // Package fakenccl builds a stand-in NCCL library for host-side tests on
 // machines without a GPU (csrc/fakenccl.c): the NCCL functions package comm
-// binds, for the ranks of one process on fake devices whose memory is host
-// memory (internal/fakecuda). Its all-gathers really gather, in rank order,
-// so a run over it gives the loopback's bits; every call returns at once and
-// ncclCommGetAsyncError reports ncclInProgress until a communicator's group
-// is complete and its last all-gather has every rank, as a non-blocking
-// communicator does. Tests point package comm at it through
-// comm.EnvNCCLLibrary, in a child process (comm reads the variable once).
+// binds, for ranks on fake devices whose memory is host memory
+// (internal/fakecuda), in one process or, where NCCL_COMM_ID is set (as a
+// launcher sets it) and so names the group, in several: such a group lives
+// in files of the folder FAKENCCL_DIR (default /dev/shm, else /tmp). Its
+// all-gathers really gather, in rank order, so a run over it gives the
+// loopback's bits; every call returns at once and ncclCommGetAsyncError
+// reports ncclInProgress until a communicator's group is complete and its
+// last all-gather has every rank, as a non-blocking communicator does.
+// Tests point package comm at it through comm.EnvNCCLLibrary, in a child
+// process (comm reads the variable once).
 package fakenccl
 
 import (

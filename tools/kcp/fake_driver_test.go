@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -12,7 +14,47 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gdnkcp/gdnkcp/internal/fakecuda"
+	"github.com/gdnkcp/gdnkcp/internal/fakenccl"
 )
+
+// TestLaunchOnFakes runs `kcp launch --nproc 2` over `kcp run` on the fake
+// driver (two fake devices) and the fake NCCL, whose groups span processes
+// where NCCL_COMM_ID names them: each process runs its rank through
+// comm.NewNCCLCommFromEnv and the device all-gathers, and the two ranks'
+// digests equal those of the same plan run in one process through the
+// loopback. The kernels do not run on the fake, so the digests show that
+// every rank ran and its results came back, not the bytes exchanged
+// (comm's TestNCCLGPUProcessPerRank checks those on the same fakes).
+func TestLaunchOnFakes(t *testing.T) {
+	if fakecuda.InChild() == "" {
+		so, err := fakenccl.Build(t.TempDir())
+		if errors.Is(err, fakenccl.ErrUnsupported) {
+			t.Skipf("the fake NCCL: %v", err)
+		}
+		require.NoError(t, err)
+		fakecuda.RunChild(t, "TestLaunchOnFakes", "FAKECUDA_DEVICES=2", fakenccl.EnvLibrary+"="+so, "FAKENCCL_DIR="+t.TempDir())
+		return
+	}
+	args := []string{"run", "--backend", "gpu", "--pack", "P1@4096", "--layout", "Z", "--stage", "core", "--mode", "b1",
+		"--check=false", "--no-progress"}
+	digests := func(out string) map[string]string {
+		d := map[string]string{}
+		for _, m := range regexp.MustCompile(`(?m)^(?:\[rank \d+\] )?  rank (\d+) digest ([0-9a-f]{64})$`).FindAllStringSubmatch(out, -1) {
+			d[m[1]] = m[2]
+		}
+		return d
+	}
+	stdout, stderr, code := execute(append(args, "--cp", "2", "--devices", "0", "--comm", "loopback")...)
+	require.Equal(t, 0, code, stderr)
+	want := digests(stdout)
+	require.Len(t, want, 2, stdout)
+
+	t.Setenv(launchHelperEnv, t.TempDir())
+	stdout, stderr, code = execute(append([]string{"launch", "--nproc", "2", "--timeout", "2m", "--"}, helperArgs(append([]string{"kcp"}, args...)...)...)...)
+	require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
+	assert.Contains(t, stdout, "[rank 1] gpu ranks on devices [-1 1], exchanging through communicator (device exchange)")
+	assert.Equal(t, want, digests(stdout), stdout)
+}
 
 // TestCLIOnFakeDriver runs the GPU commands the device scripts call
 // (scripts/split-walks.sh's `kcp bench` variants and CP run, width-sweep's

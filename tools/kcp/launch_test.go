@@ -55,6 +55,7 @@ func TestLaunchHelperProcess(t *testing.T) {
 //	stubborn R         as fail R 3, but the others ignore SIGTERM
 //	killself R         rank R kills itself with SIGKILL; the others wait
 //	sleep              every rank waits to be stopped
+//	kcp ARGS...        run the kcp command line ARGS
 func helperMain(args []string) int {
 	rank, _ := strconv.Atoi(os.Getenv("RANK"))
 	arg := func(i int) int {
@@ -98,6 +99,8 @@ func helperMain(args []string) int {
 		return wait()
 	case "sleep":
 		return wait()
+	case "kcp":
+		return run(args[1:], os.Stdout, os.Stderr)
 	}
 	fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", args)
 	return 2

@@ -1,14 +1,25 @@
 // A stand-in libnccl for host-side tests (package fakenccl): the NCCL functions package comm binds, for
-// ranks in one process whose "device" memory is host memory (internal/fakecuda). ncclAllGather really
-// gathers: each call records the rank's send and recv; the last rank of a round copies every send
-// into every recv, in rank order. Every call returns at once; ncclCommGetAsyncError says
-// ncclInProgress while the communicator's group is not complete or its last all-gather waits for other
-// ranks, as a non-blocking NCCL communicator does. ncclCommAbort marks the communicator; its peers'
-// pending all-gathers never complete (package comm aborts local peers itself).
+// ranks whose "device" memory is host memory (internal/fakecuda). ncclAllGather really gathers: each
+// call records the rank's send and recv; the last rank of a round copies every send into every recv, in
+// rank order. Every call returns at once; ncclCommGetAsyncError says ncclInProgress while the
+// communicator's group is not complete or its last all-gather waits for other ranks, as a non-blocking
+// NCCL communicator does. ncclCommAbort marks the communicator; its peers' pending all-gathers never
+// complete (package comm aborts local peers itself).
+//
+// Ranks in other processes: where NCCL_COMM_ID is set, ncclGetUniqueId makes the id from it (as real
+// NCCL encodes that address), so every process of a launch gets the same one, and the group lives in
+// files of FAKENCCL_DIR (default /dev/shm, else /tmp): a header (the joined ranks, each round's arrivals
+// and copies, under a spin lock) and a file a round, where each rank puts its send at its slot; a rank's
+// ncclCommGetAsyncError copies the round's slots into its recv once every rank has arrived, and the last
+// rank to copy removes the round's file (the last rank out, the header).
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct { char internal[128]; } ncclUniqueId;
 typedef struct { size_t size; unsigned int magic; unsigned int version; int blocking; int cgaClusterSize; } cfg_t;
@@ -30,10 +41,27 @@ typedef struct {
 	round_t rounds[ROUNDS];
 } group_t;
 
+// A group across processes: the header file's contents.
 typedef struct {
-	group_t* g;
+	uint64_t seq;
+	int arrived, copied;
+	size_t bytes;
+} xround_t;
+
+typedef struct {
+	int lock;                // spin lock over the rest
+	int nranks, joined, alive;
+	xround_t rounds[ROUNDS];
+} xgroup_t;
+
+typedef struct {
+	group_t* g;              // a group of this process, or NULL
+	xgroup_t* x;             // else the mapped header of a group across processes
+	char path[200];          // x's file; a round's is path.SEQ
 	int rank, aborted;
 	uint64_t seq;            // the communicator's last all-gather
+	void* recv;              // x: its recv, until copied
+	int copied;              // x: the last all-gather's slots are in recv
 } comm_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -42,9 +70,16 @@ static uint64_t next_id = 1;
 
 int ncclGetVersion(int* v) { *v = 22803; return OK; }
 
+static const char xtag[] = "fakenccl-x:";
+
 int ncclGetUniqueId(ncclUniqueId* id) {
-	pthread_mutex_lock(&mu);
 	memset(id, 0, sizeof *id);
+	const char* addr = getenv("NCCL_COMM_ID");
+	if (addr && *addr) {
+		snprintf(id->internal, sizeof id->internal, "%s%s", xtag, addr);
+		return OK;
+	}
+	pthread_mutex_lock(&mu);
 	uint64_t n = next_id++;
 	memcpy(id->internal, "fakenccl", 8);
 	memcpy(id->internal + 8, &n, sizeof n);
@@ -52,8 +87,63 @@ int ncclGetUniqueId(ncclUniqueId* id) {
 	return OK;
 }
 
+static void xlock(xgroup_t* x) {
+	while (__atomic_test_and_set(&x->lock, __ATOMIC_ACQUIRE)) usleep(50);
+}
+static void xunlock(xgroup_t* x) { __atomic_clear(&x->lock, __ATOMIC_RELEASE); }
+
+// xmap maps path at size bytes (made, zero-filled, where missing), or returns NULL.
+static void* xmap(const char* path, size_t size) {
+	int fd = open(path, O_RDWR | O_CREAT, 0600);
+	if (fd < 0) return NULL;
+	void* p = NULL;
+	if (ftruncate(fd, (off_t)size) == 0) {
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED) p = NULL;
+	}
+	close(fd);
+	return p;
+}
+
+static void round_path(const comm_t* c, uint64_t seq, char* out, size_t n) {
+	snprintf(out, n, "%s.%llu", c->path, (unsigned long long)seq);
+}
+
+// xinit joins rank of a group across processes named by id (xtag and NCCL_COMM_ID's address).
+static int xinit(void** comm, int nranks, ncclUniqueId id, int rank) {
+	const char* dir = getenv("FAKENCCL_DIR");
+	if (!dir || !*dir) dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	uint64_t h = 1469598103934665603ull; // FNV-1a of the id
+	for (int i = 0; i < 128 && id.internal[i]; i++) h = (h ^ (unsigned char)id.internal[i]) * 1099511628211ull;
+	comm_t* c = calloc(1, sizeof *c);
+	snprintf(c->path, sizeof c->path, "%s/fakenccl-%016llx-%d", dir, (unsigned long long)h, nranks);
+	c->x = xmap(c->path, sizeof(xgroup_t));
+	if (!c->x) {
+		free(c);
+		return INVALID_USAGE;
+	}
+	xlock(c->x);
+	if (c->x->nranks == 0) c->x->nranks = nranks;
+	int ok = c->x->nranks == nranks;
+	if (ok) {
+		c->x->joined++;
+		c->x->alive++;
+	}
+	xunlock(c->x);
+	if (!ok) {
+		munmap(c->x, sizeof(xgroup_t));
+		free(c);
+		return INVALID_USAGE;
+	}
+	c->rank = rank;
+	c->copied = 1;
+	*comm = c;
+	return OK;
+}
+
 static int init(void** comm, int nranks, ncclUniqueId id, int rank) {
 	if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) return INVALID_ARGUMENT;
+	if (memcmp(id.internal, xtag, sizeof xtag - 1) == 0) return xinit(comm, nranks, id, rank);
 	pthread_mutex_lock(&mu);
 	group_t* g = NULL;
 	for (int i = 0; i < MAX_GROUPS && !g; i++)
@@ -97,10 +187,68 @@ static size_t type_size(int dt) {
 	return 0;
 }
 
+// xallgather puts send at the rank's slot of the round's file and counts the rank in.
+static int xallgather(comm_t* c, const void* send, void* recv, size_t bytes) {
+	xgroup_t* x = c->x;
+	uint64_t seq = ++c->seq;
+	xround_t* r = &x->rounds[seq % ROUNDS];
+	xlock(x);
+	int ok = 1;
+	if (r->seq != seq) {
+		if (r->seq != 0 && r->copied < x->nranks) ok = 0; // a round ROUNDS back still open
+		else {
+			memset(r, 0, sizeof *r);
+			r->seq = seq;
+			r->bytes = bytes;
+		}
+	}
+	if (ok && r->bytes != bytes) ok = 0;
+	xunlock(x);
+	if (!ok) return INVALID_USAGE;
+	char path[220];
+	round_path(c, seq, path, sizeof path);
+	char* data = xmap(path, (size_t)x->nranks * bytes);
+	if (!data) return INVALID_USAGE;
+	memcpy(data + (size_t)c->rank * bytes, send, bytes);
+	munmap(data, (size_t)x->nranks * bytes);
+	c->recv = recv;
+	c->copied = 0;
+	xlock(x);
+	r->arrived++;
+	xunlock(x);
+	return OK;
+}
+
+// xpoll copies the last round's slots into the rank's recv once every rank has arrived; it says
+// whether the rank's all-gather is done.
+static int xpoll(comm_t* c) {
+	if (c->copied) return 1;
+	xgroup_t* x = c->x;
+	xround_t* r = &x->rounds[c->seq % ROUNDS];
+	xlock(x);
+	int all = r->seq == c->seq && r->arrived == x->nranks;
+	size_t bytes = r->bytes;
+	xunlock(x);
+	if (!all) return 0;
+	char path[220];
+	round_path(c, c->seq, path, sizeof path);
+	char* data = xmap(path, (size_t)x->nranks * bytes);
+	if (!data) return 0;
+	memcpy(c->recv, data, (size_t)x->nranks * bytes);
+	munmap(data, (size_t)x->nranks * bytes);
+	c->copied = 1;
+	xlock(x);
+	int last = ++r->copied == x->nranks;
+	xunlock(x);
+	if (last) unlink(path);
+	return 1;
+}
+
 int ncclAllGather(const void* send, void* recv, size_t count, int dt, void* comm, void* stream) {
 	comm_t* c = comm;
 	size_t ts = type_size(dt);
 	if (!c || !ts || count == 0) return INVALID_ARGUMENT;
+	if (c->x) return xallgather(c, send, recv, count * ts);
 	pthread_mutex_lock(&mu);
 	group_t* g = c->g;
 	uint64_t seq = ++c->seq;
@@ -139,6 +287,13 @@ int ncclGroupEnd(void) { return OK; }
 int ncclCommGetAsyncError(void* comm, int* st) {
 	comm_t* c = comm;
 	if (!c) return INVALID_ARGUMENT;
+	if (c->x) {
+		xlock(c->x);
+		int joined = c->x->joined == c->x->nranks;
+		xunlock(c->x);
+		*st = joined && xpoll(c) ? OK : IN_PROGRESS;
+		return OK;
+	}
 	pthread_mutex_lock(&mu);
 	group_t* g = c->g;
 	*st = OK;
@@ -156,6 +311,15 @@ int ncclCommFinalize(void* comm) { return comm ? OK : INVALID_ARGUMENT; }
 static int release(void* comm) {
 	comm_t* c = comm;
 	if (!c) return INVALID_ARGUMENT;
+	if (c->x) {
+		xlock(c->x);
+		int last = --c->x->alive == 0;
+		xunlock(c->x);
+		munmap(c->x, sizeof(xgroup_t));
+		if (last) unlink(c->path);
+		free(c);
+		return OK;
+	}
 	pthread_mutex_lock(&mu);
 	if (--c->g->alive == 0) c->g->used = 0; // the last rank out frees the group's slot
 	pthread_mutex_unlock(&mu);
