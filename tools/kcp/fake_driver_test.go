@@ -17,7 +17,7 @@ import (
 	"github.com/gdnkcp/gdnkcp/internal/fakenccl"
 )
 
-// TestLaunchOnFakes runs `kcp launch --nproc 2` over `kcp run` on the fake
+// TestLaunchOnFakes runs `kcp launch --nproc 2` over `kcp run` (core B1, module B3) on the fake
 // driver (two fake devices) and the fake NCCL, whose groups span processes
 // where NCCL_COMM_ID names them: each process runs its rank through
 // comm.NewNCCLCommFromEnv and the device all-gathers, and the two ranks'
@@ -35,8 +35,6 @@ func TestLaunchOnFakes(t *testing.T) {
 		fakecuda.RunChild(t, "TestLaunchOnFakes", "FAKECUDA_DEVICES=2", fakenccl.EnvLibrary+"="+so, "FAKENCCL_DIR="+t.TempDir())
 		return
 	}
-	args := []string{"run", "--backend", "gpu", "--pack", "P1@4096", "--layout", "Z", "--stage", "core", "--mode", "b1",
-		"--check=false", "--no-progress"}
 	digests := func(out string) map[string]string {
 		d := map[string]string{}
 		for _, m := range regexp.MustCompile(`(?m)^(?:\[rank \d+\] )?  rank (\d+) digest ([0-9a-f]{64})$`).FindAllStringSubmatch(out, -1) {
@@ -44,16 +42,22 @@ func TestLaunchOnFakes(t *testing.T) {
 		}
 		return d
 	}
-	stdout, stderr, code := execute(append(args, "--cp", "2", "--devices", "0", "--comm", "loopback")...)
-	require.Equal(t, 0, code, stderr)
-	want := digests(stdout)
-	require.Len(t, want, 2, stdout)
-
 	t.Setenv(launchHelperEnv, t.TempDir())
-	stdout, stderr, code = execute(append([]string{"launch", "--nproc", "2", "--timeout", "2m", "--"}, helperArgs(append([]string{"kcp"}, args...)...)...)...)
-	require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
-	assert.Contains(t, stdout, "[rank 1] gpu ranks on devices [-1 1], exchanging through communicator (device exchange)")
-	assert.Equal(t, want, digests(stdout), stdout)
+	// The core stage in B1 exchanges the summaries and offsets; the module stage in B3 the conv halo
+	// and the conv gradients too (through host memory), and recomputes.
+	for _, sm := range [][2]string{{"core", "b1"}, {"module", "b3"}} {
+		args := []string{"run", "--backend", "gpu", "--pack", "P1@4096", "--layout", "Z", "--stage", sm[0], "--mode", sm[1],
+			"--check=false", "--no-progress"}
+		stdout, stderr, code := execute(append(args, "--cp", "2", "--devices", "0", "--comm", "loopback")...)
+		require.Equal(t, 0, code, "%v: %s", sm, stderr)
+		want := digests(stdout)
+		require.Len(t, want, 2, "%v: %s", sm, stdout)
+		stdout, stderr, code = execute(append([]string{"launch", "--nproc", "2", "--timeout", "2m", "--"},
+			helperArgs(append([]string{"kcp"}, args...)...)...)...)
+		require.Equal(t, 0, code, "%v: %s\n%s", sm, stdout, stderr)
+		assert.Contains(t, stdout, "[rank 1] gpu ranks on devices [-1 1], exchanging through communicator (device exchange)", "%v", sm)
+		assert.Equal(t, want, digests(stdout), "%v: %s", sm, stdout)
+	}
 }
 
 // TestCLIOnFakeDriver runs the GPU commands the device scripts call
