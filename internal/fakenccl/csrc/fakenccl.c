@@ -92,12 +92,13 @@ static void xlock(xgroup_t* x) {
 }
 static void xunlock(xgroup_t* x) { __atomic_clear(&x->lock, __ATOMIC_RELEASE); }
 
-// xmap maps path at size bytes (made, zero-filled, where missing), or returns NULL.
-static void* xmap(const char* path, size_t size) {
-	int fd = open(path, O_RDWR | O_CREAT, 0600);
+// xmap maps path at size bytes, or returns NULL; with create, a missing file is made (zero-filled) and
+// every file sized, else a missing file or one of another size is an error.
+static void* xmap(const char* path, size_t size, int create) {
+	int fd = open(path, create ? O_RDWR | O_CREAT : O_RDWR, 0600);
 	if (fd < 0) return NULL;
 	void* p = NULL;
-	if (ftruncate(fd, (off_t)size) == 0) {
+	if (create ? ftruncate(fd, (off_t)size) == 0 : lseek(fd, 0, SEEK_END) == (off_t)size) {
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		if (p == MAP_FAILED) p = NULL;
 	}
@@ -117,7 +118,7 @@ static int xinit(void** comm, int nranks, ncclUniqueId id, int rank) {
 	for (int i = 0; i < 128 && id.internal[i]; i++) h = (h ^ (unsigned char)id.internal[i]) * 1099511628211ull;
 	comm_t* c = calloc(1, sizeof *c);
 	snprintf(c->path, sizeof c->path, "%s/fakenccl-%016llx-%d", dir, (unsigned long long)h, nranks);
-	c->x = xmap(c->path, sizeof(xgroup_t));
+	c->x = xmap(c->path, sizeof(xgroup_t), 1);
 	if (!c->x) {
 		free(c);
 		return INVALID_USAGE;
@@ -207,7 +208,7 @@ static int xallgather(comm_t* c, const void* send, void* recv, size_t bytes) {
 	if (!ok) return INVALID_USAGE;
 	char path[220];
 	round_path(c, seq, path, sizeof path);
-	char* data = xmap(path, (size_t)x->nranks * bytes);
+	char* data = xmap(path, (size_t)x->nranks * bytes, 1);
 	if (!data) return INVALID_USAGE;
 	memcpy(data + (size_t)c->rank * bytes, send, bytes);
 	munmap(data, (size_t)x->nranks * bytes);
@@ -220,7 +221,8 @@ static int xallgather(comm_t* c, const void* send, void* recv, size_t bytes) {
 }
 
 // xpoll copies the last round's slots into the rank's recv once every rank has arrived; it says
-// whether the rank's all-gather is done.
+// whether the rank's all-gather is done (1), not yet (0), or cannot be (-1: the round's file is gone
+// or not the round's size).
 static int xpoll(comm_t* c) {
 	if (c->copied) return 1;
 	xgroup_t* x = c->x;
@@ -232,8 +234,8 @@ static int xpoll(comm_t* c) {
 	if (!all) return 0;
 	char path[220];
 	round_path(c, c->seq, path, sizeof path);
-	char* data = xmap(path, (size_t)x->nranks * bytes);
-	if (!data) return 0;
+	char* data = xmap(path, (size_t)x->nranks * bytes, 0);
+	if (!data) return -1;
 	memcpy(c->recv, data, (size_t)x->nranks * bytes);
 	munmap(data, (size_t)x->nranks * bytes);
 	c->copied = 1;
@@ -291,7 +293,8 @@ int ncclCommGetAsyncError(void* comm, int* st) {
 		xlock(c->x);
 		int joined = c->x->joined == c->x->nranks;
 		xunlock(c->x);
-		*st = joined && xpoll(c) ? OK : IN_PROGRESS;
+		int done = joined ? xpoll(c) : 0;
+		*st = done > 0 ? OK : done < 0 ? INVALID_USAGE : IN_PROGRESS;
 		return OK;
 	}
 	pthread_mutex_lock(&mu);
