@@ -76,6 +76,82 @@ __device__ __forceinline__ unsigned long long bmn(const unsigned char* t, int R,
 	return wg::desc_sw128_mn(t + k0 * 128, R * 128);
 }
 
+// chain_v_issue: (1)'s k steps b .. b + FR - 1 (k = keys) issued and committed, not waited: the state's hi / lo
+// fragments split from st, three m64n64k16 a step (hi hi, hi lo, lo hi) into a1 with -W's planes at W (hi) and
+// W + 16 KB (lo); step 0 starts a1 afresh.
+template <int FR>
+__device__ __forceinline__ void chain_v_issue(float (&a1)[32], const float (&st)[64], const unsigned char* W, int b) {
+	unsigned fh[FR][4], fl[FR][4];
+#pragma unroll
+	for (int s = 0; s < FR; ++s)
+#pragma unroll
+		for (int q = 0; q < 4; ++q) tc::split_bf16x2(st[8 * (b + s) + 2 * q], st[8 * (b + s) + 2 * q + 1], fh[s][q], fl[s][q]);
+	wg::fence();
+#pragma unroll
+	for (int s = 0; s < FR; ++s) {
+		const unsigned long long dh = bk(W, 16 * (b + s)), dl = bk(W + 16 * KB, 16 * (b + s));
+		wg::mma_m64n64k16_rs(a1, fh[s], dh, b + s > 0 ? 1 : 0);
+		wg::mma_m64n64k16_rs(a1, fh[s], dl);
+		wg::mma_m64n64k16_rs(a1, fl[s], dh);
+	}
+	wg::commit();
+}
+
+// stage_h: this warp's 16 rows of the state as bf16 H^T (128 keys) into hs by 4-byte stores, key unit j (8 keys)
+// of row r at hs + off(r, j) + 4 (lane % 4): the layout is off's.
+template <class Off>
+__device__ __forceinline__ void stage_h(unsigned char* hs, const float (&st)[64], int m0, int lane, Off off) {
+	const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+	for (int j = 0; j < 16; ++j)
+#pragma unroll
+		for (int hh = 0; hh < 2; ++hh) {
+			const int r = m0 + g + 8 * hh;
+			*reinterpret_cast<unsigned*>(hs + off(r, j) + 4 * t) = tc::pack_bf16x2(st[4 * j + 2 * hh], st[4 * j + 2 * hh + 1]);
+		}
+}
+
+// finish_v: V'^T = (1)'s a1 + U^T (rows: this warp's 16 values, columns: the 64 tokens; U^T fp32 [64][64] at U),
+// each bf16 pair of it handed to put(row, token, packed pair), then a1 scaled by the chunk's factors E (token-wise:
+// V'^T diag(s), (2)'s operand).
+template <class Put>
+__device__ __forceinline__ void finish_v(float (&a1)[32], const float* U, const float* E, int m0, int lane, Put put) {
+	const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+	for (int j = 0; j < 8; ++j)
+#pragma unroll
+		for (int hh = 0; hh < 2; ++hh) {
+			const int r = m0 + g + 8 * hh, col = 8 * j + 2 * t;
+			a1[4 * j + 2 * hh] += U[r * C + col];
+			a1[4 * j + 2 * hh + 1] += U[r * C + col + 1];
+			put(r, col, tc::pack_bf16x2(a1[4 * j + 2 * hh], a1[4 * j + 2 * hh + 1]));
+			a1[4 * j + 2 * hh] *= E[col];
+			a1[4 * j + 2 * hh + 1] *= E[col + 1];
+		}
+}
+
+// chain_update: (2), the state = e^gl state + (V'^T diag(s)) K from the scaled V'^T in a1 (k = tokens, 4 steps,
+// V'^T's hi and lo halves) and k's rows MN-major at K, waited.
+__device__ __forceinline__ void chain_update(float (&st)[64], const float (&a1)[32], const unsigned char* K) {
+	unsigned vh[4][4], vl[4][4];
+#pragma unroll
+	for (int s = 0; s < 4; ++s)
+#pragma unroll
+		for (int q = 0; q < 4; ++q) tc::split_bf16x2(a1[8 * s + 2 * q], a1[8 * s + 2 * q + 1], vh[s][q], vl[s][q]);
+#pragma unroll
+	for (int q = 0; q < 64; ++q) st[q] *= 0.99f;
+	wg::fence();
+#pragma unroll
+	for (int s = 0; s < 4; ++s) {
+		const unsigned long long dk = bmn(K, C, 16 * s);
+		wg::mma_m64n128k16_rs_t(st, vh[s], dk, C * 128);
+		wg::mma_m64n128k16_rs_t(st, vl[s], dk, C * 128);
+	}
+	wg::commit();
+	wg::wait<0>();
+	wg::fence_operand(st);
+}
+
 // ---- the bulk-copy engine (TMA, sm_90): LD 1's loads and OUT 3's stores ----
 __device__ __forceinline__ unsigned sa(const void* q) { return (unsigned)__cvta_generic_to_shared(q); }
 __device__ __forceinline__ void mb_init(unsigned long long* b, unsigned n) {
@@ -314,35 +390,14 @@ __global__ void __launch_bounds__(128 + 32 * CW, MINB) walk_skel(Args p) {
 			const float* E = U + kU / 4;
 			// hwrite (F & 4): H^T (the state before (2)) into an output buffer, 4-byte stores, units XOR row % 8.
 			auto hwrite = [&](unsigned char* hs) {
-#pragma unroll
-				for (int j = 0; j < 16; ++j)
-#pragma unroll
-					for (int hh = 0; hh < 2; ++hh) {
-						const int r = m0 + g + 8 * hh;
-						*reinterpret_cast<unsigned*>(hs + r * 256 + (((j ^ (r & 7))) << 4) + 4 * t) =
-						    tc::pack_bf16x2(st[4 * j + 2 * hh], st[4 * j + 2 * hh + 1]);
-					}
+				stage_h(hs, st, m0, lane, [](int r, int j) { return r * 256 + ((j ^ (r & 7)) << 4); });
 			};
 			if (kPrev && (F & 16)) hwrite(outb + x * 24 * KB);  // F & 16: before (1)
 			// (1) V'^T = U^T + H^T (-W^T): k = keys (8 steps), n = tokens; the state's fragments all made first.
 			float a1[32];
 #pragma unroll
 			for (int b = 0; b < 8; b += FR) {
-				unsigned fh[FR][4], fl[FR][4];
-#pragma unroll
-				for (int s = 0; s < FR; ++s)
-#pragma unroll
-					for (int q = 0; q < 4; ++q)
-						tc::split_bf16x2(st[8 * (b + s) + 2 * q], st[8 * (b + s) + 2 * q + 1], fh[s][q], fl[s][q]);
-				wg::fence();
-#pragma unroll
-				for (int s = 0; s < FR; ++s) {
-					const unsigned long long dh = bk(W, 16 * (b + s)), dl = bk(W + 16 * KB, 16 * (b + s));
-					wg::mma_m64n64k16_rs(a1, fh[s], dh, b + s > 0 ? 1 : 0);
-					wg::mma_m64n64k16_rs(a1, fh[s], dl);
-					wg::mma_m64n64k16_rs(a1, fl[s], dh);
-				}
-				wg::commit();
+				chain_v_issue<FR>(a1, st, W, b);
 				if (kPrev && !(F & 24) && b + FR == 8) hwrite(outb + x * 24 * KB);  // H^T under (1)'s last batch
 				wg::wait<0>();
 				wg::fence_operand(a1);
@@ -362,40 +417,15 @@ __global__ void __launch_bounds__(128 + 32 * CW, MINB) walk_skel(Args p) {
 					}
 			}
 			bf16* vo = p.vout + o * VH * C;
-#pragma unroll
-			for (int j = 0; j < 8; ++j)
-#pragma unroll
-				for (int hh = 0; hh < 2; ++hh) {
-					const int r = m0 + g + 8 * hh, col = 8 * j + 2 * t;
-					a1[4 * j + 2 * hh] += U[r * C + col];
-					a1[4 * j + 2 * hh + 1] += U[r * C + col + 1];
-					const unsigned v = tc::pack_bf16x2(a1[4 * j + 2 * hh], a1[4 * j + 2 * hh + 1]);
-					if (OUT == 1) *reinterpret_cast<unsigned*>(vo + r * C + col) = v;
-					if (OUT == 2) *reinterpret_cast<unsigned*>((kPrev ? outb + x * 24 * KB : W) + 16 * KB + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2) = v;
-					if (OUT == 3) *reinterpret_cast<unsigned*>(W + kVOff + r * kVP + 2 * col) = v;
-					a1[4 * j + 2 * hh] *= E[col];
-					a1[4 * j + 2 * hh + 1] *= E[col + 1];
-				}
+			finish_v(a1, U, E, m0, lane, [&](int r, int col, unsigned v) {
+				if (OUT == 1) *reinterpret_cast<unsigned*>(vo + r * C + col) = v;
+				if (OUT == 2) *reinterpret_cast<unsigned*>((kPrev ? outb + x * 24 * KB : W) + 16 * KB + r * 128 + ((((col >> 3) ^ (r & 7))) << 4) + (col & 7) * 2) = v;
+				if (OUT == 3) *reinterpret_cast<unsigned*>(W + kVOff + r * kVP + 2 * col) = v;
+			});
 			if constexpr (OUT == 3) wg::fence_proxy_async();  // the staging's generic stores, before the bulk stores read them
 			if constexpr (OUT >= 2 && !kPrev) tc::bar_arrive(1, NT);    // the copier may store this chunk's H^T and V'^T
 			// (2) the state = e^gl state + (V'^T diag(s)) K: k = tokens (4 steps), n = keys, two products a step.
-			unsigned vh[4][4], vl[4][4];
-#pragma unroll
-			for (int s = 0; s < 4; ++s)
-#pragma unroll
-				for (int q = 0; q < 4; ++q) tc::split_bf16x2(a1[8 * s + 2 * q], a1[8 * s + 2 * q + 1], vh[s][q], vl[s][q]);
-#pragma unroll
-			for (int q = 0; q < 64; ++q) st[q] *= 0.99f;
-			wg::fence();
-#pragma unroll
-			for (int s = 0; s < 4; ++s) {
-				const unsigned long long dk = bmn(K, C, 16 * s);
-				wg::mma_m64n128k16_rs_t(st, vh[s], dk, C * 128);
-				wg::mma_m64n128k16_rs_t(st, vl[s], dk, C * 128);
-			}
-			wg::commit();
-			wg::wait<0>();
-			wg::fence_operand(st);
+			chain_update(st, a1, K);
 		}
 		if (STAGES != 2 && !kUEarly) {
 			__syncthreads();  // B: the chunk's single-buffered regions are read
@@ -420,6 +450,30 @@ __global__ void __launch_bounds__(128 + 32 * CW, MINB) walk_skel(Args p) {
 	}
 }
 
+__global__ void fill(unsigned* x, size_t n, unsigned seed);
+
+// SkelPack: a pack the walk skeletons time, its segments' chunks longest first; skel_packs: 32K in one document
+// and 120,908 tokens in three.
+struct SkelPack {
+	const char* name;
+	std::vector<int> segs;
+};
+inline std::vector<SkelPack> skel_packs() { return {{"32K (1 x 512)", {512}}, {"120,908 (3 docs)", {704, 625, 562}}}; }
+// seg_tables: pk's segments' first chunks (c0) and lengths (nn); returns its chunks in all.
+inline int seg_tables(const SkelPack& pk, std::vector<int>& c0, std::vector<int>& nn) {
+	int total = 0;
+	for (int s : pk.segs) c0.push_back(total), nn.push_back(s), total += s;
+	return total;
+}
+
+// alloc_filled: bytes of device memory filled by fill (finite garbage, ~±0.008 read as fp32).
+inline unsigned char* alloc_filled(size_t bytes, unsigned seed) {
+	unsigned* p;
+	CK(cudaMalloc(&p, bytes));
+	fill<<<2048, 256>>>(p, bytes / 4, seed);
+	return reinterpret_cast<unsigned char*>(p);
+}
+
 __global__ void fill(unsigned* x, size_t n, unsigned seed) {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		unsigned v = (unsigned)i * 2654435761u ^ seed;
@@ -431,17 +485,25 @@ __global__ void fill(unsigned* x, size_t n, unsigned seed) {
 
 }  // namespace wskel
 
+// kernel_setup: kernel k's dynamic shared memory raised to smem; its attributes (registers, local bytes) and how
+// many CTAs of nt threads fit an SM.
+template <class Kernel>
+static void kernel_setup(Kernel k, int nt, int smem, cudaFuncAttributes& fa, int& per_sm) {
+	CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+	CK(cudaFuncGetAttributes(&fa, k));
+	per_sm = 0;
+	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, nt, smem));
+}
+
 template <int STAGES, int MINB, int FR = 8, int OUT = 1, int LD = 0, int CW = 1, int F = 0>
 static void run(const wskel::Args& a, int ncta, int nlong, const char* pack, const char* name) {
 	auto k = wskel::walk_skel<STAGES, MINB, FR, OUT, LD, CW, F>;
 	constexpr int nt = 128 + 32 * CW;
 	// and LD 1's three mbarriers (1024 bytes kept), F & 4's two output buffers
 	constexpr int smem = wskel::smem_bytes<STAGES>() + ((F & 4) ? 1024 + 48 * 1024 : 64);
-	CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 	cudaFuncAttributes fa;
-	CK(cudaFuncGetAttributes(&fa, k));
-	int per_sm = 0;
-	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, nt, smem));
+	int per_sm;
+	kernel_setup(k, nt, smem, fa, per_sm);
 	float med, lo, hi;
 	devtest::time_ms([&] { k<<<ncta, nt, smem>>>(a); }, 10, med, lo, hi);
 	wskel::Args b = a;  // once more, recording where the CTAs ran
@@ -458,22 +520,12 @@ static void run(const wskel::Args& a, int ncta, int nlong, const char* pack, con
 
 int main() {
 	using namespace wskel;
-	struct Pack {
-		const char* name;
-		std::vector<int> segs;  // chunks, longest first
-	} packs[] = {{"32K (1 x 512)", {512}}, {"120,908 (3 docs)", {704, 625, 562}}};
-	for (auto& pk : packs) {
+	for (const SkelPack& pk : skel_packs()) {
 		std::vector<int> c0, nn;
-		int total = 0;
-		for (int s : pk.segs) c0.push_back(total), nn.push_back(s), total += s;
+		const int total = seg_tables(pk, c0, nn);
 		const size_t nw = (size_t)total * HV * kW, nk = (size_t)total * HQK * kK, nu = (size_t)total * HV * 2 * kU,
 		             ne = (size_t)total * HV * kE;
-		auto alloc = [](size_t bytes, unsigned seed) {
-			unsigned* p;
-			CK(cudaMalloc(&p, bytes));
-			fill<<<2048, 256>>>(p, bytes / 4, seed);
-			return reinterpret_cast<unsigned char*>(p);
-		};
+		auto alloc = alloc_filled;
 		Args a{};
 		a.w = alloc(nw, 1), a.k = alloc(nk, 2), a.u = alloc(nu, 3), a.e = alloc(ne, 4);
 		CK(cudaMalloc(&a.hout, (size_t)total * HV * 2 * VH * D * sizeof(bf16)));
