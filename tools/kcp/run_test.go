@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gdnkcp/gdnkcp/archdetect"
@@ -409,4 +410,39 @@ func TestRunDumpForward(t *testing.T) {
 	back := runJSON(t, "--inputs", dir, "--no-progress", "--backend", "cpu")
 	require.Equal(t, []int{70, 5, 130}, back.Docs)
 	require.Equal(t, "module", back.Stage)
+}
+
+// checksum sums blocks of checksumBlock in index order on every core and the
+// block sums in block order: below one block it is the plain sum in index
+// order, above it the same value on every call, and the partial sums' order
+// shows (the order is the definition, not an accident of scheduling).
+func TestChecksum(t *testing.T) {
+	inOrder := func(x []float64) float64 {
+		var s float64
+		for _, v := range x {
+			s += v
+		}
+		return s
+	}
+	blocks := func(x []float64) float64 {
+		var s float64
+		for lo := 0; lo < len(x); lo += checksumBlock {
+			s += inOrder(x[lo:min(lo+checksumBlock, len(x))])
+		}
+		return s
+	}
+	for _, n := range []int{0, 1, 1000, checksumBlock, checksumBlock + 1, 3*checksumBlock + 12345} {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = math.Sin(float64(i)) * math.Pow(10, float64(i%9)-4) // magnitudes 1e-4 .. 1e4: rounding shows
+		}
+		got := checksum(x)
+		assert.Equal(t, math.Float64bits(blocks(x)), math.Float64bits(got), "n %d", n)
+		if n <= checksumBlock {
+			assert.Equal(t, math.Float64bits(inOrder(x)), math.Float64bits(got), "n %d: one block is the plain sum", n)
+		}
+		for range 3 {
+			assert.Equal(t, math.Float64bits(got), math.Float64bits(checksum(x)), "n %d: repeatable", n)
+		}
+	}
 }
