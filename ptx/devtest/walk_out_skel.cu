@@ -28,7 +28,10 @@
 //          rest; 11, 12 store constants); 8 O staged over the dead k rows and stored as whole 16-byte units; 9 the
 //          same without the proxy fence at the loop's top; 10 O staged in a buffer of its own and stored after
 //          the next chunk's barrier; 13 as 10 with q's raw bf16 fragments as the A operand (O's rows scaled by
-//          rstd_q e^gamma at the end); 15 as 13 with every chunk reading one chunk's q rows (cache hits).
+//          rstd_q e^gamma at the end); 15 as 13 with every chunk reading one chunk's q rows (cache hits); 16 as
+//          13 with k's and q's rows copied by cp.async into single buffers as soon as S has read the previous
+//          chunk's, q's fragments from shared memory (milestone (b) of docs/perf-notes.md's fused forward; written
+//          in the thirty-ninth session after its device time was spent: not yet compiled).
 //   STOREHV 1: the copiers still store H^T and V'^T (the kept forward, whose backward reads them); 0: they
 //          do not (the forward alone).
 //   REGS 1: setmaxnreg: state warps 232, copiers 56, output 216 registers (at 384 threads the launch gives 168).
@@ -333,6 +336,80 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 					*reinterpret_cast<unsigned*>(o + (hh ? r1 : r0) * VH + 8 * j + 2 * t) =
 					    tc::pack_bf16x2(oacc[4 * j + 2 * hh], oacc[4 * j + 2 * hh + 1]);
 		};
+		// OWG 16: k's and q's rows of the chunk to output next in single buffers (okb: k as it lies; okb + kK: q,
+		// 16-byte unit u of row r at unit u ^ (r % 8), so the fragments' 4-byte loads are conflict-free), copied by
+		// cp.async as soon as S has read the previous chunk's (fetch16, from output16), waited at the next barrier.
+		auto fetch16 = [&](int cc) {
+			const unsigned char* sk = p.k + ((size_t)cc * HQK + h / G) * kK;
+			const unsigned char* sq = reinterpret_cast<const unsigned char*>(P.q + ((size_t)cc * HQK + h / G) * C * D);
+#pragma unroll
+			for (int j = 0; j < 8; ++j) {
+				const int e = ot + 128 * j, r = e >> 4, u = e & 15;
+				tc::cp_async16(okb + 16 * e, sk + 16 * e);
+				tc::cp_async16(okb + kK + r * 256 + ((u ^ (r & 7)) << 4), sq + 16 * e);
+			}
+			tc::cp_async_commit();
+			const int t0 = cc * C;
+			if (ot < C) cg = p.gcum[(size_t)(t0 + ot) * HV + h], cr = p.rstd[(size_t)(t0 + ot) * HQK + h / G];
+			gn0 = p.gcum[(size_t)(t0 + r0) * HV + h], gn1 = p.gcum[(size_t)(t0 + r1) * HV + h];
+			rn0 = p.rstd[(size_t)(t0 + r0) * HQK + h / G], rn1 = p.rstd[(size_t)(t0 + r1) * HQK + h / G];
+		};
+		auto convert16 = [&]() {  // q's raw fragments from shared memory; O's row factors
+			const unsigned char* qs = okb + kK;
+#pragma unroll
+			for (int s = 0; s < 8; ++s)
+#pragma unroll
+				for (int q = 0; q < 4; ++q) {
+					const int r = q & 1 ? r1 : r0, u = 2 * s + (q >> 1);
+					qf[s][q] = *reinterpret_cast<const unsigned*>(qs + r * 256 + ((u ^ (r & 7)) << 4) + 4 * t);
+				}
+			of0 = rn0 * expf(gn0), of1 = rn1 * expf(gn1);
+		};
+		// output16: chunk cc's O as OWG 13's, with k's and q's rows from the single buffers, the next chunk's
+		// copies issued (more) once every warp's S has read them; O staged for oflush.
+		auto output16 = [&](int cc, int xx, bool more) {
+			const unsigned char* hs = outb + xx * kHV;
+			const float* cfx = cf + xx * C;
+			float sacc[32], oacc[32];
+			wg::fence();
+#pragma unroll
+			for (int s = 0; s < 8; ++s) wg::mma_m64n64k16_rs(sacc, qf[s], bk(okb, 16 * s), s > 0 ? 1 : 0);
+#pragma unroll
+			for (int s = 0; s < 8; ++s) wg::mma_m64n64k16_rs(oacc, qf[s], bk(hs, 16 * s), s > 0 ? 1 : 0);
+			wg::commit();
+			wg::wait<0>();
+			wg::fence_operand(sacc);
+			wg::fence_operand(oacc);
+			tc::bar_sync(2, 128);  // every warp's S has read k's and q's buffers
+			if (more) fetch16(cc + 1);
+			unsigned pf[4][4];
+#pragma unroll
+			for (int s2 = 0; s2 < 4; ++s2)
+#pragma unroll
+				for (int q = 0; q < 4; ++q) {
+					const int jj = 2 * s2 + (q >> 1), hh = q & 1, col = 8 * jj + 2 * t, row = hh ? r1 : r0;
+					const float v0 = col <= row ? sacc[4 * jj + 2 * hh] * cfx[col] : 0.f;
+					const float v1 = col + 1 <= row ? sacc[4 * jj + 2 * hh + 1] * cfx[col + 1] : 0.f;
+					pf[s2][q] = tc::pack_bf16x2(v0, v1);
+				}
+			wg::fence();
+#pragma unroll
+			for (int s2 = 0; s2 < 4; ++s2) wg::mma_m64n64k16_rs(oacc, pf[s2], bk(hs + 16 * KB, 16 * s2));
+			wg::commit();
+			wg::wait<0>();
+			wg::fence_operand(oacc);
+#pragma unroll
+			for (int j = 0; j < 8; ++j) {
+				oacc[4 * j] *= of0, oacc[4 * j + 1] *= of0, oacc[4 * j + 2] *= of1, oacc[4 * j + 3] *= of1;
+#pragma unroll
+				for (int hh = 0; hh < 2; ++hh) {
+					const int r = hh ? r1 : r0;
+					*reinterpret_cast<unsigned*>(osb + r * 128 + ((j ^ (r & 7)) << 4) + 4 * t) =
+					    tc::pack_bf16x2(oacc[4 * j + 2 * hh], oacc[4 * j + 2 * hh + 1]);
+				}
+			}
+			opend = obase(cc);
+		};
 #pragma unroll 1
 		for (int i = 0; i < n; ++i) {
 			const int x = i & 1;
@@ -345,6 +422,15 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 				tc::bar_sync(1, 128);
 			}
 			if (OWG == 4) continue;  // the warpgroup at the barriers only
+			if constexpr (OWG == 16) {
+				if (i == 0) {
+					fetch16(c0);
+				} else {
+					convert16();
+					output16(c0 + i - 1, x ^ 1, true);
+				}
+				continue;
+			}
 			if (i > 0 && OWG != 5) convert();
 			if (i > 0 && OWG == 5)  // the loads' values consumed where convert would
 #pragma unroll
@@ -357,11 +443,16 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 		tc::cp_async_wait<0>();
 		wg::fence_proxy_async();
 		__syncthreads();  // E
+		if (OWG == 10 || OWG >= 13) oflush();  // the chunk before the last one's O
 		if (OWG >= 2) {
 			if (ot < C) cf[((n - 1) & 1) * C + ot] = expf(-cg) * cr;
 			tc::bar_sync(1, 128);
 		}
-		if (OWG < 4 || OWG >= 8) {
+		if constexpr (OWG == 16) {
+			convert16();
+			output16(c0 + n - 1, (n - 1) & 1, false);
+			oflush();
+		} else if (OWG < 4 || OWG >= 8) {
 			convert();
 			output(c0 + n - 1, (n - 1) & 1);
 			if (OWG == 10 || OWG >= 13) oflush();
@@ -419,6 +510,8 @@ int main() {
 		wout::run<13, 0, 1>(o, ncta, nlong, pk.name, "  raw q as A, O's rows scaled; O staged, stored after");
 		wout::run<13, 1, 1>(o, ncta, nlong, pk.name, "  the same, H^T and V'^T stored too");
 		wout::run<15, 0, 1>(o, ncta, nlong, pk.name, "  raw q as A, one chunk's q rows for all (L1 / L2)");
+		wout::run<16, 0, 1>(o, ncta, nlong, pk.name, "  raw q and k rows staged by cp.async a chunk ahead");
+		wout::run<16, 1, 1>(o, ncta, nlong, pk.name, "  the same, H^T and V'^T stored too");
 		wout::run<11, 0, 1>(o, ncta, nlong, pk.name, "  the products, 2 KB of constants stored");
 		wout::run<12, 0, 1>(o, ncta, nlong, pk.name, "  the products, 8 KB of constants stored");
 		wout::run<6, 0, 1>(o, ncta, nlong, pk.name, "  no products, O not stored");
