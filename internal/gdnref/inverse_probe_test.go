@@ -15,15 +15,21 @@ import (
 // (docs/perf-notes.md, "What a fused forward would need"). A product form,
 // (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8)(I + L^16)(I + L^32) (L
 // strictly lower, so L^64 = 0), would put it on ten tensor-core products six
-// deep. TestProductFormInverse measures it on the kernels' arithmetic (every
+// deep. TestInverseForms measures it on the kernels' arithmetic (every
 // product three bf16 products of a hi / lo split, accumulated in fp32)
-// against float64 forward substitution, beside fp32 forward substitution (the
-// precision class of the blocked substitution the prep runs), on W = A
-// diag(beta e^gamma) K, the walks' input, for keys of three kinds. It pins the
-// finding: fine on uncorrelated keys (4e-7), useless on correlated ones, whose
+// against float64 forward substitution, beside the prep's blocked form (P3's
+// fp32 diagonal inverses, P4's block columns on the same products), recursive
+// doubling of the diagonal blocks (32 from 16, 64 from 32: a shorter chain)
+// and scalar fp32 substitution, on W = A diag(beta e^gamma) K, the walks'
+// input, for keys of three kinds. It pins the findings: the product form is
+// fine on uncorrelated keys (4e-7) and useless on correlated ones, whose
 // powers of L grow (L^32's entries to 6e8 and 2e13) before they cancel (W's
-// error 7e4 and 5e8); the substitution stays at fp32's ~1e-7 on all three.
-func TestProductFormInverse(t *testing.T) {
+// error 7e4 and 5e8); recursive doubling is exactly as precise as the blocked
+// form (2e-7, 9e-6, 4e-5 on the three kinds), so it can replace P4's chain;
+// and both lose two orders of magnitude to scalar fp32 substitution on
+// near-equal keys (4e-5 against 5e-7), the split products' 2^-16 amplified by
+// the inverse's cancellation.
+func TestInverseForms(t *testing.T) {
 	const C, D = 64, 128
 	rng := rand.New(rand.NewPCG(7, 11))
 	for _, tc := range []struct {
@@ -95,8 +101,12 @@ func TestProductFormInverse(t *testing.T) {
 			}
 			wr := w(ref)
 			e32, epf := sliceRelErr(w(f32), wr), sliceRelErr(w(pf), wr)
-			t.Logf("W's normwise error: fp32 substitution %.2g, product form %.2g (largest |L^32| entry %.2g)", e32, epf, maxPower(L, 32))
+			ebl, edb := sliceRelErr(w(blocked(L)), wr), sliceRelErr(w(doubling(L)), wr)
+			t.Logf("W's normwise error: fp32 substitution %.2g, the prep's blocked form %.2g, recursive doubling %.2g, "+
+				"product form %.2g (largest |L^32| entry %.2g)", e32, ebl, edb, epf, maxPower(L, 32))
 			assert.Less(t, e32, 1e-6, "the substitution")
+			assert.Less(t, ebl, 1e-4, "the prep's blocked form")
+			assert.InDelta(t, 1, edb/ebl, 0.5, "recursive doubling is as precise as the blocked form (%.2g, %.2g)", edb, ebl)
 			assert.Less(t, epf, tc.maxPF, "the product form")
 			assert.GreaterOrEqual(t, epf, tc.minPF, "the product form")
 		})
@@ -157,21 +167,137 @@ func productForm(L [][]float64) [][]float64 {
 	return out
 }
 
+// doubling is (I + L)^-1 by recursive doubling on the kernels' arithmetic:
+// the four 16 x 16 diagonal blocks inverted by fp32 substitution (the prep's
+// P3), then [P 0; C Q]^-1 = [P^-1 0; -Q^-1 C P^-1  Q^-1] twice (32 from 16,
+// 64 from 32), each off-diagonal block two dependent mm3 products.
+func doubling(L [][]float64) [][]float64 {
+	n := len(L)
+	A := make([][]float32, n)
+	for i := range A {
+		A[i] = make([]float32, n)
+	}
+	sub := func(r0, r1, c0, c1 int, from [][]float32) [][]float32 {
+		out := make([][]float32, r1-r0)
+		for i := range out {
+			out[i] = append([]float32(nil), from[r0+i][c0:c1]...)
+		}
+		return out
+	}
+	Lf := make([][]float32, n)
+	for i := range Lf {
+		Lf[i] = make([]float32, n)
+		for j := range n {
+			Lf[i][j] = float32(L[i][j])
+		}
+	}
+	for b := 0; b < n; b += 16 { // the diagonal blocks
+		blk := make([][]float64, 16)
+		for i := range blk {
+			blk[i] = L[b+i][b : b+16]
+		}
+		inv := substitute(blk, func(x float64) float64 { return float64(float32(x)) })
+		for i := range 16 {
+			for j := range 16 {
+				A[b+i][b+j] = float32(inv[i][j])
+			}
+		}
+	}
+	for w := 16; w < n; w *= 2 { // blocks of 2w from blocks of w
+		for b := 0; b < n; b += 2 * w {
+			Pi := sub(b, b+w, b, b+w, A)
+			Qi := sub(b+w, b+2*w, b+w, b+2*w, A)
+			Cb := sub(b+w, b+2*w, b, b+w, Lf)
+			X := mm3(Qi, mm3(Cb, Pi))
+			for i := range w {
+				for j := range w {
+					A[b+w+i][b+j] = -X[i][j]
+				}
+			}
+		}
+	}
+	out := make([][]float64, n)
+	for i := range out {
+		out[i] = make([]float64, n)
+		for j := range n {
+			out[i][j] = float64(A[i][j])
+		}
+	}
+	return out
+}
+
+// blocked is (I + L)^-1 as the prep's P3 and P4 form it: the diagonal
+// blocks D_b by fp32 substitution, then block column j walked down,
+// A_ij = -D_i (sum over k = j .. i-1 of L_ik A_kj), the sum one mm3 product
+// over the k blocks in order and the result a second.
+func blocked(L [][]float64) [][]float64 {
+	n, nb := len(L), len(L)/16
+	A := make([][]float32, n)
+	for i := range A {
+		A[i] = make([]float32, n)
+	}
+	for b := range nb {
+		blk := make([][]float64, 16)
+		for i := range blk {
+			blk[i] = L[16*b+i][16*b : 16*b+16]
+		}
+		inv := substitute(blk, func(x float64) float64 { return float64(float32(x)) })
+		for i := range 16 {
+			for j := range 16 {
+				A[16*b+i][16*b+j] = float32(inv[i][j])
+			}
+		}
+	}
+	for j := range nb {
+		for i := j + 1; i < nb; i++ {
+			Lr := make([][]float32, 16) // L_i,j..i-1
+			for r := range Lr {
+				Lr[r] = make([]float32, 16*(i-j))
+				for c := range Lr[r] {
+					Lr[r][c] = float32(L[16*i+r][16*j+c])
+				}
+			}
+			Ac := make([][]float32, 16*(i-j)) // A_j..i-1,j
+			for r := range Ac {
+				Ac[r] = append([]float32(nil), A[16*j+r][16*j:16*j+16]...)
+			}
+			Di := make([][]float32, 16)
+			for r := range Di {
+				Di[r] = append([]float32(nil), A[16*i+r][16*i:16*i+16]...)
+			}
+			X := mm3(Di, mm3(Lr, Ac))
+			for r := range 16 {
+				for c := range 16 {
+					A[16*i+r][16*j+c] = -X[r][c]
+				}
+			}
+		}
+	}
+	out := make([][]float64, n)
+	for i := range out {
+		out[i] = make([]float64, n)
+		for j := range n {
+			out[i][j] = float64(A[i][j])
+		}
+	}
+	return out
+}
+
 // mm3 is X Y as the kernels form a product of fp32 operands: each split into
 // bf16 hi + lo, the three products hi hi + hi lo + lo hi (each exact in
 // fp32) accumulated in fp32 in k order.
 func mm3(X, Y [][]float32) [][]float32 {
-	n := len(X)
+	m, kk, n := len(X), len(Y), len(Y[0])
 	split := func(v float32) (float32, float32) {
 		h := bf16.Round(v)
 		return h, bf16.Round(v - h)
 	}
-	Z := make([][]float32, n)
+	Z := make([][]float32, m)
 	for i := range Z {
 		Z[i] = make([]float32, n)
 		for j := range n {
 			var s float32
-			for k := range n {
+			for k := range kk {
 				xh, xl := split(X[i][k])
 				yh, yl := split(Y[k][j])
 				s += xh*yh + xh*yl + xl*yh
