@@ -25,7 +25,7 @@ import (
 // fine on uncorrelated keys (4e-7) and useless on correlated ones, whose
 // powers of L grow (L^32's entries to 6e8 and 2e13) before they cancel (W's
 // error 7e4 and 5e8); recursive doubling is exactly as precise as the blocked
-// form (2e-7, 9e-6, 4e-5 on the three kinds), so it can replace P4's chain;
+// form (2e-7, 9e-6, 4e-5 on the three kinds; its dependent depth is the same);
 // and both lose two orders of magnitude to scalar fp32 substitution on
 // near-equal keys (4e-5 against 5e-7), the split products' 2^-16 amplified by
 // the inverse's cancellation.
