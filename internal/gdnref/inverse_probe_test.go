@@ -28,7 +28,9 @@ import (
 // form (2e-7, 9e-6, 4e-5 on the three kinds; its dependent depth is the same);
 // and both lose two orders of magnitude to scalar fp32 substitution on
 // near-equal keys (4e-5 against 5e-7), the split products' 2^-16 amplified by
-// the inverse's cancellation.
+// the inverse's cancellation. L formed from K K^T on the same split products
+// costs little of it (scalar substitution on that L: 1.9e-6 and 2.7e-6 on the
+// correlated kinds): the block products of the inverse set the error.
 func TestInverseForms(t *testing.T) {
 	const C, D = 64, 128
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -82,6 +84,28 @@ func TestInverseForms(t *testing.T) {
 					L[i][j] = beta[i] * dot * math.Exp(gam[i]-gam[j])
 				}
 			}
+			// Ls: L as the prep forms it, K K^T on the split products (mm3), then beta and the decay in fp32.
+			Kf, KT := make([][]float32, C), make([][]float32, D)
+			for i := range Kf {
+				Kf[i] = make([]float32, D)
+				for d := range D {
+					Kf[i][d] = float32(k[i][d])
+				}
+			}
+			for d := range KT {
+				KT[d] = make([]float32, C)
+				for i := range C {
+					KT[d][i] = Kf[i][d]
+				}
+			}
+			KK := mm3(Kf, KT)
+			Ls := make([][]float64, C)
+			for i := range Ls {
+				Ls[i] = make([]float64, C)
+				for j := range i {
+					Ls[i][j] = float64(float32(beta[i]) * KK[i][j] * float32(math.Exp(gam[i]-gam[j])))
+				}
+			}
 			ref := substitute(L, func(x float64) float64 { return x })
 			f32 := substitute(L, func(x float64) float64 { return float64(float32(x)) })
 			pf := productForm(L)
@@ -102,10 +126,17 @@ func TestInverseForms(t *testing.T) {
 			wr := w(ref)
 			e32, epf := sliceRelErr(w(f32), wr), sliceRelErr(w(pf), wr)
 			ebl, edb := sliceRelErr(w(blocked(L)), wr), sliceRelErr(w(doubling(L)), wr)
+			eLs := sliceRelErr(w(substitute(Ls, func(x float64) float64 { return float64(float32(x)) })), wr)
+			eBoth := sliceRelErr(w(blocked(Ls)), wr)
 			t.Logf("W's normwise error: fp32 substitution %.2g, the prep's blocked form %.2g, recursive doubling %.2g, "+
-				"product form %.2g (largest |L^32| entry %.2g)", e32, ebl, edb, epf, maxPower(L, 32))
+				"product form %.2g (largest |L^32| entry %.2g); with L from split K K^T: fp32 substitution %.2g, blocked %.2g",
+				e32, ebl, edb, epf, maxPower(L, 32), eLs, eBoth)
 			assert.Less(t, e32, 1e-6, "the substitution")
 			assert.Less(t, ebl, 1e-4, "the prep's blocked form")
+			assert.InDelta(t, 1, eBoth/ebl, 0.5, "the blocked form's error is its block products' more than L's")
+			if tc.shared {
+				assert.Less(t, 2*eLs, ebl, "on correlated keys the block products, not K K^T's split, set the error")
+			}
 			assert.InDelta(t, 1, edb/ebl, 0.5, "recursive doubling is as precise as the blocked form (%.2g, %.2g)", edb, ebl)
 			assert.Less(t, epf, tc.maxPF, "the product form")
 			assert.GreaterOrEqual(t, epf, tc.minPF, "the product form")
