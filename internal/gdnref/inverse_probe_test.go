@@ -133,8 +133,8 @@ func TestInverseForms(t *testing.T) {
 				e32, ebl, edb, epf, maxPower(L, 32), eLs, eBoth)
 			assert.Less(t, e32, 1e-6, "the substitution")
 			assert.Less(t, ebl, 1e-4, "the prep's blocked form")
-			assert.InDelta(t, 1, eBoth/ebl, 0.5, "the blocked form's error is its block products' more than L's")
-			if tc.shared {
+			if tc.shared { // on uncorrelated keys L's split (4.7e-7) outweighs the block products' (2.2e-7)
+				assert.InDelta(t, 1, eBoth/ebl, 0.5, "the blocked form's error is its block products' more than L's")
 				assert.Less(t, 2*eLs, ebl, "on correlated keys the block products, not K K^T's split, set the error")
 			}
 			assert.InDelta(t, 1, edb/ebl, 0.5, "recursive doubling is as precise as the blocked form (%.2g, %.2g)", edb, ebl)
