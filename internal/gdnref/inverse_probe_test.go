@@ -188,41 +188,19 @@ func productForm(L [][]float64) [][]float64 {
 		}
 		R = mm3(R, IP)
 	}
-	out := make([][]float64, n)
-	for i := range out {
-		out[i] = make([]float64, n)
-		for j := range n {
-			out[i][j] = float64(R[i][j])
-		}
-	}
-	return out
+	return widen(R)
 }
 
-// doubling is (I + L)^-1 by recursive doubling on the kernels' arithmetic:
-// the four 16 x 16 diagonal blocks inverted by fp32 substitution (the prep's
-// P3), then [P 0; C Q]^-1 = [P^-1 0; -Q^-1 C P^-1  Q^-1] twice (32 from 16,
-// 64 from 32), each off-diagonal block two dependent mm3 products.
-func doubling(L [][]float64) [][]float64 {
+// diagInverses is a 64 x 64 fp32 matrix holding the inverses of (I + L)'s
+// four 16 x 16 diagonal blocks by fp32 substitution (the prep's P3), zero
+// elsewhere.
+func diagInverses(L [][]float64) [][]float32 {
 	n := len(L)
 	A := make([][]float32, n)
 	for i := range A {
 		A[i] = make([]float32, n)
 	}
-	sub := func(r0, r1, c0, c1 int, from [][]float32) [][]float32 {
-		out := make([][]float32, r1-r0)
-		for i := range out {
-			out[i] = append([]float32(nil), from[r0+i][c0:c1]...)
-		}
-		return out
-	}
-	Lf := make([][]float32, n)
-	for i := range Lf {
-		Lf[i] = make([]float32, n)
-		for j := range n {
-			Lf[i][j] = float32(L[i][j])
-		}
-	}
-	for b := 0; b < n; b += 16 { // the diagonal blocks
+	for b := 0; b < n; b += 16 {
 		blk := make([][]float64, 16)
 		for i := range blk {
 			blk[i] = L[b+i][b : b+16]
@@ -234,84 +212,70 @@ func doubling(L [][]float64) [][]float64 {
 			}
 		}
 	}
-	for w := 16; w < n; w *= 2 { // blocks of 2w from blocks of w
-		for b := 0; b < n; b += 2 * w {
-			Pi := sub(b, b+w, b, b+w, A)
-			Qi := sub(b+w, b+2*w, b+w, b+2*w, A)
-			Cb := sub(b+w, b+2*w, b, b+w, Lf)
-			X := mm3(Qi, mm3(Cb, Pi))
-			for i := range w {
-				for j := range w {
-					A[b+w+i][b+j] = -X[i][j]
-				}
-			}
-		}
-	}
-	out := make([][]float64, n)
+	return A
+}
+
+// block is rows r0 .. r1-1, columns c0 .. c1-1 of m, in fp32 (a copy).
+func block[T float32 | float64](m [][]T, r0, r1, c0, c1 int) [][]float32 {
+	out := make([][]float32, r1-r0)
 	for i := range out {
-		out[i] = make([]float64, n)
-		for j := range n {
-			out[i][j] = float64(A[i][j])
+		out[i] = make([]float32, c1-c0)
+		for j := range out[i] {
+			out[i][j] = float32(m[r0+i][c0+j])
 		}
 	}
 	return out
 }
 
-// blocked is (I + L)^-1 as the prep's P3 and P4 form it: the diagonal
-// blocks D_b by fp32 substitution, then block column j walked down,
-// A_ij = -D_i (sum over k = j .. i-1 of L_ik A_kj), the sum one mm3 product
-// over the k blocks in order and the result a second.
-func blocked(L [][]float64) [][]float64 {
-	n, nb := len(L), len(L)/16
-	A := make([][]float32, n)
-	for i := range A {
-		A[i] = make([]float32, n)
-	}
-	for b := range nb {
-		blk := make([][]float64, 16)
-		for i := range blk {
-			blk[i] = L[16*b+i][16*b : 16*b+16]
-		}
-		inv := substitute(blk, func(x float64) float64 { return float64(float32(x)) })
-		for i := range 16 {
-			for j := range 16 {
-				A[16*b+i][16*b+j] = float32(inv[i][j])
-			}
+// setNeg writes -X into m at rows r0 .., columns c0 ...
+func setNeg(m [][]float32, r0, c0 int, X [][]float32) {
+	for i := range X {
+		for j, v := range X[i] {
+			m[r0+i][c0+j] = -v
 		}
 	}
-	for j := range nb {
-		for i := j + 1; i < nb; i++ {
-			Lr := make([][]float32, 16) // L_i,j..i-1
-			for r := range Lr {
-				Lr[r] = make([]float32, 16*(i-j))
-				for c := range Lr[r] {
-					Lr[r][c] = float32(L[16*i+r][16*j+c])
-				}
-			}
-			Ac := make([][]float32, 16*(i-j)) // A_j..i-1,j
-			for r := range Ac {
-				Ac[r] = append([]float32(nil), A[16*j+r][16*j:16*j+16]...)
-			}
-			Di := make([][]float32, 16)
-			for r := range Di {
-				Di[r] = append([]float32(nil), A[16*i+r][16*i:16*i+16]...)
-			}
-			X := mm3(Di, mm3(Lr, Ac))
-			for r := range 16 {
-				for c := range 16 {
-					A[16*i+r][16*j+c] = -X[r][c]
-				}
-			}
-		}
-	}
-	out := make([][]float64, n)
+}
+
+// widen is m in float64.
+func widen(m [][]float32) [][]float64 {
+	out := make([][]float64, len(m))
 	for i := range out {
-		out[i] = make([]float64, n)
-		for j := range n {
-			out[i][j] = float64(A[i][j])
+		out[i] = make([]float64, len(m[i]))
+		for j, v := range m[i] {
+			out[i][j] = float64(v)
 		}
 	}
 	return out
+}
+
+// doubling is (I + L)^-1 by recursive doubling on the kernels' arithmetic:
+// the diagonal blocks' inverses (diagInverses), then [P 0; C Q]^-1 =
+// [P^-1 0; -Q^-1 C P^-1  Q^-1] twice (32 from 16, 64 from 32), each
+// off-diagonal block two dependent mm3 products.
+func doubling(L [][]float64) [][]float64 {
+	n, A := len(L), diagInverses(L)
+	for w := 16; w < n; w *= 2 { // blocks of 2w from blocks of w
+		for b := 0; b < n; b += 2 * w {
+			Pi, Qi := block(A, b, b+w, b, b+w), block(A, b+w, b+2*w, b+w, b+2*w)
+			setNeg(A, b+w, b, mm3(Qi, mm3(block(L, b+w, b+2*w, b, b+w), Pi)))
+		}
+	}
+	return widen(A)
+}
+
+// blocked is (I + L)^-1 as the prep's P3 and P4 form it: the diagonal
+// blocks D_b (diagInverses), then block column j walked down,
+// A_ij = -D_i (sum over k = j .. i-1 of L_ik A_kj), the sum one mm3 product
+// over the k blocks in order and the result a second.
+func blocked(L [][]float64) [][]float64 {
+	n, A := len(L), diagInverses(L)
+	for j := 0; j < n; j += 16 {
+		for i := j + 16; i < n; i += 16 {
+			Di := block(A, i, i+16, i, i+16)
+			setNeg(A, i, j, mm3(Di, mm3(block(L, i, i+16, j, i), block(A, j, i, j, j+16))))
+		}
+	}
+	return widen(A)
 }
 
 // mm3 is X Y as the kernels form a product of fp32 operands: each split into

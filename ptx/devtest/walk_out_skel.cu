@@ -31,7 +31,8 @@
 //          rstd_q e^gamma at the end); 15 as 13 with every chunk reading one chunk's q rows (cache hits); 16 as
 //          13 with k's and q's rows copied by cp.async into single buffers as soon as S has read the previous
 //          chunk's, q's fragments from shared memory (milestone (b) of docs/perf-notes.md's fused forward; written
-//          in the thirty-ninth session after its device time was spent: not yet compiled).
+//          in the thirty-ninth session after its device time was spent: not yet compiled, nor the s_qh and
+//          p_pv helpers that output and output16 share, moved out of output after its last compile).
 //   STOREHV 1: the copiers still store H^T and V'^T (the kept forward, whose backward reads them); 0: they
 //          do not (the forward alone).
 //   REGS 1: setmaxnreg: state warps 232, copiers 56, output 216 registers (at 384 threads the launch gives 168).
@@ -252,21 +253,8 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 					qf[s][q] = tc::pack_bf16x2(f.x * m, f.y * m);
 				}
 		};
-		// output: chunk cc's O from okb[xx], cf[xx] and the staged buffer outb[xx], stored as bf16.
-		auto output = [&](int cc, int xx) {
-			const unsigned char* hs = outb + xx * kHV;
-			const unsigned char* ks = okb + xx * kK;
-			const float* cfx = cf + xx * C;
-			float sacc[32], oacc[32];
-			if (OWG == 3 || OWG == 6) {  // no products: O from Q' alone (what the warpgroup's other work costs)
-#pragma unroll
-				for (int s = 0; s < 8; ++s)
-#pragma unroll
-					for (int q = 0; q < 4; ++q) {
-						const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qf[s][q]));
-						oacc[4 * s + q] = f.x + f.y * cfx[q];
-					}
-			} else {
+		// s_qh: S = Q' K^T (B: k's rows at ks) and O = Q' H (B: the staged H^T at hs) from qf, waited.
+		auto s_qh = [&](float(&sacc)[32], float(&oacc)[32], const unsigned char* ks, const unsigned char* hs) {
 			wg::fence();
 #pragma unroll
 			for (int s = 0; s < 8; ++s) wg::mma_m64n64k16_rs(sacc, qf[s], bk(ks, 16 * s), s > 0 ? 1 : 0);
@@ -276,6 +264,10 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 			wg::wait<0>();
 			wg::fence_operand(sacc);
 			wg::fence_operand(oacc);
+		};
+		// p_pv: P = S's accumulators masked (j <= i) and times the column factors cfx, as bf16 A fragments, then
+		// O += P V' (B: the staged V'^T at hs + 16 KB), waited.
+		auto p_pv = [&](const float(&sacc)[32], float(&oacc)[32], const float* cfx, const unsigned char* hs) {
 			unsigned pf[4][4];
 #pragma unroll
 			for (int s2 = 0; s2 < 4; ++s2)
@@ -292,6 +284,24 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 			wg::commit();
 			wg::wait<0>();
 			wg::fence_operand(oacc);
+		};
+		// output: chunk cc's O from okb[xx], cf[xx] and the staged buffer outb[xx], stored as bf16.
+		auto output = [&](int cc, int xx) {
+			const unsigned char* hs = outb + xx * kHV;
+			const unsigned char* ks = okb + xx * kK;
+			const float* cfx = cf + xx * C;
+			float sacc[32], oacc[32];
+			if (OWG == 3 || OWG == 6) {  // no products: O from Q' alone (what the warpgroup's other work costs)
+#pragma unroll
+				for (int s = 0; s < 8; ++s)
+#pragma unroll
+					for (int q = 0; q < 4; ++q) {
+						const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qf[s][q]));
+						oacc[4 * s + q] = f.x + f.y * cfx[q];
+					}
+			} else {
+			s_qh(sacc, oacc, ks, hs);
+			p_pv(sacc, oacc, cfx, hs);
 			}
 			if (OWG == 6 || OWG == 7 || OWG == 11 || OWG == 12) {  // O consumed, not stored (what its stores cost)
 #pragma unroll
@@ -371,33 +381,10 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 			const unsigned char* hs = outb + xx * kHV;
 			const float* cfx = cf + xx * C;
 			float sacc[32], oacc[32];
-			wg::fence();
-#pragma unroll
-			for (int s = 0; s < 8; ++s) wg::mma_m64n64k16_rs(sacc, qf[s], bk(okb, 16 * s), s > 0 ? 1 : 0);
-#pragma unroll
-			for (int s = 0; s < 8; ++s) wg::mma_m64n64k16_rs(oacc, qf[s], bk(hs, 16 * s), s > 0 ? 1 : 0);
-			wg::commit();
-			wg::wait<0>();
-			wg::fence_operand(sacc);
-			wg::fence_operand(oacc);
+			s_qh(sacc, oacc, okb, hs);
 			tc::bar_sync(2, 128);  // every warp's S has read k's and q's buffers
 			if (more) fetch16(cc + 1);
-			unsigned pf[4][4];
-#pragma unroll
-			for (int s2 = 0; s2 < 4; ++s2)
-#pragma unroll
-				for (int q = 0; q < 4; ++q) {
-					const int jj = 2 * s2 + (q >> 1), hh = q & 1, col = 8 * jj + 2 * t, row = hh ? r1 : r0;
-					const float v0 = col <= row ? sacc[4 * jj + 2 * hh] * cfx[col] : 0.f;
-					const float v1 = col + 1 <= row ? sacc[4 * jj + 2 * hh + 1] * cfx[col + 1] : 0.f;
-					pf[s2][q] = tc::pack_bf16x2(v0, v1);
-				}
-			wg::fence();
-#pragma unroll
-			for (int s2 = 0; s2 < 4; ++s2) wg::mma_m64n64k16_rs(oacc, pf[s2], bk(hs + 16 * KB, 16 * s2));
-			wg::commit();
-			wg::wait<0>();
-			wg::fence_operand(oacc);
+			p_pv(sacc, oacc, cfx, hs);
 #pragma unroll
 			for (int j = 0; j < 8; ++j) {
 				oacc[4 * j] *= of0, oacc[4 * j + 1] *= of0, oacc[4 * j + 2] *= of1, oacc[4 * j + 3] *= of1;
