@@ -178,6 +178,15 @@
 //     run again on runner_grads_mma5_wg (the products on the emulated
 //     wgmma, deferred to their wait_group in the deferred case), which must
 //     give the same bits.
+//   - TestDevtestSyntax: every program of ptx/devtest (the timing skeletons
+//     and device checks that scripts/*.sh build with nvcc on the GPU
+//     machine) parsed and type-checked by the host compiler with
+//     -fsyntax-only, as nvcc's sm_90a pass sees it (wgmma's inline PTX
+//     included), against the stand-in headers of testdata/syntax, kernel
+//     launches rewritten as calls; and a deliberately broken program
+//     rejected. It catches in CI what a session without a GPU machine
+//     would otherwise learn on its next device call; nvcc's own rules,
+//     ptxas and run time stay the GPU's.
 //
 // The TestMMA* tests are the tensor-core kernels' emulator proofs from
 // before their first GPU run; docs/mma-kernels.md has their design,

@@ -33,6 +33,12 @@
 //          chunk's, q's fragments from shared memory (milestone (b) of docs/perf-notes.md's fused forward; written
 //          in the thirty-ninth session after its device time was spent: not yet compiled, nor the s_qh and
 //          p_pv helpers that output and output16 share, moved out of output after its last compile).
+//   OWG 20-23: the third warpgroup forms the backward's dV'_local instead (dvl_side, below; fortieth session, no
+//          device lent: not yet compiled): this walk stands in for the tape walk, its U^T for dvl^T. 22 is the
+//          base (q's rows and dO copied as the tape walk copies them, the warpgroup idle), 21 the former's work
+//          with nothing waiting on it, 20 the state warps waiting for the chunk's dvl^T formed after its
+//          barrier, 23 dvl^T formed a chunk ahead. Compare 20 and 23 with 22 (their copies of U^T gone, as the
+//          fused tape walk's dvl^T reads would be) against dV'_local's own 0.53 ms at 32K.
 //   STOREHV 1: the copiers still store H^T and V'^T (the kept forward, whose backward reads them); 0: they
 //          do not (the forward alone).
 //   REGS 1: setmaxnreg: state warps 232, copiers 56, output 216 registers (at 384 threads the launch gives 168).
@@ -52,6 +58,7 @@ struct OArgs {
 	Args a;           // -W planes, k rows, U^T, gates, rstd, H^T / V'^T outputs, segments
 	const bf16* q;    // [chunk][HQK][64 tokens][128 keys] bf16
 	bf16* o;          // [chunk][HV][2 halves][64 tokens][64 columns] bf16
+	const bf16* dout; // OWG 20-22: dO [chunk][HV][2 halves][64 tokens][64 columns] bf16 (O's layout)
 };
 
 template <int N>
@@ -65,13 +72,128 @@ __device__ __forceinline__ void regs_dec() {
 
 // The shared memory: two stages (65 KB each: -W hi, lo, k rows, U^T, factors), 1 KB, two H^T / V'^T buffers
 // (48 KB), and with the output warpgroup two k-row buffers (32 KB) and two rows of column factors (512 B).
+// OWG 20-22 (the dV'_local former): two q-row and dO buffers (24 KB each) in place of the output's: 232,448 bytes,
+// all an SM gives a block.
+constexpr int kQD = 24 * KB;
 template <int OWG>
 constexpr int smem_total() {
-	return 2 * kStage + KB + 2 * kHV + (OWG ? 2 * kK + 2 * C * 4 : 0) + (OWG == 10 || OWG >= 13 ? 8 * KB : 0);
+	return OWG >= 20 ? 2 * kStage + KB + 2 * kHV + 2 * kQD
+	                 : 2 * kStage + KB + 2 * kHV + (OWG ? 2 * kK + 2 * C * 4 : 0) + (OWG == 10 || OWG >= 13 ? 8 * KB : 0);
 }
+static_assert(smem_total<20>() == 232448, "OWG 20's shared memory is all an SM gives a block");
 
 // H^T's 16-byte unit u (8 keys) of row r in the tile layout: 64-key tiles of 8 KB, units XOR r % 8.
 __device__ __forceinline__ int hoff(int r, int u) { return (u >> 3) * 8 * KB + r * 128 + (((u & 7) ^ (r & 7)) << 4); }
+
+// acc_frags: an m64n64 accumulator's 64 columns (this thread's rows r0 = 16 warp + lane / 4 and r1 = r0 + 8) as the
+// bf16 A fragments of four k16 steps, each element through v(value, row, column).
+template <class V>
+__device__ __forceinline__ void acc_frags(const float (&acc)[32], unsigned (&pf)[4][4], int r0, int r1, int t, V v) {
+#pragma unroll
+	for (int s2 = 0; s2 < 4; ++s2)
+#pragma unroll
+		for (int q = 0; q < 4; ++q) {
+			const int jj = 2 * s2 + (q >> 1), hh = q & 1, col = 8 * jj + 2 * t, row = hh ? r1 : r0;
+			pf[s2][q] = tc::pack_bf16x2(v(acc[4 * jj + 2 * hh], row, col), v(acc[4 * jj + 2 * hh + 1], row, col + 1));
+		}
+}
+
+// dvl_side: OWG 20-23's third warpgroup, the tape walk's dV'_local formed beside the chain (docs/perf-notes.md,
+// "dV'_local beside the tape walk"), on this skeleton of the forward's walk as the proxy: its U^T, read after (1)'s
+// wait, stands where the tape walk reads dvl^T. A chunk's dvl is formed from the stage's k rows and the q rows and
+// this column half's dO (copied by the copiers a chunk ahead, as the tape walk copies both today):
+//   S^T = K Q^T          8 m64n64k16 (A: k's rows as fragments from shared memory; B: q's rows, K-major)
+//   P^T = S^T (.) f_i e^(gamma_i - gamma_j) rstd_j for i >= j, else 0 (bf16 A fragments from the accumulators,
+//                        one exp an element, as gdn_dvlocal_mma_gr's decays)
+//   dvl = P^T dO         4 m64n64k16 (B: dO's rows, MN-major)
+// then dvl^T (value row f, token column j) into the stage's U^T region, fp32 [64][64] in finish_v's layout.
+//   OWG 20: chunk i's dvl formed after chunk i's barrier A; the state warps copy no U^T and wait for it at named
+//           barrier 3 before finish_v.
+//   OWG 21: the same work, dvl^T written over the chunk's q rows (dead by then); the state warps copy U^T as today
+//           and never wait: the side work's contention alone.
+//   OWG 22: the warpgroup at the barriers only, q's rows and dO still copied: the base the others are compared with.
+//   OWG 23: chunk i + 1's dvl formed during chunk i, as soon as the copiers have seen its stage land (they wait for
+//           their copies mid-chunk and arrive at named barrier 5); the state warps wait at barrier 3 + (i & 1) (two
+//           ids, since the former arrives for chunk i + 1 before the state warps may have waited for chunk i).
+template <int OWG>
+__device__ __forceinline__ void dvl_side(const OArgs& P, unsigned char* sm, int ot, int c0, int n, int h) {
+	const Args& p = P.a;
+	const int lane = ot & 31, ow = ot >> 5, g = lane >> 2, t = lane & 3, r0 = 16 * ow + g, r1 = r0 + 8;
+	unsigned char* qd = sm + 2 * kStage + KB + 2 * kHV;
+	float* sg = reinterpret_cast<float*>(sm + kW + kK + kU + 256);  // the chunk's gamma_i, a column each (past E)
+	float* sf = sg + C;                                             // and f_i = scale rstd_i
+	float cg = 0.f, cr = 0.f, gn0 = 0.f, gn1 = 0.f, rn0 = 0.f, rn1 = 0.f;  // the next chunk's, loaded a chunk ahead
+	auto prefetch = [&](int cc) {
+		const int t0 = cc * C;
+		if (ot < C) cg = p.gcum[(size_t)(t0 + ot) * HV + h], cr = p.rstd[(size_t)(t0 + ot) * HQK + h / G];
+		gn0 = p.gcum[(size_t)(t0 + r0) * HV + h], gn1 = p.gcum[(size_t)(t0 + r1) * HV + h];
+		rn0 = p.rstd[(size_t)(t0 + r0) * HQK + h / G], rn1 = p.rstd[(size_t)(t0 + r1) * HQK + h / G];
+	};
+	// form: chunk cc's dvl from stage x, dvl^T written (OWG 21: over q's rows), the state warps told (20, 23)
+	auto form = [&](int cc, int x) {
+		if (ot < C) sg[ot] = cg, sf[ot] = 0.088f * cr;
+		const float g0 = gn0, g1 = gn1, k0 = rn0, k1 = rn1;
+		tc::bar_sync(1, 128);  // the column values written
+		if (cc + 1 < c0 + n) prefetch(cc + 1);
+		const unsigned char* ks = sm + x * kStage + kW;  // k's rows (K-major, two 64-key blocks)
+		const unsigned char* qs = qd + x * kQD;          // q's rows, the same layout
+		const unsigned char* ds = qs + kK;               // dO [64 tokens][64 columns], MN-major
+		unsigned kf[8][4];
+#pragma unroll
+		for (int s2 = 0; s2 < 8; ++s2)
+#pragma unroll
+			for (int q = 0; q < 4; ++q) {
+				const int r = q & 1 ? r1 : r0, u = 2 * (s2 & 3) + (q >> 1);
+				kf[s2][q] = *reinterpret_cast<const unsigned*>(ks + (s2 >> 2) * 8 * KB + r * 128 + ((u ^ (r & 7)) << 4) + 4 * t);
+			}
+		float sacc[32], dacc[32];
+		wg::fence();
+#pragma unroll
+		for (int s2 = 0; s2 < 8; ++s2) wg::mma_m64n64k16_rs(sacc, kf[s2], bk(qs, 16 * s2), s2 > 0 ? 1 : 0);
+		wg::commit();
+		wg::wait<0>();
+		wg::fence_operand(sacc);
+		unsigned pf[4][4];
+		acc_frags(sacc, pf, r0, r1, t, [&](float a, int row, int col) {
+			const bool hi = row == r1;
+			return col >= row ? a * sf[col] * __expf(sg[col] - (hi ? g1 : g0)) * (hi ? k1 : k0) : 0.f;
+		});
+		wg::fence();
+#pragma unroll
+		for (int s2 = 0; s2 < 4; ++s2) wg::mma_m64n64k16_rs_t(dacc, pf[s2], bmn(ds, C, 16 * s2), C * 128, s2 > 0 ? 1 : 0);
+		wg::commit();
+		wg::wait<0>();
+		wg::fence_operand(dacc);
+		float* U = OWG == 21 ? reinterpret_cast<float*>(qd + x * kQD) : reinterpret_cast<float*>(sm + x * kStage + kW + kK);
+		if (OWG == 21) tc::bar_sync(2, 128);  // every warp's S^T has read the q rows it overwrites
+#pragma unroll
+		for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+			for (int hh = 0; hh < 2; ++hh) {
+				const int j = hh ? r1 : r0, f = 8 * jj + 2 * t;
+				U[f * C + j] = dacc[4 * jj + 2 * hh];
+				U[(f + 1) * C + j] = dacc[4 * jj + 2 * hh + 1];
+			}
+		if (OWG == 20) tc::bar_arrive(3, 256);                       // the state warps may read chunk cc's U^T
+		if (OWG == 23) tc::bar_arrive(3 + ((cc - c0) & 1), 256);
+	};
+	prefetch(c0);
+	if (OWG == 23) {
+		tc::bar_sync(5, 256);  // the first chunk's stage landed
+		form(c0, 0);
+	}
+#pragma unroll 1
+	for (int i = 0; i < n; ++i) {
+		const int x = i & 1;
+		__syncthreads();  // A: chunk i's stage landed (the copiers waited for and fenced their copies)
+		if (OWG == 20 || OWG == 21) form(c0 + i, x);
+		if (OWG == 23 && i + 1 < n) {
+			tc::bar_sync(5, 256);  // chunk i + 1's stage landed
+			form(c0 + i + 1, x ^ 1);
+		}
+	}
+	__syncthreads();  // E
+}
 
 template <int OWG, int STOREHV, int REGS>
 __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
@@ -99,14 +221,14 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 		float st[64];
 #pragma unroll
 		for (int i = 0; i < 64; ++i) st[i] = 0.01f * (i & 7);
-		ucopy(c0, 0);
+		if (OWG != 20 && OWG != 23) ucopy(c0, 0);  // (OWG 20, 23: U^T is the dvl former's)
 #pragma unroll 1
 		for (int i = 0; i < n; ++i) {
 			const int x = i & 1;
 			tc::cp_async_wait<0>();
 			wg::fence_proxy_async();
 			__syncthreads();  // A
-			if (i + 1 < n) ucopy(c0 + i + 1, x ^ 1);
+			if (OWG != 20 && OWG != 23 && i + 1 < n) ucopy(c0 + i + 1, x ^ 1);
 			unsigned char* W = sm + x * kStage;
 			const unsigned char* K = W + kW;
 			const float* U = reinterpret_cast<const float*>(W + kW + kK);
@@ -120,6 +242,8 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 				wg::wait<0>();
 				wg::fence_operand(a1);
 			}
+			if (OWG == 20) tc::bar_sync(3, 256);  // the dvl former's U^T of this chunk
+			if (OWG == 23) tc::bar_sync(3 + (i & 1), 256);
 			finish_v(a1, U, E, m0, lane, [&](int r, int col, unsigned v) {  // V'^T staged in its tile layout
 				*reinterpret_cast<unsigned*>(hs + 16 * KB + r * 128 + (((col >> 3) ^ (r & 7)) << 4) + (col & 7) * 2) = v;
 			});
@@ -162,7 +286,30 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 				vo[e] = *reinterpret_cast<const uint4*>(stg + 16 * KB + r * 128 + ((u ^ (r & 7)) << 4));
 			}
 		};
+		// OWG 20-22: q's rows (swizzled as k's) and this half's dO of chunk cc into buffer xx, a commit group
+		auto qdcopy = [&](int cc, int xx) {
+			unsigned char* dq = sm + 2 * kStage + KB + 2 * kHV + xx * kQD;
+			const unsigned char* sq = reinterpret_cast<const unsigned char*>(P.q + ((size_t)cc * HQK + h / G) * C * D);
+			const unsigned char* sd = reinterpret_cast<const unsigned char*>(P.dout + obase(cc) * C * VH);
+#pragma unroll 4
+			for (int e = ct; e < C * D / 8; e += 128) {
+				const int r = e >> 4, u = e & 15;
+				tc::cp_async16(dq + (u >> 3) * 8 * KB + r * 128 + (((u & 7) ^ (r & 7)) << 4), sq + 16 * e);
+			}
+#pragma unroll 4
+			for (int e = ct; e < C * VH / 8; e += 128) {
+				const int r = e >> 3, u = e & 7;
+				tc::cp_async16(dq + kK + r * 128 + ((u ^ (r & 7)) << 4), sd + 16 * e);
+			}
+			tc::cp_async_commit();
+		};
 		issue_any<2, 0, 128, 7>(p, sm, nullptr, c0, 0, h, half, 3, ct);
+		if (OWG >= 20) qdcopy(c0, 0);
+		if (OWG == 23) {  // the dvl former starts on the first chunk before the loop
+			tc::cp_async_wait<0>();
+			wg::fence_proxy_async();
+			tc::bar_arrive(5, 256);
+		}
 		gates(c0);
 		efin(0);
 #pragma unroll 1
@@ -173,13 +320,22 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 			__syncthreads();  // A
 			if (i + 1 < n) {
 				issue_any<2, 0, 128, 7>(p, sm, nullptr, c + 1, x ^ 1, h, half, 3, ct);
+				if (OWG >= 20) qdcopy(c + 1, x ^ 1);
 				gates(c + 1);
 			}
 			if (STOREHV && i > 0) store_buf(outb + (x ^ 1) * kHV, obase(c - 1));
 			if (i + 1 < n) efin(x ^ 1);
+			if (OWG == 23 && i + 1 < n) {  // the next chunk's stage landed: the dvl former may start on it
+				tc::cp_async_wait<0>();
+				wg::fence_proxy_async();
+				tc::bar_arrive(5, 256);
+			}
 		}
 		__syncthreads();  // E
 		if (STOREHV) store_buf(outb + ((n - 1) & 1) * kHV, obase(c0 + n - 1));
+	} else if (OWG >= 20) {  // ---- the dvl former ----
+		if (REGS) regs_inc<216>();
+		dvl_side<OWG>(P, sm, tid - 256, c0, n, h);
 	} else if (OWG) {  // ---- the output warpgroup ----
 		if (REGS) regs_inc<216>();
 		const int ot = tid - 256, ow = ot >> 5, r0 = 16 * ow + g, r1 = r0 + 8;
@@ -269,15 +425,7 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 		// O += P V' (B: the staged V'^T at hs + 16 KB), waited.
 		auto p_pv = [&](const float(&sacc)[32], float(&oacc)[32], const float* cfx, const unsigned char* hs) {
 			unsigned pf[4][4];
-#pragma unroll
-			for (int s2 = 0; s2 < 4; ++s2)
-#pragma unroll
-				for (int q = 0; q < 4; ++q) {
-					const int jj = 2 * s2 + (q >> 1), hh = q & 1, col = 8 * jj + 2 * t, row = hh ? r1 : r0;
-					const float v0 = col <= row ? sacc[4 * jj + 2 * hh] * cfx[col] : 0.f;
-					const float v1 = col + 1 <= row ? sacc[4 * jj + 2 * hh + 1] * cfx[col + 1] : 0.f;
-					pf[s2][q] = tc::pack_bf16x2(v0, v1);
-				}
+			acc_frags(sacc, pf, r0, r1, t, [&](float a, int row, int col) { return col <= row ? a * cfx[col] : 0.f; });
 			wg::fence();
 #pragma unroll
 			for (int s2 = 0; s2 < 4; ++s2) wg::mma_m64n64k16_rs(oacc, pf[s2], bk(hs + 16 * KB, 16 * s2));
@@ -482,6 +630,7 @@ int main() {
 		a.gcum = reinterpret_cast<const float*>(alloc((size_t)total * C * HV * 4, 5));
 		a.rstd = reinterpret_cast<const float*>(alloc((size_t)total * C * HQK * 4, 6));
 		o.q = reinterpret_cast<const bf16*>(alloc((size_t)total * HQK * C * D * 2, 7));
+		o.dout = reinterpret_cast<const bf16*>(alloc((size_t)total * HV * 2 * C * VH * 2, 8));
 		CK(cudaMalloc(&o.o, (size_t)total * HV * 2 * C * VH * sizeof(bf16)));
 		CK(cudaDeviceSynchronize());
 		const int ncta = (int)pk.segs.size() * HV * 2, nlong = pk.segs[0];
@@ -506,10 +655,14 @@ int main() {
 		wout::run<4, 0, 1>(o, ncta, nlong, pk.name, "  the warpgroup at the barriers only");
 		wout::run<5, 0, 1>(o, ncta, nlong, pk.name, "  the warpgroup's loads (k, q, factors) only");
 		wout::run<4, 0, 0>(o, ncta, nlong, pk.name, "  at the barriers only, no setmaxnreg");
+		wout::run<22, 1, 1>(o, ncta, nlong, pk.name, "walk + q rows, dO copied; 3rd wg at the barriers");
+		wout::run<21, 1, 1>(o, ncta, nlong, pk.name, "  + dvl formed beside, not waited (contention)");
+		wout::run<20, 1, 1>(o, ncta, nlong, pk.name, "  + dvl formed beside as U^T, the chain waits");
+		wout::run<23, 1, 1>(o, ncta, nlong, pk.name, "  + dvl formed a chunk ahead as U^T");
 		wout::run<0, 1, 0>(o, ncta, nlong, pk.name, "walk (today's shape) again");
 		CK(cudaDeviceSynchronize());
 		for (const void* ptr : {(const void*)a.w, (const void*)a.k, (const void*)a.u, (const void*)a.e, (const void*)a.gcum,
-		                        (const void*)a.rstd, (const void*)o.q})
+		                        (const void*)a.rstd, (const void*)o.q, (const void*)o.dout})
 			CK(cudaFree((void*)ptr));
 		CK(cudaFree(a.hout));
 		CK(cudaFree(a.vout));
