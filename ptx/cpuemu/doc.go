@@ -187,6 +187,10 @@
 //     rejected. It catches in CI what a session without a GPU machine
 //     would otherwise learn on its next device call; nvcc's own rules,
 //     ptxas and run time stay the GPU's.
+//   - TestKernelSyntax: the blobs' translation unit (gdnkcp.cu) the same
+//     way for sm_90a, sm_100a and compute_80, so the inline PTX branches
+//     that the emulator never compiles (wgmma, stmatrix, mma.sync) meet a
+//     compiler before a blob rebuild on the GPU machine.
 //
 // The TestMMA* tests are the tensor-core kernels' emulator proofs from
 // before their first GPU run; docs/mma-kernels.md has their design,

@@ -39,12 +39,15 @@ func syntaxCopy(t *testing.T, src, dst string, exts ...string) int {
 	return n
 }
 
-// syntaxCheck runs the host compiler over one program as the GPU machine's nvcc would see it for sm_90a
-// (__CUDA_ARCH__ 900 with the sm_90a feature macro, so wgmma.cuh's inline-PTX branch), with the stand-in
-// headers of testdata/syntax, parsing and type-checking only.
-func syntaxCheck(cxx, inc, path string) ([]byte, error) {
-	cmd := exec.Command(cxx, "-std=c++17", "-fsyntax-only", "-x", "c++", "-I", "testdata/syntax", "-I", inc,
-		"-D__CUDA_ARCH__=900", "-D__CUDA_ARCH_FEAT_SM90_ALL", path)
+// sm90a is the macros of nvcc's device pass for sm_90a: __CUDA_ARCH__ 900 with the sm_90a feature macro, so
+// wgmma.cuh's inline-PTX branch.
+var sm90a = []string{"-D__CUDA_ARCH__=900", "-D__CUDA_ARCH_FEAT_SM90_ALL"}
+
+// syntaxCheck runs the host compiler over one source as the GPU machine's nvcc would see it in the device pass
+// that the macros arch name, with the stand-in headers of testdata/syntax, parsing and type-checking only.
+func syntaxCheck(cxx, inc, path string, arch []string) ([]byte, error) {
+	args := append([]string{"-std=c++17", "-fsyntax-only", "-x", "c++", "-I", "testdata/syntax", "-I", inc}, arch...)
+	cmd := exec.Command(cxx, append(args, path)...)
 	return cmd.CombinedOutput()
 }
 
@@ -73,7 +76,7 @@ int main() { k<<<1, 128>>>(nullptr); return 0; }
 		require.Len(t, launchRE.FindAll(src, -1), 1)
 		bad := filepath.Join(root, "devtest", "broken_probe.cu")
 		require.NoError(t, os.WriteFile(bad, launchRE.ReplaceAll(src, nil), 0o644))
-		out, err := syntaxCheck(cxx, inc, bad)
+		out, err := syntaxCheck(cxx, inc, bad, sm90a)
 		require.Error(t, err, "a fragment of the wrong shape passed: %s", out)
 		require.Contains(t, string(out), "mma_m64n64k16_rs")
 	})
@@ -81,8 +84,33 @@ int main() { k<<<1, 128>>>(nullptr); return 0; }
 		name := filepath.Base(f)
 		t.Run(strings.TrimSuffix(name, ".cu"), func(t *testing.T) {
 			t.Parallel()
-			out, err := syntaxCheck(cxx, inc, filepath.Join(root, "devtest", name))
+			out, err := syntaxCheck(cxx, inc, filepath.Join(root, "devtest", name), sm90a)
 			require.NoError(t, err, "ptx/devtest/%s does not compile as C++:\n%s", name, out)
+		})
+	}
+}
+
+// TestKernelSyntax parses and type-checks the blobs' one translation unit (ptx/src/gdnkcp.cu, or CPUEMU_SRC's)
+// with the host compiler for each kind of target tools/ptxgen builds, as nvcc's device pass for it sees the
+// sources: the emulator tests compile the kernels on their CPU path only, so the inline PTX of the sm_90a
+// branches (wgmma, stmatrix, setmaxnreg) and of the portable one (mma.sync, ldmatrix, cp.async) would otherwise
+// meet a compiler first on the GPU machine, at a blob rebuild. nvcc's own rules and ptxas stay the GPU's.
+func TestKernelSyntax(t *testing.T) {
+	cxx := compiler(t)
+	tu := filepath.Join(srcDir(), "gdnkcp.cu")
+	require.FileExists(t, tu)
+	for _, tc := range []struct {
+		name string
+		arch []string
+	}{
+		{"sm_90a", sm90a},
+		{"sm_100a", []string{"-D__CUDA_ARCH__=1000", "-D__CUDA_ARCH_FEAT_SM100_ALL"}},
+		{"compute_80", []string{"-D__CUDA_ARCH__=800"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := syntaxCheck(cxx, srcDir(), tu, tc.arch)
+			require.NoError(t, err, "%s does not compile as C++ for %s:\n%s", tu, tc.name, out)
 		})
 	}
 }
