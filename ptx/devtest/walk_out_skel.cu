@@ -33,11 +33,11 @@
 //          chunk's, q's fragments from shared memory (milestone (b) of docs/perf-notes.md's fused forward; written
 //          in the thirty-ninth session after its device time was spent: not yet compiled, nor the s_qh and
 //          p_pv helpers that output and output16 share, moved out of output after its last compile).
-//   OWG 20-23: the third warpgroup forms the backward's dV'_local instead (dvl_side, below; fortieth session, no
+//   OWG 20-24: the third warpgroup forms the backward's dV'_local instead (dvl_side, below; fortieth session, no
 //          device lent: not yet compiled): this walk stands in for the tape walk, its U^T for dvl^T. 22 is the
 //          base (q's rows and dO copied as the tape walk copies them, the warpgroup idle), 21 the former's work
 //          with nothing waiting on it, 20 the state warps waiting for the chunk's dvl^T formed after its
-//          barrier, 23 dvl^T formed a chunk ahead. Compare 20 and 23 with 22 (their copies of U^T gone, as the
+//          barrier, 23 dvl^T formed a chunk ahead, 24 the same by the copying warpgroup (no third). Compare 20 and 23 with 22 (their copies of U^T gone, as the
 //          fused tape walk's dvl^T reads would be) against dV'_local's own 0.53 ms at 32K.
 //   STOREHV 1: the copiers still store H^T and V'^T (the kept forward, whose backward reads them); 0: they
 //          do not (the forward alone).
@@ -115,22 +115,31 @@ __device__ __forceinline__ void acc_frags(const float (&acc)[32], unsigned (&pf)
 //   OWG 23: chunk i + 1's dvl formed during chunk i, as soon as the copiers have seen its stage land (they wait for
 //           their copies mid-chunk and arrive at named barrier 5); the state warps wait at barrier 3 + (i & 1) (two
 //           ids, since the former arrives for chunk i + 1 before the state warps may have waited for chunk i).
+//   OWG 24: 23's former run by the copying warpgroup itself once its copies have landed, after its stores: no third
+//           warpgroup (256 threads, no setmaxnreg, the launch as today's tape walk's).
+// DvlFormer: the former's state for warpgroup thread ot (0..127) of a CTA: prefetch(cc) loads chunk cc's gates and
+// rstd into registers; form(cc, x) forms chunk cc's dvl from stage x and writes dvl^T, then tells the state warps
+// (OWG 20: barrier 3; 23, 24: barrier 3 + the chunk's parity within the segment).
 template <int OWG>
-__device__ __forceinline__ void dvl_side(const OArgs& P, unsigned char* sm, int ot, int c0, int n, int h) {
-	const Args& p = P.a;
-	const int lane = ot & 31, ow = ot >> 5, g = lane >> 2, t = lane & 3, r0 = 16 * ow + g, r1 = r0 + 8;
-	unsigned char* qd = sm + 2 * kStage + KB + 2 * kHV;
-	float* sg = reinterpret_cast<float*>(sm + kW + kK + kU + 256);  // the chunk's gamma_i, a column each (past E)
-	float* sf = sg + C;                                             // and f_i = scale rstd_i
+struct DvlFormer {
+	const OArgs& P;
+	unsigned char* sm;
+	int ot, c0, n, h;
 	float cg = 0.f, cr = 0.f, gn0 = 0.f, gn1 = 0.f, rn0 = 0.f, rn1 = 0.f;  // the next chunk's, loaded a chunk ahead
-	auto prefetch = [&](int cc) {
-		const int t0 = cc * C;
+
+	__device__ __forceinline__ void prefetch(int cc) {
+		const Args& p = P.a;
+		const int g = (ot & 31) >> 2, r0 = 16 * (ot >> 5) + g, r1 = r0 + 8, t0 = cc * C;
 		if (ot < C) cg = p.gcum[(size_t)(t0 + ot) * HV + h], cr = p.rstd[(size_t)(t0 + ot) * HQK + h / G];
 		gn0 = p.gcum[(size_t)(t0 + r0) * HV + h], gn1 = p.gcum[(size_t)(t0 + r1) * HV + h];
 		rn0 = p.rstd[(size_t)(t0 + r0) * HQK + h / G], rn1 = p.rstd[(size_t)(t0 + r1) * HQK + h / G];
-	};
-	// form: chunk cc's dvl from stage x, dvl^T written (OWG 21: over q's rows), the state warps told (20, 23)
-	auto form = [&](int cc, int x) {
+	}
+
+	__device__ __forceinline__ void form(int cc, int x) {
+		const int lane = ot & 31, g = lane >> 2, t = lane & 3, r0 = 16 * (ot >> 5) + g, r1 = r0 + 8;
+		unsigned char* qd = sm + 2 * kStage + KB + 2 * kHV;
+		float* sg = reinterpret_cast<float*>(sm + kW + kK + kU + 256);  // the chunk's gamma_i, a column each (past E)
+		float* sf = sg + C;                                             // and f_i = scale rstd_i
 		if (ot < C) sg[ot] = cg, sf[ot] = 0.088f * cr;
 		const float g0 = gn0, g1 = gn1, k0 = rn0, k1 = rn1;
 		tc::bar_sync(1, 128);  // the column values written
@@ -174,30 +183,36 @@ __device__ __forceinline__ void dvl_side(const OArgs& P, unsigned char* sm, int 
 				U[f * C + j] = dacc[4 * jj + 2 * hh];
 				U[(f + 1) * C + j] = dacc[4 * jj + 2 * hh + 1];
 			}
-		if (OWG == 20) tc::bar_arrive(3, 256);                       // the state warps may read chunk cc's U^T
-		if (OWG == 23) tc::bar_arrive(3 + ((cc - c0) & 1), 256);
-	};
-	prefetch(c0);
+		if (OWG == 20) tc::bar_arrive(3, 256);  // the state warps may read chunk cc's U^T
+		if (OWG >= 23) tc::bar_arrive(3 + ((cc - c0) & 1), 256);
+	}
+};
+
+// dvl_side: OWG 20-23's third warpgroup (thread ot) runs the former beside the chain, to the chunk barriers.
+template <int OWG>
+__device__ __forceinline__ void dvl_side(const OArgs& P, unsigned char* sm, int ot, int c0, int n, int h) {
+	DvlFormer<OWG> f{P, sm, ot, c0, n, h};
+	f.prefetch(c0);
 	if (OWG == 23) {
 		tc::bar_sync(5, 256);  // the first chunk's stage landed
-		form(c0, 0);
+		f.form(c0, 0);
 	}
 #pragma unroll 1
 	for (int i = 0; i < n; ++i) {
 		const int x = i & 1;
 		__syncthreads();  // A: chunk i's stage landed (the copiers waited for and fenced their copies)
-		if (OWG == 20 || OWG == 21) form(c0 + i, x);
+		if (OWG == 20 || OWG == 21) f.form(c0 + i, x);
 		if (OWG == 23 && i + 1 < n) {
 			tc::bar_sync(5, 256);  // chunk i + 1's stage landed
-			form(c0 + i + 1, x ^ 1);
+			f.form(c0 + i + 1, x ^ 1);
 		}
 	}
 	__syncthreads();  // E
 }
 
 template <int OWG, int STOREHV, int REGS>
-__global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
-	constexpr int NT = OWG ? 384 : 256;
+__global__ void __launch_bounds__(OWG && OWG != 24 ? 384 : 256, 1) walk_out(OArgs P) {
+	constexpr int NT = OWG && OWG != 24 ? 384 : 256;
 	extern __shared__ __align__(1024) unsigned char sm[];
 	const Args& p = P.a;
 	const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -221,14 +236,14 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 		float st[64];
 #pragma unroll
 		for (int i = 0; i < 64; ++i) st[i] = 0.01f * (i & 7);
-		if (OWG != 20 && OWG != 23) ucopy(c0, 0);  // (OWG 20, 23: U^T is the dvl former's)
+		if (OWG != 20 && OWG < 23) ucopy(c0, 0);  // (OWG 20, 23, 24: U^T is the dvl former's)
 #pragma unroll 1
 		for (int i = 0; i < n; ++i) {
 			const int x = i & 1;
 			tc::cp_async_wait<0>();
 			wg::fence_proxy_async();
 			__syncthreads();  // A
-			if (OWG != 20 && OWG != 23 && i + 1 < n) ucopy(c0 + i + 1, x ^ 1);
+			if (OWG != 20 && OWG < 23 && i + 1 < n) ucopy(c0 + i + 1, x ^ 1);
 			unsigned char* W = sm + x * kStage;
 			const unsigned char* K = W + kW;
 			const float* U = reinterpret_cast<const float*>(W + kW + kK);
@@ -243,7 +258,7 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 				wg::fence_operand(a1);
 			}
 			if (OWG == 20) tc::bar_sync(3, 256);  // the dvl former's U^T of this chunk
-			if (OWG == 23) tc::bar_sync(3 + (i & 1), 256);
+			if (OWG >= 23) tc::bar_sync(3 + (i & 1), 256);
 			finish_v(a1, U, E, m0, lane, [&](int r, int col, unsigned v) {  // V'^T staged in its tile layout
 				*reinterpret_cast<unsigned*>(hs + 16 * KB + r * 128 + (((col >> 3) ^ (r & 7)) << 4) + (col & 7) * 2) = v;
 			});
@@ -305,10 +320,15 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 		};
 		issue_any<2, 0, 128, 7>(p, sm, nullptr, c0, 0, h, half, 3, ct);
 		if (OWG >= 20) qdcopy(c0, 0);
-		if (OWG == 23) {  // the dvl former starts on the first chunk before the loop
+		DvlFormer<OWG> former{P, sm, ct, c0, n, h};  // OWG 24: the copiers form dvl themselves
+		if (OWG == 23 || OWG == 24) {  // the dvl former starts on the first chunk before the loop
 			tc::cp_async_wait<0>();
 			wg::fence_proxy_async();
-			tc::bar_arrive(5, 256);
+			if (OWG == 23) tc::bar_arrive(5, 256);
+			if (OWG == 24) {
+				former.prefetch(c0);
+				former.form(c0, 0);
+			}
 		}
 		gates(c0);
 		efin(0);
@@ -325,18 +345,19 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 			}
 			if (STOREHV && i > 0) store_buf(outb + (x ^ 1) * kHV, obase(c - 1));
 			if (i + 1 < n) efin(x ^ 1);
-			if (OWG == 23 && i + 1 < n) {  // the next chunk's stage landed: the dvl former may start on it
+			if ((OWG == 23 || OWG == 24) && i + 1 < n) {  // the next chunk's stage landed: the former may start on it
 				tc::cp_async_wait<0>();
 				wg::fence_proxy_async();
-				tc::bar_arrive(5, 256);
+				if (OWG == 23) tc::bar_arrive(5, 256);
+				if (OWG == 24) former.form(c + 1, x ^ 1);
 			}
 		}
 		__syncthreads();  // E
 		if (STOREHV) store_buf(outb + ((n - 1) & 1) * kHV, obase(c0 + n - 1));
-	} else if (OWG >= 20) {  // ---- the dvl former ----
+	} else if (OWG >= 20 && OWG <= 23) {  // ---- the dvl former ----
 		if (REGS) regs_inc<216>();
 		dvl_side<OWG>(P, sm, tid - 256, c0, n, h);
-	} else if (OWG) {  // ---- the output warpgroup ----
+	} else if (OWG && OWG < 20) {  // ---- the output warpgroup ----
 		if (REGS) regs_inc<216>();
 		const int ot = tid - 256, ow = ot >> 5, r0 = 16 * ow + g, r1 = r0 + 8;
 		unsigned char* osb = reinterpret_cast<unsigned char*>(cf + 2 * C);  // OWG 10: O's staging
@@ -600,7 +621,7 @@ __global__ void __launch_bounds__(OWG ? 384 : 256, 1) walk_out(OArgs P) {
 template <int OWG, int STOREHV, int REGS>
 static void run(const OArgs& a, int ncta, int nlong, const char* pack, const char* name) {
 	auto k = walk_out<OWG, STOREHV, REGS>;
-	constexpr int nt = OWG ? 384 : 256, smem = smem_total<OWG>();
+	constexpr int nt = OWG && OWG != 24 ? 384 : 256, smem = smem_total<OWG>();
 	cudaFuncAttributes fa;
 	int per_sm;
 	kernel_setup(k, nt, smem, fa, per_sm);
@@ -659,6 +680,7 @@ int main() {
 		wout::run<21, 1, 1>(o, ncta, nlong, pk.name, "  + dvl formed beside, not waited (contention)");
 		wout::run<20, 1, 1>(o, ncta, nlong, pk.name, "  + dvl formed beside as U^T, the chain waits");
 		wout::run<23, 1, 1>(o, ncta, nlong, pk.name, "  + dvl formed a chunk ahead as U^T");
+		wout::run<24, 1, 0>(o, ncta, nlong, pk.name, "  the same formed by the copiers (256 threads)");
 		wout::run<0, 1, 0>(o, ncta, nlong, pk.name, "walk (today's shape) again");
 		CK(cudaDeviceSynchronize());
 		for (const void* ptr : {(const void*)a.w, (const void*)a.k, (const void*)a.u, (const void*)a.e, (const void*)a.gcum,
