@@ -178,6 +178,14 @@
 //     run again on runner_grads_mma5_wg (the products on the emulated
 //     wgmma, deferred to their wait_group in the deferred case), which must
 //     give the same bits.
+//   - TestTapeFormerOnCPU: the tape walk's dV'_local former
+//     (ptx/staging/tape_dvl_former.patch; skipped until it is applied):
+//     gdn_dvlocal_form's dvl against gdn_dvlocal_bwd's (dvlMMATol), its
+//     gap rows untouched; gdn_tape_walk_planes_hf (vh 64, the former on the
+//     copying warpgroup a chunk ahead) bit for bit gdn_tape_walk_planes_w128_h
+//     on that dvl, alone and split between the two entries, in both
+//     runners, cp.async and wgmma deferred in one case; its D, dV' and start
+//     adjoints within tapeHiTol of float64.
 //   - TestDevtestSyntax: every program of ptx/devtest (the timing skeletons
 //     and device checks that scripts/*.sh build with nvcc on the GPU
 //     machine) parsed and type-checked by the host compiler with

@@ -74,19 +74,7 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 		j.poison(o.name, poisonF32)
 	}
 	outPlanes(j, "", l.NC, HQK, HV)
-	for _, p := range []string{"ref_", "p64_", "p128_", "pmix_", "h64_", "h128_"} {
-		for _, o := range []bufSpec{{"d_chunk", 4 * l.NC * HV * dHead * dHead}, {"dvnew", 4 * T * HV * dHead},
-			{"dstart", 4 * l.NS * HV * dHead * dHead}, {"dvnewp", l.NC * HV * tokenSlotBlock},
-			{"dvnew16", l.NC * HV * tokenSlotBlock / 2}, {"d16", 2 * l.NC * HV * dHead * dHead},
-			{"out_pt", 4 * len(off) * HV * dHead * dHead}, {"out_r", 4 * len(off) * HV * dHead * dHead}} {
-			j.out(p+o.name, o.elems)
-			if o.name == "dvnew16" || o.name == "d16" {
-				j.poison(p+o.name, poisonBF16x2)
-			} else {
-				j.poison(p+o.name, poisonF32)
-			}
-		}
-	}
+	addTapeOuts(j, l, HV, len(off), "ref_", "p64_", "p128_", "pmix_", "h64_", "h128_")
 	scale := f32a(d.scale)
 	launchL2NormPrep(j, d)
 	j.launch("dvlocal", "gdn_dvlocal_bwd", grid3(l.NC, HV, 1), 256, "kDvlSmem",
@@ -162,6 +150,27 @@ func addTapePlanes(j *job, d *gdnData, dend []float32, offList []int) {
 	}
 }
 
+// addTapeOuts adds, poisoned, the tape walk's outputs under each prefix (tapePlaneOuts' names; with nOff > 0 the
+// offset walk's over nOff listed segments too), bytes sized for layout l and HV value heads.
+func addTapeOuts(j *job, l *layout, HV, nOff int, prefixes ...string) {
+	for _, p := range prefixes {
+		outs := []bufSpec{{"d_chunk", 4 * l.NC * HV * dHead * dHead}, {"dvnew", 4 * l.T * HV * dHead},
+			{"dstart", 4 * l.NS * HV * dHead * dHead}, {"dvnewp", l.NC * HV * tokenSlotBlock},
+			{"dvnew16", l.NC * HV * tokenSlotBlock / 2}, {"d16", 2 * l.NC * HV * dHead * dHead}}
+		if nOff > 0 {
+			outs = append(outs, bufSpec{"out_pt", 4 * nOff * HV * dHead * dHead}, bufSpec{"out_r", 4 * nOff * HV * dHead * dHead})
+		}
+		for _, o := range outs {
+			j.out(p+o.name, o.elems)
+			if o.name == "dvnew16" || o.name == "d16" {
+				j.poison(p+o.name, poisonBF16x2)
+			} else {
+				j.poison(p+o.name, poisonF32)
+			}
+		}
+	}
+}
+
 // tapeHiTol bounds the single-product tape walk (gdn_tape_walk_planes_h)
 // against float64: its operands' bf16 rounding, ~2^-9 a product, held in
 // fp32 across the chunks.
@@ -184,29 +193,8 @@ const tapeHiTol = 5e-3
 // name CTAs of the full launch); the log shows wgmma in the wgmma runner
 // only.
 func TestTapePlanesOnCPU(t *testing.T) {
-	if !haveEmuWGMMA() {
-		t.Skipf("%s/wgmma.cuh does not route wgmma to the emulator (no GDNKCP_EMU_WGMMA)", srcDir())
-	}
-	wgBin := built(t, "runner_bwalk_mma_wg")
-	ptBin := built(t, "runner_bwalk_mma")
-	for i := range fwdCases {
-		c := &fwdCases[i]
-		deferred := c.name == "no_l2norm"
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			d := newData(t, c)
-			dend := randomStates(d.l.NS*c.hv, 13)
-			run := func(bin string, env []string) *result {
-				j := newJob(t)
-				j.env = env
-				addTapePlanes(j, d, dend, c.offList)
-				return j.run(bin)
-			}
-			var wgEnv, ptEnv []string
-			if deferred {
-				wgEnv, ptEnv = []string{cpAsyncDeferred, wgmmaDeferred}, []string{cpAsyncDeferred}
-			}
-			rw, rp := run(wgBin, wgEnv), run(ptBin, ptEnv)
+	forTapeCases(t, func(j *job, d *gdnData, dend []float32) { addTapePlanes(j, d, dend, d.c.offList) },
+		func(t *testing.T, c *gdnCase, d *gdnData, dend []float32, rw, rp *result) {
 			t.Logf("wgmma runner:\n%s\nportable runner:\n%s", rw.log, rp.log)
 			l, HV := d.l, c.hv
 			for _, vh := range []int{64, 128} {
@@ -281,6 +269,37 @@ func TestTapePlanesOnCPU(t *testing.T) {
 			requireRel(t, et, "h64_out_pt", widen(rw.f32s("h64_out_pt")), pt, tapeHiTol)
 			requireRel(t, et, "h64_out_r", widen(rw.f32s("h64_out_r")), rr, tapeHiTol)
 			et.log(t)
+		})
+}
+
+// forTapeCases runs, for every case of fwdCases in parallel, the job that add builds (on the case's data and
+// random terminal adjoints dend) in runner_bwalk_mma_wg (wgmma emulated) and runner_bwalk_mma (wgmma.cuh's
+// portable products), with cp.async and wgmma deferred to their waits in the "no_l2norm" case, and hands both
+// results to check. It skips where the sources' wgmma.cuh cannot run on the emulator.
+func forTapeCases(t *testing.T, add func(j *job, d *gdnData, dend []float32),
+	check func(t *testing.T, c *gdnCase, d *gdnData, dend []float32, rw, rp *result)) {
+	if !haveEmuWGMMA() {
+		t.Skipf("%s/wgmma.cuh does not route wgmma to the emulator (no GDNKCP_EMU_WGMMA)", srcDir())
+	}
+	wgBin := built(t, "runner_bwalk_mma_wg")
+	ptBin := built(t, "runner_bwalk_mma")
+	for i := range fwdCases {
+		c := &fwdCases[i]
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d := newData(t, c)
+			dend := randomStates(d.l.NS*c.hv, 13)
+			run := func(bin string, env []string) *result {
+				j := newJob(t)
+				j.env = env
+				add(j, d, dend)
+				return j.run(bin)
+			}
+			var wgEnv, ptEnv []string
+			if c.name == "no_l2norm" {
+				wgEnv, ptEnv = []string{cpAsyncDeferred, wgmmaDeferred}, []string{cpAsyncDeferred}
+			}
+			check(t, c, d, dend, run(wgBin, wgEnv), run(ptBin, ptEnv))
 		})
 	}
 }

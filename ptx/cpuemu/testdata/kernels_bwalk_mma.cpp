@@ -34,3 +34,18 @@ emu::Registrar bwalk_mma_kernels(
         {"tape_planes_smem(128)", gdnkcp::tapep::tape_planes_smem(128)},
     });
 }  // namespace
+
+// The tape walk's dV'_local former (gdn_tape_walk_planes_hf) and its kernel (gdn_dvlocal_form), where the sources
+// hold them (ptx/staging/tape_dvl_former.patch applied): TestTapeFormerOnCPU (tape_former_test.go) skips without.
+#if __has_include("dvl_former.cuh")
+namespace {
+emu::Registrar tape_former_kernels(
+    {
+        EMU_KERNEL(gdnkcp::tapep, gdn_tape_walk_planes_hf),
+        EMU_KERNEL(gdnkcp::tapep, gdn_dvlocal_form),
+    },
+    {
+        {"kDvlFormSmem", gdnkcp::tapep::kDvlFormSmem},
+    });
+}  // namespace
+#endif
