@@ -35,7 +35,7 @@ func addTapeFormer(j *job, d *gdnData) {
 	rows := []string{bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride),
 		buf("q_rstd")}
 	j.launch("dvlocal_form", "gdn_dvlocal_form", grid3(l.NC, HV, 1), 256, "kDvlFormSmem",
-		slices.Concat(rows, []string{buf("gcum"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"), buf("dvlf"),
+		slices.Concat(rows[3:], rows[:3], []string{buf("gcum"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"), buf("dvlf"),
 			i32a(HQK), i32a(HV), scale})...)
 	tabs := []string{buf("chunk_tok0"), buf("chunk_len"), buf("seg_chunk0"), buf("seg_nchunk"), buf("dend")}
 	tape := func(label, entry string, g [3]int, vh int, dvl, p, order string) {
