@@ -102,6 +102,14 @@ const (
 	entryTapePlanesH    = "gdn_tape_walk_planes_h"
 	entryTapePlanesH128 = "gdn_tape_walk_planes_w128_h"
 	entryOffsetPlanesH  = "gdn_offset_walk_planes_h"
+	// entryTapePlanesHF: entryTapePlanesH (vh 64) forming dV'_local itself on
+	// its copying warpgroup a chunk ahead, reading no dvl (GPUOptions.TapeFormer);
+	// entryDVLocalForm: gdn_dvlocal_form, the same former's dvl in a kernel,
+	// for the walks that read dvl beside it (vh 128, the offset walk): grid
+	// (NC, HV), dvlocalFormSmem, gdn_dvlocal_mma_gr's arguments. Both in
+	// ptx/staging/tape_dvl_former.patch until a blob build lands them.
+	entryTapePlanesHF = "gdn_tape_walk_planes_hf"
+	entryDVLocalForm  = "gdn_dvlocal_form"
 	// entryOffsetPlanes: the offset walk on them (the same file).
 	entryOffsetPlanes = "gdn_offset_walk_planes"
 	entryDVLocalMMA   = "gdn_dvlocal_mma"
@@ -191,6 +199,10 @@ const (
 	// dvlocalMMAGRSmem is kDvlMMAGRSmem: dvlocalMMAGSmem and the 64 l2norm
 	// factors of q and of k, 82944 (two CTAs an SM).
 	dvlocalMMAGRSmem = 82944
+	// dvlocalFormSmem is kDvlFormSmem (gdn_tape_planes.cu with the former):
+	// k's and q's rows, two dO halves, gamma and f, 1008 bytes of
+	// alignment: 50672.
+	dvlocalFormSmem = 50672
 	// chunkGradMMASmem is kGradMMASmem (gdn_chunk_grads_mma.cu): 227136
 	// (one CTA an SM).
 	chunkGradMMASmem = 227136
@@ -296,9 +308,9 @@ func (o *GPUOptions) setSwitches(name string) error {
 }
 
 // kernelFlags are the kernel switches of o, for comparing choices.
-func (o GPUOptions) kernelFlags() [12]bool {
-	return [12]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
-		o.MMAForward5, o.MMAGroupedGrads, o.SplitGrads, o.SplitTape, o.SplitDvLocal, o.FP32QKGrads}
+func (o GPUOptions) kernelFlags() [13]bool {
+	return [13]bool{o.TensorCoreWalks, o.TensorCoreChunk, o.MMAWalks, o.MMAChunk, o.MMABackwardWalks, o.MMABackwardChunk,
+		o.MMAForward5, o.MMAGroupedGrads, o.SplitGrads, o.SplitTape, o.SplitDvLocal, o.FP32QKGrads, o.TapeFormer}
 }
 
 // gpuEntry is a kernel the backend resolves and the most dynamic shared
@@ -322,6 +334,11 @@ type kernelSet struct {
 	// entries where they are not tape, tape128 and offset
 	// (GPUOptions.SplitTape unset: tapeEntryFor, offsetEntryFor).
 	tapeHi, tapeHi128, offsetHi string
+	// tapeForm, dvlocalForm: the core stage's vh 64 tape walk that forms
+	// dV'_local itself (in tapeHi's place) and the kernel that gives the
+	// walks reading dvl beside it the same bits (in dvlocal's place, and
+	// launched only where such a walk runs: formerDvl), GPUOptions.TapeFormer.
+	tapeForm, dvlocalForm string
 	// bwalkPlanes: the offset and tape walks are gdn_offset_walk_planes and
 	// gdn_tape_walk_planes, which read the forward's -W and K^T walk planes
 	// (rk.wp, rk.wk) and q's bf16 rows with q_rstd in place of fp32 W, Kt
@@ -446,6 +463,9 @@ func (o GPUOptions) kernelSet() kernelSet {
 			}
 			if !o.SplitDvLocal && ks.bwalkPlanes {
 				ks.dvlocal, ks.dvlocalSmem, ks.dvlocalKt, ks.rawQKDvLocal = entryDVLocalMMAGR, dvlocalMMAGRSmem, false, true
+			}
+			if o.TapeFormer && ks.tapeHi != "" && ks.rawQKDvLocal {
+				ks.tapeForm, ks.dvlocalForm = entryTapePlanesHF, entryDVLocalForm
 			}
 			if !o.FP32QKGrads && ks.bwalkPlanes {
 				raw := map[string]string{entryGradsMMA8: entryGradsMMA8R, entryGradsMMA6: entryGradsMMA6R}
@@ -696,6 +716,21 @@ type GPUOptions struct {
 	// emulator), other bits, and 8% faster on an H100 (0.644 -> 0.591 ms at
 	// 32,768 tokens). Both stages; other kernel sets ignore it.
 	SplitDvLocal bool
+	// TapeFormer (opt-in; needs blobs built with
+	// ptx/staging/tape_dvl_former.patch) has the v5 core stage's vh 64 tape
+	// walk form dV'_local itself (gdn_tape_walk_planes_hf): its copying
+	// warpgroup forms each chunk's dvl a chunk ahead of the state chain from
+	// the q, k and dO rows it copies anyway, so no dV'_local kernel runs and
+	// the walk reads no dvl from memory. Where a walk that reads dvl runs
+	// beside it (a tape walk at vh 128, alone or split between the widths; an
+	// offset walk), gdn_dvlocal_form gives it the same bits in memory. Other
+	// bits than the default's (gdn_dvlocal_mma_gr's dvl; the same precision,
+	// within 2.6e-6 of fp32 on the emulator), the same at both widths and in
+	// B1, B3 and replay. Measured: not yet (docs/perf-notes.md, "dV'_local
+	// beside the tape walk"). It needs the v5 set's single-product tape walk
+	// and raw-row dV'_local: with SplitTape, SplitDvLocal or SplitGrads
+	// NewGPU refuses it.
+	TapeFormer bool
 	// FP32QKGrads runs the v5 backward's chunk gradients on the forward's
 	// fp32 normalised q and k (gdn_chunk_grads_mma8, mma6), which a forward
 	// kept for a backward then writes. Unset, they read q's and k's raw
@@ -997,6 +1032,9 @@ func openFleet(devs []int, opts GPUOptions) (*gpuFleet, GPUOptions, error) {
 		return nil, opts, err
 	}
 	blob, ks := opts.Blob, opts.kernelSet()
+	if opts.TapeFormer && ks.tapeForm == "" {
+		return nil, opts, fmt.Errorf("kcp: gpu: TapeFormer needs the v5 kernel set's single-product tape walk and dV'_local on the raw rows (kernels %s; SplitTape, SplitDvLocal and SplitGrads leave no room for it)", opts.switchesName())
+	}
 	if len(devs) > 1 {
 		var first *archdetect.Profile
 		for _, d := range devs {
@@ -1049,7 +1087,7 @@ func (g *GPU) ForPlan(plan *Plan, opts GPUOptions) (*GPU, error) {
 	}
 	if (opts.Device != 0 && opts.Device != g.gopts.Device) || (opts.Blob != "" && opts.Blob != g.gopts.Blob) ||
 		(len(opts.Devices) > 0 && !slices.Equal(opts.Devices, g.fleet.order)) ||
-		(opts.kernelFlags() != [12]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) ||
+		(opts.kernelFlags() != [13]bool{} && opts.kernelFlags() != g.gopts.kernelFlags()) ||
 		(opts.Kernels != "" && opts.Kernels != KernelsAuto && opts.Kernels != g.fleet.kernels) {
 		return nil, errors.New("kcp: gpu: ForPlan keeps the devices, blob and kernels; make a new backend with NewGPU to change them")
 	}

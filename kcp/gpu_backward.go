@@ -54,6 +54,9 @@ func (ks kernelSet) backwardEntries() []gpuEntry {
 		es = append(es, gpuEntry{ks.tapeHi, ks.tapeSmem(64)}, gpuEntry{ks.tapeHi128, ks.tapeSmem(128)},
 			gpuEntry{ks.offsetHi, max(ks.bwdWalkSmem(64), ks.bwdWalkSmem(128))})
 	}
+	if ks.tapeForm != "" {
+		es = append(es, gpuEntry{ks.tapeForm, ks.tapeSmem(64)}, gpuEntry{ks.dvlocalForm, dvlocalFormSmem})
+	}
 	return append(es, []gpuEntry{
 		{entryQKBwd, 0},
 		{entryConvBwd, 0},
@@ -74,11 +77,15 @@ func (ks kernelSet) tapeEntry(vh int) string {
 
 // tapeEntryFor is tapeEntry for a backward of the module stage (module) or
 // the core stage, whose tape walk runs on single bf16 products where the set
-// has them (GPUOptions.SplitTape unset: tapeHi, tapeHi128).
+// has them (GPUOptions.SplitTape unset: tapeHi, tapeHi128), at vh 64 the
+// walk that forms dV'_local itself where the set has it (tapeForm).
 func (ks kernelSet) tapeEntryFor(vh int, module bool) string {
 	if !module && ks.tapeHi != "" {
 		if vh == 128 {
 			return ks.tapeHi128
+		}
+		if ks.tapeForm != "" {
+			return ks.tapeForm
 		}
 		return ks.tapeHi
 	}
@@ -576,9 +583,19 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		return err
 	}
 	ks := b.rk.dev.ks
-	dvlBlocks := HV
+	dvlBlocks, entry, smem := HV, ks.dvlocal, ks.dvlocalSmem
 	if ks.dvlocalQK {
 		dvlBlocks = HQK
+	}
+	if ks.tapeForm != "" && b.f.stage != StageModule { // the tape walk forms dvl at vh 64
+		need, err := b.formerDvl()
+		if err != nil {
+			return err
+		}
+		if !need {
+			return b.mark() // dv local: nothing reads dvl
+		}
+		dvlBlocks, entry, smem = HV, ks.dvlocalForm, dvlocalFormSmem
 	}
 	var args *loader.Args
 	if ks.rawQKDvLocal { // q's and k's bf16 rows as the plane walks read them
@@ -596,10 +613,29 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		args = argsDVLocal(rk.qn.Ptr(), k, rk.gcum.Ptr(), b.dout.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))
 	}
-	if err := b.launch(ks.dvlocal, [3]uint32{uint32(NC), uint32(dvlBlocks), 1}, ks.dvlocalSmem, args); err != nil {
+	if err := b.launch(entry, [3]uint32{uint32(NC), uint32(dvlBlocks), 1}, smem, args); err != nil {
 		return err
 	}
 	return b.mark() // dv local
+}
+
+// formerDvl reports whether, with the tape walk that forms dV'_local itself
+// at vh 64 (kernelSet.tapeForm), a walk of this rank reads dvl from memory:
+// an offset walk, or a tape walk at vh 128 (the plan's width, or the vh 128
+// part of a split launch). Only then does gdn_dvlocal_form run.
+func (b *bwdRun) formerDvl() (bool, error) {
+	if len(b.tb.Offset) > 0 {
+		return true, nil
+	}
+	split, err := b.f.be.walkSplit(b.rk, sched.Tape, b.rk.tb.SegNChunk)
+	if err != nil {
+		return false, err
+	}
+	if split != nil {
+		return split.Walks128() > 0, nil
+	}
+	vh, err := walkWidth(b.f.plan, b.f.opts, b.rk.rank, sched.Tape)
+	return vh == 128, err
 }
 
 // offsetWalk runs the offset walk over the rank's offset list (nothing when

@@ -228,6 +228,8 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryDVLocalMMAG:    argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDVLocalMMAGK:   argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // wk in kn's place
 		entryDVLocalMMAGR:   argsDVLocalRaw(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDVLocalForm:    argsDVLocalRaw(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryTapePlanesHF:   argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryGradsMMA8R:     argsChunkGrads5Raw(chunkGrad5Args{}, 0, 0, 0),
 		entryGradsMMA6R:     argsChunkGrads5Raw(chunkGrad5Args{}, 0, 0, 0),
 		entryGradsMMA:       argsChunkGrads(chunkGradArgs{}),

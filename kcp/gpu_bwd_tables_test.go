@@ -280,6 +280,13 @@ func TestStageSpans(t *testing.T) {
 	}
 }
 
+// stagedEntries are backward entries whose sources wait in ptx/staging (the
+// patch named) until a blob build lands them in ptx/src.
+var stagedEntries = map[string]string{
+	entryTapePlanesHF: "tape_dvl_former.patch",
+	entryDVLocalForm:  "tape_dvl_former.patch",
+}
+
 // The backward's argument lists: every one builds without error, has the
 // parameter count and names of its signature in docs/gpu-backward.md (the
 // contract), and, where the sources and the manifest have the kernel, the
@@ -290,14 +297,14 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients (mma5, 6, 7, 8) and
 	// dV'_local (on kn, and on K^T's walk planes), and the offset and tape walks on the walk planes (the tape
 	// walk's two entries, vh 64 and vh 128, and the single-product twins of the three), and dV'_local on the raw
-	// rows, and mma8 and mma6 on them
-	require.Len(t, samples, len(fp32.backwardEntries())+19)
+	// rows, and mma8 and mma6 on them, and the tape walk forming dV'_local with its kernel (staged)
+	require.Len(t, samples, len(fp32.backwardEntries())+21)
 	v5 := GPUOptions{}
 	require.NoError(t, v5.SetKernels("v5"))
-	v5s, v5r := v5, v5
-	v5s.SplitTape, v5s.SplitDvLocal, v5r.FP32QKGrads = true, true, true
+	v5s, v5r, v5f := v5, v5, v5
+	v5s.SplitTape, v5s.SplitDvLocal, v5r.FP32QKGrads, v5f.TapeFormer = true, true, true, true
 	for _, ks := range []kernelSet{fp32, mma, GPUOptions{MMAGroupedGrads: true}.kernelSet(), v5.kernelSet(), v5s.kernelSet(),
-		v5r.kernelSet()} {
+		v5r.kernelSet(), v5f.kernelSet()} {
 		for _, e := range ks.backwardEntries() {
 			require.Contains(t, samples, e.name)
 		}
@@ -324,8 +331,10 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 			return entryChunkGrads
 		case entryTapeMMA, entryOffsetMMA, entryTapePlanes, entryOffsetPlanes: // their own signatures: the fp32 twin's and trailing arguments
 			return name
-		case entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128: // the vh 64 entry's signature
+		case entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128, entryTapePlanesHF: // the vh 64 entry's signature
 			return entryTapePlanes
+		case entryDVLocalForm: // gdn_dvlocal_mma_gr's arguments
+			return entryDVLocalMMAGR
 		case entryOffsetPlanesH:
 			return entryOffsetPlanes
 		}
@@ -357,6 +366,10 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 	for name, args := range samples {
 		got := args.Layout()
 		want, ok := sigs[name]
+		if patch := stagedEntries[name]; !ok && patch != "" {
+			t.Logf("%s: staged in ptx/staging/%s, not in ptx/src yet: checked against the contract only", name, patch)
+			continue
+		}
 		require.True(t, ok, "%s: no extern \"C\" signature in ptx/src", name)
 		require.Len(t, got, len(want), "%s: parameter count", name)
 		for i := range want {

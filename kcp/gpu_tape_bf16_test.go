@@ -153,23 +153,8 @@ func TestFakeDriverSingleTape(t *testing.T) {
 			in, dout := RandomInputs(p, c.stage, 3)
 			f, err := gs.Forward(context.Background(), in)
 			require.NoError(t, err)
-			from := fk.LogLen()
-			gr, err := f.Backward(context.Background(), dout)
-			require.NoError(t, err)
-			require.NotNil(t, gr.Gradients())
-			n := map[string]int{}
-			for _, op := range fk.Log(from) {
-				if op.Kind == fakecuda.OpLaunch {
-					n[op.Function]++
-				}
-			}
-			for _, e := range []string{entryTapePlanes, entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128} {
-				if slices.Contains(c.entries, e) {
-					require.Positive(t, n[e], "%s not launched: %v", e, n)
-				} else {
-					require.Zero(t, n[e], "%s launched: %v", e, n)
-				}
-			}
+			n := backwardLaunches(t, fk, f, dout)
+			requireLaunched(t, n, c.entries, entryTapePlanes, entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128)
 			off, other := entryOffsetPlanesH, entryOffsetPlanes
 			if c.stage == StageModule {
 				off, other = other, off
@@ -182,6 +167,58 @@ func TestFakeDriverSingleTape(t *testing.T) {
 	require.NoError(t, g.Close())
 	held := fk.Held()
 	require.Zero(t, held.Allocs+held.Modules+held.Streams, "everything released: %+v", held)
+}
+
+// backwardLaunches runs the backward of the kept forward f on dO dout
+// through the fake driver fk and counts its launches by kernel.
+func backwardLaunches(t *testing.T, fk *fakecuda.Lib, f *GPUForward, dout []float32) map[string]int {
+	t.Helper()
+	from := fk.LogLen()
+	gr, err := f.Backward(context.Background(), dout)
+	require.NoError(t, err)
+	require.NotNil(t, gr.Gradients())
+	n := map[string]int{}
+	for _, op := range fk.Log(from) {
+		if op.Kind == fakecuda.OpLaunch {
+			n[op.Function]++
+		}
+	}
+	return n
+}
+
+// requireLaunched requires each kernel of among to have been launched (n,
+// by kernel) if want names it, and not otherwise.
+func requireLaunched(t *testing.T, n map[string]int, want []string, among ...string) {
+	t.Helper()
+	for _, e := range among {
+		if slices.Contains(want, e) {
+			require.Positive(t, n[e], "%s not launched: %v", e, n)
+		} else {
+			require.Zero(t, n[e], "%s launched: %v", e, n)
+		}
+	}
+}
+
+// tapeWidthRuns runs B1 of plan p, core stage, on g with every walk forced
+// to vh 64, to vh 128, at the rule's widths, and with the tape walk split
+// between the widths (SplitHeads), requires the last three to give the
+// first's bits, and returns the four.
+func tapeWidthRuns(t *testing.T, name string, g *GPU, p *Plan, in *Inputs, dout []float32) []*GPUGrads {
+	t.Helper()
+	var runs []*GPUGrads
+	for _, o := range []Options{{ForceVH: 64}, {ForceVH: 128}, {}} {
+		o.Stage = StageCore
+		_, gr := gpuB1(t, g, p, GPUOptions{Options: o}, in, dout)
+		runs = append(runs, gr)
+	}
+	split := GPUOptions{Options: Options{Stage: StageCore}}
+	split.SplitHeads[sched.Tape] = 1
+	_, gs := gpuB1(t, g, p, split, in, dout)
+	runs = append(runs, gs)
+	for j, what := range []string{"vh 128", "the rule's widths", "split"} {
+		requireSameGradBits(t, name+": vh 64 vs "+what, runs[0], runs[j+1])
+	}
+	return runs
 }
 
 // requireB3Bits runs B3 (checkpoint, recompute, backward) on base's kernels
@@ -227,20 +264,8 @@ func TestGPUSingleTape(t *testing.T) {
 						for i, tg := range gh {
 							_, base := gpuB1(t, gp[i].g, p, GPUOptions{}, in, dout)
 							logGrads(t, gp[i].name+" split tape walk", base.Gradients(), ref)
-							var runs []*GPUGrads
-							for _, o := range []Options{{ForceVH: 64}, {ForceVH: 128}, {}} {
-								o.Stage = StageCore
-								_, gr := gpuB1(t, tg.g, p, GPUOptions{Options: o}, in, dout)
-								runs = append(runs, gr)
-							}
-							split := GPUOptions{Options: Options{Stage: StageCore}}
-							split.SplitHeads[sched.Tape] = 1
-							_, gs := gpuB1(t, tg.g, p, split, in, dout)
-							runs = append(runs, gs)
+							runs := tapeWidthRuns(t, tg.name, tg.g, p, in, dout)
 							checkGrads(t, tg.name+" single-product tape walk", runs[0].Gradients(), ref)
-							for j, what := range []string{"vh 128", "the rule's widths", "split"} {
-								requireSameGradBits(t, tg.name+": vh 64 vs "+what, runs[0], runs[j+1])
-							}
 							requireB3Bits(t, tg.name, tg.g, p, StageCore, in, dout, runs[0])
 						}
 					})

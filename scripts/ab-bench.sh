@@ -10,7 +10,8 @@
 # A_BLOBS: a built blob directory to use as A instead (e.g. ptx/blobs, the committed blobs, with ALT_SRC=ptx/src
 # to time the working tree's sources against them); B_TESTS: a kcp test regex to run on B's blobs afterwards;
 # A_KCP: the kcp binary for A's runs (default .gpu/kcp), where B changes a kernel's arguments and the
-# current kcp cannot launch A's blobs (e.g. .gpu/kcp-a, built before scripts/land-v4.sh applied the patch).
+# current kcp cannot launch A's blobs (e.g. .gpu/kcp-a, built before scripts/land-v4.sh applied the patch);
+# B_ARGS: more `kcp bench` arguments for B's runs only (an opt-in the patch adds, e.g. --tape-former).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?}
@@ -40,8 +41,9 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
 	for s in A B; do
 		dir=$a; [ $s = B ] && dir=$b
 		bin=.gpu/kcp; [ $s = A ] && bin=${A_KCP:-.gpu/kcp}
+		extra=(); [ $s = B ] && read -r -a extra <<<"${B_ARGS:-}"
 		GDNKCP_BLOB_DIR=$dir timeout ${BENCH_TIMEOUT:-240} $bin bench --docs "${DOCS:-32768}" --kernels "${KERNELS:-v5}" \
-			--modes "${MODES:-core,core+bwd}" --reps "${REPS:-5}" --warmup 2 2>/dev/null >"$out/bench-$s-$r.txt"
+			--modes "${MODES:-core,core+bwd}" --reps "${REPS:-5}" --warmup 2 "${extra[@]}" 2>/dev/null >"$out/bench-$s-$r.txt"
 	done
 done
 if [ -n "${B_TESTS:-}" ]; then

@@ -23,7 +23,8 @@
 #      summary).
 # B's blobs come back as $OUT/blobs-b.tar.gz (the text logs in $OUT/logs.tar.gz): install them (scripts/blobs-local.sh install) only where every
 # check passed and no stage got slower. Env: DOCS2 (default 40000,45000,35908; empty skips step 3), B_TESTS,
-# SPILL_GATE=0 skips the walks' spill gate (step 0), WALK=0 skips step 1, EXTRA2=0 leaves step 3's forced vh 64 and launch-order runs out, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them), ALT_SRC: the sources
+# B_ARGS: more `kcp bench` arguments for B's runs in steps 2 and 3 (an opt-in the staged patch adds, e.g.
+# --tape-former), SPILL_GATE=0 skips the walks' spill gate (step 0), WALK=0 skips step 1, EXTRA2=0 leaves step 3's forced vh 64 and launch-order runs out, WIDTH=1 adds step 4 (SWEEP, REPS as width-sweep.sh reads them), ALT_SRC: the sources
 # of B (default ptx/src).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,8 +55,9 @@ if [ -n "$docs2" ] && [ -d /tmp/gdnkcp-blobs-b ]; then
 	for s in A B; do
 		d=ptx/blobs bin=.gpu/kcp
 		[ $s = A ] && [ -x .gpu/kcp-a ] && bin=.gpu/kcp-a
-		[ $s = B ] && d=/tmp/gdnkcp-blobs-b
-		GDNKCP_BLOB_DIR=$d timeout 240 $bin bench --docs "$docs2" --kernels v5 --modes core,core+bwd --reps 5 --warmup 2 \
+		extra=()
+		[ $s = B ] && d=/tmp/gdnkcp-blobs-b && read -r -a extra <<<"${B_ARGS:-}"
+		GDNKCP_BLOB_DIR=$d timeout 240 $bin bench --docs "$docs2" --kernels v5 --modes core,core+bwd --reps 5 --warmup 2 "${extra[@]}" \
 			2>/dev/null | grep -E 'median|walk|l2norm|prep|output|chunk grads' | sed "s/^/$s /"
 	done
 	[ "${EXTRA2:-1}" = 1 ] && GDNKCP_BLOB_DIR=/tmp/gdnkcp-blobs-b timeout 240 .gpu/kcp bench --docs "$docs2" --kernels v5 --modes core,core+bwd \

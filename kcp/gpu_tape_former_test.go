@@ -1,0 +1,192 @@
+package kcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gdnkcp/gdnkcp/ptx"
+	"github.com/gdnkcp/gdnkcp/sched"
+)
+
+// TestTapeFormerEntries: with TapeFormer the v5 set's core-stage tape walk
+// at vh 64 is the walk that forms dV'_local itself and gdn_dvlocal_form
+// joins the backward's entries beside the default dV'_local; vh 128 and the
+// module stage keep their walks. SplitTape, SplitDvLocal and SplitGrads
+// leave no former (NewGPU then refuses TapeFormer), and the other sets
+// ignore it.
+func TestTapeFormerEntries(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		set    string
+		modify func(*GPUOptions)
+		former bool
+	}{
+		{"v5", "v5", func(*GPUOptions) {}, true},
+		{"v5 SplitTape", "v5", func(o *GPUOptions) { o.SplitTape = true }, false},
+		{"v5 SplitDvLocal", "v5", func(o *GPUOptions) { o.SplitDvLocal = true }, false},
+		{"v5 SplitGrads", "v5", func(o *GPUOptions) { o.SplitGrads = true }, false},
+		{"mma", "mma", func(*GPUOptions) {}, false},
+		{"fp32", "fp32", func(*GPUOptions) {}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var plain, f GPUOptions
+			require.NoError(t, plain.SetKernels(c.set))
+			require.NoError(t, f.SetKernels(c.set))
+			c.modify(&plain)
+			c.modify(&f)
+			f.TapeFormer = true
+			require.NotEqual(t, plain.kernelFlags(), f.kernelFlags())
+			pk, fk := plain.kernelSet(), f.kernelSet()
+			if !c.former {
+				require.Empty(t, fk.tapeForm)
+				require.Equal(t, pk.backwardEntries(), fk.backwardEntries())
+				return
+			}
+			require.Equal(t, entryTapePlanesHF, fk.tapeEntryFor(64, false))
+			require.Equal(t, pk.tapeEntryFor(128, false), fk.tapeEntryFor(128, false))
+			require.Equal(t, entryTapePlanesH, pk.tapeEntryFor(64, false))
+			for _, vh := range []int{64, 128} {
+				require.Equal(t, pk.tapeEntryFor(vh, true), fk.tapeEntryFor(vh, true), "module stage, vh %d", vh)
+			}
+			fe := fk.backwardEntries()
+			require.Len(t, fe, len(pk.backwardEntries())+2)
+			require.Contains(t, fe, gpuEntry{entryTapePlanesHF, tapePlanesSmem(64)})
+			require.Contains(t, fe, gpuEntry{entryDVLocalForm, dvlocalFormSmem})
+			require.Equal(t, pk.dvlocal, fk.dvlocal, "the module stage's dV'_local stays")
+		})
+	}
+}
+
+// TestTapeFormerSmem: dvlocalFormSmem is the source's kDvlFormSmem: in
+// ptx/src/gdn_tape_planes.cu once the former has landed, in the staged
+// patch's added lines until then.
+func TestTapeFormerSmem(t *testing.T) {
+	re := regexp.MustCompile(`static_assert\(kDvlFormSmem == (\d+)`)
+	src, err := os.ReadFile(filepath.Join("..", "ptx", "src", "gdn_tape_planes.cu"))
+	require.NoError(t, err)
+	where := "ptx/src/gdn_tape_planes.cu"
+	m := re.FindSubmatch(src)
+	if m == nil {
+		where = "ptx/staging/tape_dvl_former.patch"
+		patch, err := os.ReadFile(filepath.Join("..", where))
+		require.NoError(t, err, "the former is in neither ptx/src nor ptx/staging")
+		m = re.FindSubmatch(patch)
+	}
+	require.NotNil(t, m, "%s: no kDvlFormSmem", where)
+	n, err := strconv.Atoi(string(m[1]))
+	require.NoError(t, err)
+	require.Equal(t, n, dvlocalFormSmem, where)
+}
+
+// TestFakeDriverTapeFormer runs TapeFormer's host side on the fake driver
+// (in a child process; the staged entries added to the blobs by
+// blobDirWith): in the core stage the vh 64 tape walk is the former's entry
+// and no dV'_local kernel runs where nothing else reads dvl (one rank, vh
+// 64); gdn_dvlocal_form runs where a vh 128 tape walk (alone or split) or an
+// offset walk (two ranks) reads it; the module stage runs as without
+// TapeFormer; NewGPU refuses TapeFormer beside SplitTape; nothing is left
+// held.
+func TestFakeDriverTapeFormer(t *testing.T) {
+	fk := fakeChild(t, "TestFakeDriverTapeFormer")
+	if fk == nil {
+		return
+	}
+	t.Setenv(ptx.EnvBlobDir, blobDirWith(t, entryTapePlanesHF, entryDVLocalForm, entryTapePlanesH, entryTapePlanesH128,
+		entryOffsetPlanesH, entryDVLocalMMAGR))
+	var o GPUOptions
+	require.NoError(t, o.SetKernels("v5"))
+	o.TapeFormer = true
+	bad := o
+	bad.SplitTape = true
+	p1 := bwdPlan(t, []int{100, 70, 64}, 1, LayoutC, 2, 4)
+	_, err := NewGPU(p1, bad)
+	require.ErrorContains(t, err, "TapeFormer")
+	p2 := bwdPlan(t, []int{100, 70, 64}, 2, LayoutC, 2, 4)
+	for _, c := range []struct {
+		name    string
+		p       *Plan
+		stage   Stage
+		vh      int
+		split   bool
+		entries []string // launched: the tape walk's entries and dV'_local's
+	}{
+		{"core/R1/vh64", p1, StageCore, 64, false, []string{entryTapePlanesHF}},
+		{"core/R1/vh128", p1, StageCore, 128, false, []string{entryTapePlanesH128, entryDVLocalForm}},
+		{"core/R1/split", p1, StageCore, 0, true, []string{entryTapePlanesHF, entryTapePlanesH128, entryDVLocalForm}},
+		{"core/R2/vh64", p2, StageCore, 64, false, []string{entryTapePlanesHF, entryDVLocalForm}},
+		{"module/R2/vh64", p2, StageModule, 64, false, []string{entryTapePlanes, entryDVLocalMMAGR}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := NewGPU(c.p, o)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, g.Close()) }()
+			opts := GPUOptions{Options: Options{Stage: c.stage, ForceVH: c.vh}, KeepDevice: true}
+			if c.split {
+				opts.SplitHeads[sched.Tape] = 1
+			}
+			gs, err := g.ForPlan(c.p, opts)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, gs.Close()) }()
+			in, dout := RandomInputs(c.p, c.stage, 3)
+			f, err := gs.Forward(context.Background(), in)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, f.Close()) }()
+			requireLaunched(t, backwardLaunches(t, fk, f, dout), c.entries, entryTapePlanes, entryTapePlanes128,
+				entryTapePlanesH, entryTapePlanesH128, entryTapePlanesHF, entryDVLocalForm, entryDVLocalMMAGR)
+		})
+	}
+	held := fk.Held()
+	require.Zero(t, held.Allocs+held.Modules+held.Streams, "everything released: %+v", held)
+}
+
+// TestGPUTapeFormer runs B1 with TapeFormer (blobs built with
+// ptx/staging/tape_dvl_former.patch; it skips on blobs without its
+// entries) on the backward packs at R 1 and 2 on every layout, core stage:
+// the gradients within issue 6's bounds of the CPU backend's float64 ones
+// and near the default's (dvl from gdn_dvlocal_mma_gr: other bits, the same
+// precision), the same bits with the tape walk forced to vh 64, vh 128 and
+// split between them, and B3 B1's bits.
+func TestGPUTapeFormer(t *testing.T) {
+	seed := gpuTestSeed(t)
+	var fo, do GPUOptions
+	require.NoError(t, fo.SetKernels("v5"))
+	require.NoError(t, do.SetKernels("v5"))
+	fo.TapeFormer = true
+	p0 := bwdPlan(t, bwdPacks[0].docs, 1, LayoutC, 1, 2)
+	gd := openTestGPUs(t, p0, do)
+	g, err := NewGPU(p0, fo)
+	if errors.Is(err, ErrMissingKernels) {
+		t.Skipf("TapeFormer needs blobs built with ptx/staging/tape_dvl_former.patch (%s, %s): %v", entryTapePlanesHF, entryDVLocalForm, err)
+	}
+	require.NoError(t, err)
+	require.NoError(t, g.Close())
+	gf := openTestGPUs(t, p0, fo)
+	require.Equal(t, len(gd), len(gf))
+	for pi, pk := range bwdPacks {
+		p1 := bwdPlan(t, pk.docs, 1, LayoutC, 2, 4)
+		in, dout := RandomInputs(p1, StageCore, seed+uint64(pi))
+		ref := cpuGrads(t, p1, Options{Stage: StageCore}, in, dout)
+		for _, layout := range Layouts() {
+			for _, R := range []int{1, 2} {
+				t.Run(fmt.Sprintf("%s/%s/R%d", pk.name, layout, R), func(t *testing.T) {
+					p := bwdPlan(t, pk.docs, R, layout, 2, 4)
+					for i, tg := range gf {
+						_, base := gpuB1(t, gd[i].g, p, GPUOptions{Options: Options{Stage: StageCore}}, in, dout)
+						runs := tapeWidthRuns(t, tg.name, tg.g, p, in, dout)
+						checkGrads(t, tg.name+" tape walk forming dV'_local", runs[0].Gradients(), ref)
+						logGrads(t, tg.name+" default dV'_local", base.Gradients(), ref)
+						requireB3Bits(t, tg.name, tg.g, p, StageCore, in, dout, runs[0])
+					}
+				})
+			}
+		}
+	}
+}
