@@ -18,7 +18,7 @@ mkdir -p .gpu
 CGO_ENABLED=0 go build -ldflags='-s -w' -o .gpu/kcp-a ./tools/kcp
 echo "land-prep: .gpu/kcp-a built at $(git rev-parse --short HEAD)"
 bash scripts/land-v4.sh
-go test ./ptx/cpuemu -count=1 -run 'WGMMA|MMA16|MMABackward|MMA5|DvLocal|MMAPrep|PlaneWalks|TapePlanes|Folded'
+go test ./ptx/cpuemu -count=1 -run 'WGMMA|MMA16|MMABackward|MMA5|DvLocal|MMAPrep|PlaneWalks|TapePlanes|TapeFormer|Folded|KernelSyntax'
 go build ./... && go vet ./...
 bash scripts/gpu.sh build >/dev/null
 bash scripts/gpu.sh pack kcp kcp.test ptxgen kcp-a
