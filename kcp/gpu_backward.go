@@ -583,19 +583,29 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		return err
 	}
 	ks := b.rk.dev.ks
-	dvlBlocks, entry, smem := HV, ks.dvlocal, ks.dvlocalSmem
+	grid, entry, smem := [3]uint32{uint32(NC), uint32(HV), 1}, ks.dvlocal, ks.dvlocalSmem
 	if ks.dvlocalQK {
-		dvlBlocks = HQK
+		grid[1] = uint32(HQK)
 	}
-	if ks.tapeForm != "" && b.f.stage != StageModule { // the tape walk forms dvl at vh 64
-		need, err := b.formerDvl()
+	var items uintptr // gdn_dvlocal_form's (chunk, value head) pairs; 0: all of them
+	former := ks.tapeForm != "" && b.f.stage != StageModule
+	if former { // the tape walk forms dvl at vh 64: the kernel forms what other walks read
+		list, all, err := b.formerItems()
 		if err != nil {
 			return err
 		}
-		if !need {
-			return b.mark() // dv local: nothing reads dvl
+		// Reserved at every pair whatever the widths, so that they do not change the rank's peak memory.
+		buf, err := uploadCap(b.mem, rk.stream, "dV'_local pairs", list, 4, NC*HV)
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", rk.rank, err)
 		}
-		dvlBlocks, entry, smem = HV, ks.dvlocalForm, dvlocalFormSmem
+		if !all && len(list) == 0 {
+			return b.mark() // dv local: no walk reads dvl
+		}
+		entry, smem, grid = ks.dvlocalForm, dvlocalFormSmem, [3]uint32{uint32(NC), uint32(HV), 1}
+		if !all {
+			grid, items = [3]uint32{uint32(len(list)), 1, 1}, buf.Ptr()
+		}
 	}
 	var args *loader.Args
 	if ks.rawQKDvLocal { // q's and k's bf16 rows as the plane walks read them
@@ -605,6 +615,10 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		}
 		args = argsDVLocalRaw(pa.q, pa.qStride, pa.qRstd, pa.k, pa.kStride, pa.kRstd, rk.gcum.Ptr(), b.dout.Ptr(),
 			rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))
+		if former {
+			args = argsDVLocalForm(pa.q, pa.qStride, pa.qRstd, pa.k, pa.kStride, pa.kRstd, rk.gcum.Ptr(), b.dout.Ptr(),
+				rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts), items)
+		}
 	} else { // fp32 qn, and kn or K^T's walk planes
 		k := rk.kn.Ptr()
 		if ks.dvlocalKt {
@@ -613,29 +627,56 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		args = argsDVLocal(rk.qn.Ptr(), k, rk.gcum.Ptr(), b.dout.Ptr(), rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(),
 			b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))
 	}
-	if err := b.launch(entry, [3]uint32{uint32(NC), uint32(dvlBlocks), 1}, smem, args); err != nil {
+	if err := b.launch(entry, grid, smem, args); err != nil {
 		return err
 	}
 	return b.mark() // dv local
 }
 
-// formerDvl reports whether, with the tape walk that forms dV'_local itself
-// at vh 64 (kernelSet.tapeForm), a walk of this rank reads dvl from memory:
-// an offset walk, or a tape walk at vh 128 (the plan's width, or the vh 128
-// part of a split launch). Only then does gdn_dvlocal_form run.
-func (b *bwdRun) formerDvl() (bool, error) {
-	if len(b.tb.Offset) > 0 {
-		return true, nil
+// formerItems returns, with the tape walk that forms dV'_local itself at vh
+// 64 (kernelSet.tapeForm), the (chunk, value head) pairs whose dvl a walk of
+// this rank reads from memory, as chunk HV + head in ascending order: every
+// head of the offset list's segments, and of the tape walk's the heads at vh
+// 128 (Wide[s] of a split launch; every head at the plan's width 128). all
+// reports that they are every pair. Only those does gdn_dvlocal_form form.
+func (b *bwdRun) formerItems() (items []int32, all bool, err error) {
+	tb, HV := b.rk.tb, b.f.plan.Config.HV
+	need := make([]bool, tb.NC*HV)
+	mark := func(s, heads int) {
+		for c := tb.SegChunk0[s]; c < tb.SegChunk0[s]+tb.SegNChunk[s]; c++ {
+			for h := range heads {
+				need[int(c)*HV+h] = true
+			}
+		}
 	}
-	split, err := b.f.be.walkSplit(b.rk, sched.Tape, b.rk.tb.SegNChunk)
+	for _, s := range b.tb.Offset {
+		mark(int(s), HV)
+	}
+	split, err := b.f.be.walkSplit(b.rk, sched.Tape, tb.SegNChunk)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
 	if split != nil {
-		return split.Walks128() > 0, nil
+		for s, w := range split.Wide {
+			mark(s, w)
+		}
+	} else {
+		vh, err := walkWidth(b.f.plan, b.f.opts, b.rk.rank, sched.Tape)
+		if err != nil {
+			return nil, false, err
+		}
+		if vh == 128 {
+			for s := range tb.NS {
+				mark(s, HV)
+			}
+		}
 	}
-	vh, err := walkWidth(b.f.plan, b.f.opts, b.rk.rank, sched.Tape)
-	return vh == 128, err
+	for i, n := range need {
+		if n {
+			items = append(items, int32(i))
+		}
+	}
+	return items, len(items) == len(need), nil
 }
 
 // offsetWalk runs the offset walk over the rank's offset list (nothing when

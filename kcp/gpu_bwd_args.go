@@ -24,6 +24,13 @@ func argsDVLocalRaw(q uintptr, qStride int, qRstd, k uintptr, kStride int, kRstd
 		I32(int32(HQK)).I32(int32(HV)).F32(scale)
 }
 
+// argsDVLocalForm is gdn_dvlocal_form's argument list: argsDVLocalRaw's and
+// items, the (chunk, value head) pairs to form (0 for all of them).
+func argsDVLocalForm(q uintptr, qStride int, qRstd, k uintptr, kStride int, kRstd, gcum, dout, chunkTok0, chunkLen, dvl uintptr,
+	HQK, HV int, scale float32, items uintptr) *loader.Args {
+	return argsDVLocalRaw(q, qStride, qRstd, k, kStride, kRstd, gcum, dout, chunkTok0, chunkLen, dvl, HQK, HV, scale).DevicePtr(items)
+}
+
 // bwdWalkArgs are the tensors and tables the offset and tape walks share.
 type bwdWalkArgs struct {
 	w, kt, qn, gcum, dvl, dout                uintptr
@@ -228,7 +235,7 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryDVLocalMMAG:    argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDVLocalMMAGK:   argsDVLocal(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // wk in kn's place
 		entryDVLocalMMAGR:   argsDVLocalRaw(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		entryDVLocalForm:    argsDVLocalRaw(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryDVLocalForm:    argsDVLocalForm(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryTapePlanesHF:   argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryGradsMMA8R:     argsChunkGrads5Raw(chunkGrad5Args{}, 0, 0, 0),
 		entryGradsMMA6R:     argsChunkGrads5Raw(chunkGrad5Args{}, 0, 0, 0),

@@ -333,8 +333,6 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 			return name
 		case entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128, entryTapePlanesHF: // the vh 64 entry's signature
 			return entryTapePlanes
-		case entryDVLocalForm: // gdn_dvlocal_mma_gr's arguments
-			return entryDVLocalMMAGR
 		case entryOffsetPlanesH:
 			return entryOffsetPlanes
 		}

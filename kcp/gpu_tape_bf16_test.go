@@ -159,8 +159,8 @@ func TestFakeDriverSingleTape(t *testing.T) {
 			if c.stage == StageModule {
 				off, other = other, off
 			}
-			require.Positive(t, n[off], "%s not launched: %v", off, n)
-			require.Zero(t, n[other], "%s launched: %v", other, n)
+			require.NotEmpty(t, n[off], "%s not launched: %v", off, n)
+			require.Empty(t, n[other], "%s launched: %v", other, n)
 			require.NoError(t, f.Close())
 		})
 	}
@@ -170,31 +170,31 @@ func TestFakeDriverSingleTape(t *testing.T) {
 }
 
 // backwardLaunches runs the backward of the kept forward f on dO dout
-// through the fake driver fk and counts its launches by kernel.
-func backwardLaunches(t *testing.T, fk *fakecuda.Lib, f *GPUForward, dout []float32) map[string]int {
+// through the fake driver fk and returns its launches' grids by kernel.
+func backwardLaunches(t *testing.T, fk *fakecuda.Lib, f *GPUForward, dout []float32) map[string][][3]uint32 {
 	t.Helper()
 	from := fk.LogLen()
 	gr, err := f.Backward(context.Background(), dout)
 	require.NoError(t, err)
 	require.NotNil(t, gr.Gradients())
-	n := map[string]int{}
+	n := map[string][][3]uint32{}
 	for _, op := range fk.Log(from) {
 		if op.Kind == fakecuda.OpLaunch {
-			n[op.Function]++
+			n[op.Function] = append(n[op.Function], op.Grid)
 		}
 	}
 	return n
 }
 
-// requireLaunched requires each kernel of among to have been launched (n,
-// by kernel) if want names it, and not otherwise.
-func requireLaunched(t *testing.T, n map[string]int, want []string, among ...string) {
+// requireLaunched requires each kernel of among to have been launched (n:
+// the grids by kernel) if want names it, and not otherwise.
+func requireLaunched(t *testing.T, n map[string][][3]uint32, want []string, among ...string) {
 	t.Helper()
 	for _, e := range among {
 		if slices.Contains(want, e) {
-			require.Positive(t, n[e], "%s not launched: %v", e, n)
+			require.NotEmpty(t, n[e], "%s not launched: %v", e, n)
 		} else {
-			require.Zero(t, n[e], "%s launched: %v", e, n)
+			require.Empty(t, n[e], "%s launched: %v", e, n)
 		}
 	}
 }

@@ -117,12 +117,13 @@ func TestFakeDriverTapeFormer(t *testing.T) {
 		vh      int
 		split   bool
 		entries []string // launched: the tape walk's entries and dV'_local's
+		some    bool     // gdn_dvlocal_form on a list of some (chunk, head) pairs, not its full grid
 	}{
-		{"core/R1/vh64", p1, StageCore, 64, false, []string{entryTapePlanesHF}},
-		{"core/R1/vh128", p1, StageCore, 128, false, []string{entryTapePlanesH128, entryDVLocalForm}},
-		{"core/R1/split", p1, StageCore, 0, true, []string{entryTapePlanesHF, entryTapePlanesH128, entryDVLocalForm}},
-		{"core/R2/vh64", p2, StageCore, 64, false, []string{entryTapePlanesHF, entryDVLocalForm}},
-		{"module/R2/vh64", p2, StageModule, 64, false, []string{entryTapePlanes, entryDVLocalMMAGR}},
+		{"core/R1/vh64", p1, StageCore, 64, false, []string{entryTapePlanesHF}, false},
+		{"core/R1/vh128", p1, StageCore, 128, false, []string{entryTapePlanesH128, entryDVLocalForm}, false},
+		{"core/R1/split", p1, StageCore, 0, true, []string{entryTapePlanesHF, entryTapePlanesH128, entryDVLocalForm}, true},
+		{"core/R2/vh64", p2, StageCore, 64, false, []string{entryTapePlanesHF, entryDVLocalForm}, true},
+		{"module/R2/vh64", p2, StageModule, 64, false, []string{entryTapePlanes, entryDVLocalMMAGR}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g, err := NewGPU(c.p, o)
@@ -139,8 +140,18 @@ func TestFakeDriverTapeFormer(t *testing.T) {
 			f, err := gs.Forward(context.Background(), in)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, f.Close()) }()
-			requireLaunched(t, backwardLaunches(t, fk, f, dout), c.entries, entryTapePlanes, entryTapePlanes128,
+			n := backwardLaunches(t, fk, f, dout)
+			requireLaunched(t, n, c.entries, entryTapePlanes, entryTapePlanes128,
 				entryTapePlanesH, entryTapePlanesH128, entryTapePlanesHF, entryDVLocalForm, entryDVLocalMMAGR)
+			HV := uint32(c.p.Config.HV)
+			for _, g := range n[entryDVLocalForm] { // (NC, HV) for every pair, (pairs, 1) for a list of some
+				if c.some {
+					require.Equal(t, uint32(1), g[1], "gdn_dvlocal_form's grid %v: not a pair list", g)
+					require.Positive(t, g[0])
+				} else {
+					require.Equal(t, HV, g[1], "gdn_dvlocal_form's grid %v: not every pair", g)
+				}
+			}
 		})
 	}
 	held := fk.Held()

@@ -34,9 +34,21 @@ func addTapeFormer(j *job, d *gdnData) {
 	scale := f32a(d.scale)
 	rows := []string{bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride),
 		buf("q_rstd")}
-	j.launch("dvlocal_form", "gdn_dvlocal_form", grid3(l.NC, HV, 1), 256, "kDvlFormSmem",
-		slices.Concat(rows[3:], rows[:3], []string{buf("gcum"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"), buf("dvlf"),
-			i32a(HQK), i32a(HV), scale})...)
+	dvlArgs := func(out, items string) []string {
+		return slices.Concat(rows[3:], rows[:3], []string{buf("gcum"), buf("dout"), buf("chunk_tok0"), buf("chunk_len"), buf(out),
+			i32a(HQK), i32a(HV), scale, items})
+	}
+	j.launch("dvlocal_form", "gdn_dvlocal_form", grid3(l.NC, HV, 1), 256, "kDvlFormSmem", dvlArgs("dvlf", nullBuf())...)
+	// An item list: every third (chunk, value head) pair, into a buffer of its own.
+	var items []int32
+	for i := 0; i < l.NC*HV; i += 3 {
+		items = append(items, int32(i))
+	}
+	j.i32("dvl_items", items)
+	j.out("dvlf_items", 4*T*HV*dHead)
+	j.poison("dvlf_items", poisonF32)
+	j.launch("dvlocal_form_items", "gdn_dvlocal_form", grid3(len(items), 1, 1), 256, "kDvlFormSmem",
+		dvlArgs("dvlf_items", buf("dvl_items"))...)
 	tabs := []string{buf("chunk_tok0"), buf("chunk_len"), buf("seg_chunk0"), buf("seg_nchunk"), buf("dend")}
 	tape := func(label, entry string, g [3]int, vh int, dvl, p, order string) {
 		j.launch(label, entry, g, 256, smemOf("tape_planes_smem", vh),
@@ -94,6 +106,22 @@ func TestTapeFormerOnCPU(t *testing.T) {
 		et.note("dvlocal_form max/rms", worst)
 		require.Lessf(t, worst, dvlMMAElemTol, "dvlf: an element is %.3g of the rms off", worst)
 		require.Equal(t, rw.raw["dvlf"], rp.raw["dvlf"], "dvlf: the portable products differ from wgmma's")
+		// The item list: the listed (chunk, value head) pairs' rows are the full grid's bits, the others untouched.
+		l, HV := d.l, c.hv
+		full, part := rw.raw["dvlf"], rw.raw["dvlf_items"]
+		for ch := 0; ch < l.NC; ch++ {
+			for h := 0; h < HV; h++ {
+				listed := (ch*HV+h)%3 == 0
+				for tk := int(l.chunkTok0[ch]); tk < int(l.chunkTok0[ch]+l.chunkLen[ch]); tk++ {
+					lo, hi := 4*((tk*HV+h)*dHead), 4*((tk*HV+h+1)*dHead)
+					if listed {
+						require.Equal(t, full[lo:hi], part[lo:hi], "dvlf_items: chunk %d head %d token %d", ch, h, tk)
+					} else {
+						require.Equal(t, poisonF32, math.Float32bits(f32Of(part, lo/4)), "dvlf_items: chunk %d head %d token %d written", ch, h, tk)
+					}
+				}
+			}
+		}
 
 		// The walk with the former: vh 128 on dvlf's bits, the split launch's, both runners'.
 		for _, n := range tapeFormerOuts {
@@ -107,7 +135,6 @@ func TestTapeFormerOnCPU(t *testing.T) {
 		for _, n := range []string{"d_chunk", "dvnew", "dstart"} {
 			rw.f32s("f64_" + n) // fully written, no NaN or Inf
 		}
-		l, HV := d.l, c.hv
 		require.Equal(t, tokenSlots(rw.f32s("f64_dvnew"), l.chunkTok0, l.chunkLen, HV), rw.raw["f64_dvnewp"],
 			"f64_dvnewp: not the token slots of the walk's own dV'")
 		segs := kernelSegments(t, d, rw)
