@@ -110,6 +110,9 @@ const (
 	// ptx/staging/tape_dvl_former.patch until a blob build lands them.
 	entryTapePlanesHF = "gdn_tape_walk_planes_hf"
 	entryDVLocalForm  = "gdn_dvlocal_form"
+	// entryOffsetPlanesHF: entryOffsetPlanesH at vh 64 forming its R columns'
+	// dV'_local itself, as entryTapePlanesHF does (GPUOptions.TapeFormer).
+	entryOffsetPlanesHF = "gdn_offset_walk_planes_hf"
 	// entryOffsetPlanes: the offset walk on them (the same file).
 	entryOffsetPlanes = "gdn_offset_walk_planes"
 	entryDVLocalMMA   = "gdn_dvlocal_mma"
@@ -338,7 +341,8 @@ type kernelSet struct {
 	// dV'_local itself (in tapeHi's place) and the kernel that gives the
 	// walks reading dvl beside it the same bits (in dvlocal's place, and
 	// launched only where such a walk runs: formerDvl), GPUOptions.TapeFormer.
-	tapeForm, dvlocalForm string
+	// offsetForm: the offset walk's vh 64 entry with the same former.
+	tapeForm, dvlocalForm, offsetForm string
 	// bwalkPlanes: the offset and tape walks are gdn_offset_walk_planes and
 	// gdn_tape_walk_planes, which read the forward's -W and K^T walk planes
 	// (rk.wp, rk.wk) and q's bf16 rows with q_rstd in place of fp32 W, Kt
@@ -465,7 +469,7 @@ func (o GPUOptions) kernelSet() kernelSet {
 				ks.dvlocal, ks.dvlocalSmem, ks.dvlocalKt, ks.rawQKDvLocal = entryDVLocalMMAGR, dvlocalMMAGRSmem, false, true
 			}
 			if o.TapeFormer && ks.tapeHi != "" && ks.rawQKDvLocal {
-				ks.tapeForm, ks.dvlocalForm = entryTapePlanesHF, entryDVLocalForm
+				ks.tapeForm, ks.dvlocalForm, ks.offsetForm = entryTapePlanesHF, entryDVLocalForm, entryOffsetPlanesHF
 			}
 			if !o.FP32QKGrads && ks.bwalkPlanes {
 				raw := map[string]string{entryGradsMMA8: entryGradsMMA8R, entryGradsMMA6: entryGradsMMA6R}
@@ -721,9 +725,11 @@ type GPUOptions struct {
 	// walk form dV'_local itself (gdn_tape_walk_planes_hf): its copying
 	// warpgroup forms each chunk's dvl a chunk ahead of the state chain from
 	// the q, k and dO rows it copies anyway, so no dV'_local kernel runs and
-	// the walk reads no dvl from memory. Where a walk that reads dvl runs
-	// beside it (a tape walk at vh 128, alone or split between the widths; an
-	// offset walk), gdn_dvlocal_form gives it the same bits in memory. Other
+	// the walk reads no dvl from memory; the offset walk at vh 64 does the
+	// same (gdn_offset_walk_planes_hf). Where a walk that reads dvl runs
+	// beside them (a tape or offset walk at vh 128, alone or in a launch
+	// split between the widths), gdn_dvlocal_form gives it the same bits in
+	// memory, for the (chunk, value head) pairs it reads. Other
 	// bits than the default's (gdn_dvlocal_mma_gr's dvl; the same precision,
 	// within 2.6e-6 of fp32 on the emulator), the same at both widths and in
 	// B1, B3 and replay. Measured: not yet (docs/perf-notes.md, "dV'_local

@@ -55,7 +55,8 @@ func (ks kernelSet) backwardEntries() []gpuEntry {
 			gpuEntry{ks.offsetHi, max(ks.bwdWalkSmem(64), ks.bwdWalkSmem(128))})
 	}
 	if ks.tapeForm != "" {
-		es = append(es, gpuEntry{ks.tapeForm, ks.tapeSmem(64)}, gpuEntry{ks.dvlocalForm, dvlocalFormSmem})
+		es = append(es, gpuEntry{ks.tapeForm, ks.tapeSmem(64)}, gpuEntry{ks.dvlocalForm, dvlocalFormSmem},
+			gpuEntry{ks.offsetForm, ks.bwdWalkSmem(64)})
 	}
 	return append(es, []gpuEntry{
 		{entryQKBwd, 0},
@@ -100,6 +101,16 @@ func (ks kernelSet) offsetEntryFor(module bool) string {
 		return ks.offsetHi
 	}
 	return ks.offset
+}
+
+// offsetEntryAt is offsetEntryFor at width vh: at vh 64 in the core stage
+// the offset walk that forms dV'_local itself where the set has it
+// (offsetForm).
+func (ks kernelSet) offsetEntryAt(vh int, module bool) string {
+	if vh == 64 && !module && ks.offsetForm != "" {
+		return ks.offsetForm
+	}
+	return ks.offsetEntryFor(module)
 }
 
 // gradsFor returns the chunk gradients' entry for the module stage
@@ -633,12 +644,13 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 	return b.mark() // dv local
 }
 
-// formerItems returns, with the tape walk that forms dV'_local itself at vh
-// 64 (kernelSet.tapeForm), the (chunk, value head) pairs whose dvl a walk of
-// this rank reads from memory, as chunk HV + head in ascending order: every
-// head of the offset list's segments, and of the tape walk's the heads at vh
-// 128 (Wide[s] of a split launch; every head at the plan's width 128). all
-// reports that they are every pair. Only those does gdn_dvlocal_form form.
+// formerItems returns, with the tape and offset walks that form dV'_local
+// themselves at vh 64 (kernelSet.tapeForm, offsetForm), the (chunk, value
+// head) pairs whose dvl a walk of this rank reads from memory, as chunk HV +
+// head in ascending order: of each walk's segments (the tape walk's all, the
+// offset walk's its list) the heads at vh 128 (Wide[s] of a split launch;
+// every head at the plan's width 128). all reports that they are every pair.
+// Only those does gdn_dvlocal_form form.
 func (b *bwdRun) formerItems() (items []int32, all bool, err error) {
 	tb, HV := b.rk.tb, b.f.plan.Config.HV
 	need := make([]bool, tb.NC*HV)
@@ -649,25 +661,34 @@ func (b *bwdRun) formerItems() (items []int32, all bool, err error) {
 			}
 		}
 	}
-	for _, s := range b.tb.Offset {
-		mark(int(s), HV)
+	all128 := make([]int32, tb.NS)
+	for s := range all128 {
+		all128[s] = int32(s)
 	}
-	split, err := b.f.be.walkSplit(b.rk, sched.Tape, tb.SegNChunk)
-	if err != nil {
-		return nil, false, err
-	}
-	if split != nil {
-		for s, w := range split.Wide {
-			mark(s, w)
+	for _, w := range []struct {
+		k    sched.WalkKind
+		segs []int32 // the walk's list: its chain s is segment segs[s]
+	}{{sched.Tape, all128}, {sched.Offset, b.tb.Offset}} {
+		if len(w.segs) == 0 {
+			continue
 		}
-	} else {
-		vh, err := walkWidth(b.f.plan, b.f.opts, b.rk.rank, sched.Tape)
+		split, err := b.f.be.walkSplit(b.rk, w.k, listChains(tb.SegNChunk, w.segs))
+		if err != nil {
+			return nil, false, err
+		}
+		if split != nil {
+			for s, n := range split.Wide {
+				mark(int(w.segs[s]), n)
+			}
+			continue
+		}
+		vh, err := walkWidth(b.f.plan, b.f.opts, b.rk.rank, w.k)
 		if err != nil {
 			return nil, false, err
 		}
 		if vh == 128 {
-			for s := range tb.NS {
-				mark(s, HV)
+			for _, s := range w.segs {
+				mark(int(s), HV)
 			}
 		}
 	}
@@ -698,7 +719,7 @@ func (b *bwdRun) offsetWalk() (err error) {
 			return fmt.Errorf("rank %d: %w", b.rk.rank, err)
 		}
 		ks := b.rk.dev.ks
-		offset := ks.offsetEntryFor(b.f.stage == StageModule)
+		module := b.f.stage == StageModule
 		chains := listChains(b.rk.tb.SegNChunk, b.tb.Offset)
 		split, err := b.f.be.walkSplit(b.rk, sched.Offset, chains)
 		if err != nil {
@@ -712,8 +733,8 @@ func (b *bwdRun) offsetWalk() (err error) {
 			return argsOffsetPlanes(pa, b.offList.Ptr(), b.outPT.Ptr(), b.outR.Ptr(), order), nil
 		}
 		if split != nil {
-			if err := b.f.be.launchSplit(b.rk, b.mem, split, "offset walk", splitLaunch{offset, ks.bwdWalkSmem(128)},
-				splitLaunch{offset, ks.bwdWalkSmem(64)}, planeArgs, b.recorder()); err != nil {
+			if err := b.f.be.launchSplit(b.rk, b.mem, split, "offset walk", splitLaunch{ks.offsetEntryAt(128, module), ks.bwdWalkSmem(128)},
+				splitLaunch{ks.offsetEntryAt(64, module), ks.bwdWalkSmem(64)}, planeArgs, b.recorder()); err != nil {
 				return err
 			}
 			b.res.Split[b.rk.rank][sched.Offset] = split.Walks128()
@@ -732,7 +753,7 @@ func (b *bwdRun) offsetWalk() (err error) {
 				}
 			}
 		}
-		if err := b.launch(offset, [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.bwdWalkSmem(vh), args); err != nil {
+		if err := b.launch(ks.offsetEntryAt(vh, module), [3]uint32{uint32(2 * gpuD / vh), uint32(nlist), uint32(HV)}, ks.bwdWalkSmem(vh), args); err != nil {
 			return err
 		}
 	}

@@ -237,6 +237,7 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryDVLocalMMAGR:   argsDVLocalRaw(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryDVLocalForm:    argsDVLocalForm(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryTapePlanesHF:   argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOffsetPlanesHF: argsOffsetPlanes(bwdPlaneArgs{}, 0, 0, 0, 0),
 		entryGradsMMA8R:     argsChunkGrads5Raw(chunkGrad5Args{}, 0, 0, 0),
 		entryGradsMMA6R:     argsChunkGrads5Raw(chunkGrad5Args{}, 0, 0, 0),
 		entryGradsMMA:       argsChunkGrads(chunkGradArgs{}),

@@ -283,8 +283,9 @@ func TestStageSpans(t *testing.T) {
 // stagedEntries are backward entries whose sources wait in ptx/staging (the
 // patch named) until a blob build lands them in ptx/src.
 var stagedEntries = map[string]string{
-	entryTapePlanesHF: "tape_dvl_former.patch",
-	entryDVLocalForm:  "tape_dvl_former.patch",
+	entryTapePlanesHF:   "tape_dvl_former.patch",
+	entryOffsetPlanesHF: "tape_dvl_former.patch",
+	entryDVLocalForm:    "tape_dvl_former.patch",
 }
 
 // The backward's argument lists: every one builds without error, has the
@@ -297,8 +298,8 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 	// + the v4 offset and tape walks, dV'_local and chunk gradients, and the v5 chunk gradients (mma5, 6, 7, 8) and
 	// dV'_local (on kn, and on K^T's walk planes), and the offset and tape walks on the walk planes (the tape
 	// walk's two entries, vh 64 and vh 128, and the single-product twins of the three), and dV'_local on the raw
-	// rows, and mma8 and mma6 on them, and the tape walk forming dV'_local with its kernel (staged)
-	require.Len(t, samples, len(fp32.backwardEntries())+21)
+	// rows, and mma8 and mma6 on them, and the tape and offset walks forming dV'_local with its kernel (staged)
+	require.Len(t, samples, len(fp32.backwardEntries())+22)
 	v5 := GPUOptions{}
 	require.NoError(t, v5.SetKernels("v5"))
 	v5s, v5r, v5f := v5, v5, v5
@@ -333,7 +334,7 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 			return name
 		case entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128, entryTapePlanesHF: // the vh 64 entry's signature
 			return entryTapePlanes
-		case entryOffsetPlanesH:
+		case entryOffsetPlanesH, entryOffsetPlanesHF:
 			return entryOffsetPlanes
 		}
 		return strings.TrimSuffix(name, "_mma")

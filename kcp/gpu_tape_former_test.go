@@ -51,14 +51,19 @@ func TestTapeFormerEntries(t *testing.T) {
 				return
 			}
 			require.Equal(t, entryTapePlanesHF, fk.tapeEntryFor(64, false))
+			require.Equal(t, entryOffsetPlanesHF, fk.offsetEntryAt(64, false))
+			require.Equal(t, pk.offsetEntryFor(false), fk.offsetEntryAt(128, false))
+			require.Equal(t, pk.offsetEntryFor(false), pk.offsetEntryAt(64, false))
+			require.Equal(t, pk.offsetEntryFor(true), fk.offsetEntryAt(64, true))
 			require.Equal(t, pk.tapeEntryFor(128, false), fk.tapeEntryFor(128, false))
 			require.Equal(t, entryTapePlanesH, pk.tapeEntryFor(64, false))
 			for _, vh := range []int{64, 128} {
 				require.Equal(t, pk.tapeEntryFor(vh, true), fk.tapeEntryFor(vh, true), "module stage, vh %d", vh)
 			}
 			fe := fk.backwardEntries()
-			require.Len(t, fe, len(pk.backwardEntries())+2)
+			require.Len(t, fe, len(pk.backwardEntries())+3)
 			require.Contains(t, fe, gpuEntry{entryTapePlanesHF, tapePlanesSmem(64)})
+			require.Contains(t, fe, gpuEntry{entryOffsetPlanesHF, tapePlanesSmem(64)})
 			require.Contains(t, fe, gpuEntry{entryDVLocalForm, dvlocalFormSmem})
 			require.Equal(t, pk.dvlocal, fk.dvlocal, "the module stage's dV'_local stays")
 		})
@@ -99,8 +104,8 @@ func TestFakeDriverTapeFormer(t *testing.T) {
 	if fk == nil {
 		return
 	}
-	t.Setenv(ptx.EnvBlobDir, blobDirWith(t, entryTapePlanesHF, entryDVLocalForm, entryTapePlanesH, entryTapePlanesH128,
-		entryOffsetPlanesH, entryDVLocalMMAGR))
+	t.Setenv(ptx.EnvBlobDir, blobDirWith(t, entryTapePlanesHF, entryOffsetPlanesHF, entryDVLocalForm, entryTapePlanesH,
+		entryTapePlanesH128, entryOffsetPlanesH, entryDVLocalMMAGR))
 	var o GPUOptions
 	require.NoError(t, o.SetKernels("v5"))
 	o.TapeFormer = true
@@ -115,15 +120,18 @@ func TestFakeDriverTapeFormer(t *testing.T) {
 		p       *Plan
 		stage   Stage
 		vh      int
-		split   bool
-		entries []string // launched: the tape walk's entries and dV'_local's
+		split   bool     // the tape and offset walks split between the widths (one head a segment at vh 128)
+		entries []string // launched: the tape and offset walks' entries and dV'_local's
 		some    bool     // gdn_dvlocal_form on a list of some (chunk, head) pairs, not its full grid
 	}{
 		{"core/R1/vh64", p1, StageCore, 64, false, []string{entryTapePlanesHF}, false},
 		{"core/R1/vh128", p1, StageCore, 128, false, []string{entryTapePlanesH128, entryDVLocalForm}, false},
 		{"core/R1/split", p1, StageCore, 0, true, []string{entryTapePlanesHF, entryTapePlanesH128, entryDVLocalForm}, true},
-		{"core/R2/vh64", p2, StageCore, 64, false, []string{entryTapePlanesHF, entryDVLocalForm}, true},
-		{"module/R2/vh64", p2, StageModule, 64, false, []string{entryTapePlanes, entryDVLocalMMAGR}, false},
+		{"core/R2/vh64", p2, StageCore, 64, false, []string{entryTapePlanesHF, entryOffsetPlanesHF}, false},
+		{"core/R2/vh128", p2, StageCore, 128, false, []string{entryTapePlanesH128, entryOffsetPlanesH, entryDVLocalForm}, false},
+		{"core/R2/split", p2, StageCore, 0, true, []string{entryTapePlanesHF, entryTapePlanesH128, entryOffsetPlanesHF,
+			entryOffsetPlanesH, entryDVLocalForm}, true},
+		{"module/R2/vh64", p2, StageModule, 64, false, []string{entryTapePlanes, entryOffsetPlanes, entryDVLocalMMAGR}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g, err := NewGPU(c.p, o)
@@ -131,7 +139,7 @@ func TestFakeDriverTapeFormer(t *testing.T) {
 			defer func() { require.NoError(t, g.Close()) }()
 			opts := GPUOptions{Options: Options{Stage: c.stage, ForceVH: c.vh}, KeepDevice: true}
 			if c.split {
-				opts.SplitHeads[sched.Tape] = 1
+				opts.SplitHeads[sched.Tape], opts.SplitHeads[sched.Offset] = 1, 1
 			}
 			gs, err := g.ForPlan(c.p, opts)
 			require.NoError(t, err)
@@ -141,8 +149,8 @@ func TestFakeDriverTapeFormer(t *testing.T) {
 			require.NoError(t, err)
 			defer func() { require.NoError(t, f.Close()) }()
 			n := backwardLaunches(t, fk, f, dout)
-			requireLaunched(t, n, c.entries, entryTapePlanes, entryTapePlanes128,
-				entryTapePlanesH, entryTapePlanesH128, entryTapePlanesHF, entryDVLocalForm, entryDVLocalMMAGR)
+			requireLaunched(t, n, c.entries, entryTapePlanes, entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128,
+				entryTapePlanesHF, entryOffsetPlanes, entryOffsetPlanesH, entryOffsetPlanesHF, entryDVLocalForm, entryDVLocalMMAGR)
 			HV := uint32(c.p.Config.HV)
 			for _, g := range n[entryDVLocalForm] { // (NC, HV) for every pair, (pairs, 1) for a list of some
 				if c.some {

@@ -18,19 +18,24 @@ func haveTapeFormer() bool {
 	return err == nil && strings.Contains(string(b), "gdn_tape_walk_planes_hf")
 }
 
-// tapeFormerOuts are the tape walk's outputs the former's runs are compared on.
-var tapeFormerOuts = []string{"d_chunk", "dvnew", "dstart", "dvnewp", "dvnew16", "d16"}
+// tapeFormerOuts are the tape and offset walks' outputs the former's runs are compared on.
+var tapeFormerOuts = []string{"d_chunk", "dvnew", "dstart", "dvnewp", "dvnew16", "d16", "out_pt", "out_r"}
 
 // addTapeFormer adds, after addTapePlanes: gdn_dvlocal_form's dvl ("dvlf"), gdn_tape_walk_planes_hf at vh 64
 // with no dvl (the former's, CTAs in reverse launch order: "f64_"), gdn_tape_walk_planes_w128_h on dvlf
 // ("f128_"), and the two split between the widths as kcp would launch them, hf on the vh 64 walks and w128_h on
-// dvlf on the others ("fmix_"); every output poisoned first.
+// dvlf on the others ("fmix_"); the offset walk likewise (gdn_offset_walk_planes_hf at vh 64, _h at vh 128 on dvlf,
+// and split between them); every output poisoned first.
 func addTapeFormer(j *job, d *gdnData) {
 	c, l := d.c, d.l
 	T, HQK, HV := l.T, c.hqk, c.hv
 	j.out("dvlf", 4*T*HV*dHead)
 	j.poison("dvlf", poisonF32)
-	addTapeOuts(j, l, HV, 0, "f64_", "f128_", "fmix_")
+	off := make([]int32, len(c.offList))
+	for i, s := range c.offList {
+		off[i] = int32(s)
+	}
+	addTapeOuts(j, l, HV, len(off), "f64_", "f128_", "fmix_")
 	scale := f32a(d.scale)
 	rows := []string{bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride),
 		buf("q_rstd")}
@@ -62,6 +67,18 @@ func addTapeFormer(j *job, d *gdnData) {
 	require.NotNil(j.t, m, "the tape walk cases have HV >= 2")
 	tape("fmix_tape128", "gdn_tape_walk_planes_w128_h", m.Grid128(), 128, buf("dvlf"), "fmix_", buf("ftape_order128"))
 	tape("fmix_tape64", "gdn_tape_walk_planes_hf", m.Grid64(), 64, nullBuf(), "fmix_", buf("ftape_order64"))
+	offTabs := []string{buf("chunk_tok0"), buf("chunk_len"), buf("seg_chunk0"), buf("seg_nchunk"), buf("off_list")}
+	offset := func(label, entry string, g [3]int, vh int, dvl, p, order string) {
+		j.launch(label, entry, g, 256, smemOf("tape_planes_smem", vh),
+			slices.Concat([]string{buf("wp")}, rows, []string{buf("gcum"), dvl, buf("dout")}, offTabs,
+				[]string{buf(p + "out_pt"), buf(p + "out_r"), i32a(HQK), i32a(HV), i32a(vh), scale, order})...)
+	}
+	offset("f64_offset", "gdn_offset_walk_planes_hf", grid3(2*dHead/64, len(off), HV), 64, nullBuf(), "f64_",
+		buf("offset_order_rev"))
+	offset("f128_offset", "gdn_offset_walk_planes_h", grid3(2, len(off), HV), 128, buf("dvlf"), "f128_", nullBuf())
+	mo := addSplit(j, listChunks(l, off), HV, 2, "foffset")
+	offset("fmix_offset128", "gdn_offset_walk_planes_h", mo.Grid128(), 128, buf("dvlf"), "fmix_", buf("foffset_order128"))
+	offset("fmix_offset64", "gdn_offset_walk_planes_hf", mo.Grid64(), 64, nullBuf(), "fmix_", buf("foffset_order64"))
 }
 
 // TestTapeFormerOnCPU runs the tape walk's dV'_local former: gdn_dvlocal_form (dvlf::form in a kernel of its
@@ -83,6 +100,7 @@ func TestTapeFormerOnCPU(t *testing.T) {
 	}
 	forTapeCases(t, add, func(t *testing.T, c *gdnCase, d *gdnData, dend []float32, rw, rp *result) {
 		require.Contains(t, logLine(rw.log, "f64_tape"), "wgmma (warp)", "f64_tape ran no wgmma in runner_bwalk_mma_wg")
+		require.Contains(t, logLine(rw.log, "f64_offset"), "wgmma (warp)", "f64_offset ran no wgmma in runner_bwalk_mma_wg")
 		require.Contains(t, logLine(rw.log, "dvlocal_form"), "wgmma (warp)", "dvlocal_form ran no wgmma")
 		require.NotContains(t, logLine(rp.log, "f64_tape"), "wgmma", "f64_tape ran wgmma in runner_bwalk_mma")
 
@@ -132,7 +150,7 @@ func TestTapeFormerOnCPU(t *testing.T) {
 				require.Equal(t, rw.raw["f64_"+n], r.raw["f64_"+n], "f64_%s: the runners differ", n)
 			}
 		}
-		for _, n := range []string{"d_chunk", "dvnew", "dstart"} {
+		for _, n := range []string{"d_chunk", "dvnew", "dstart", "out_pt", "out_r"} {
 			rw.f32s("f64_" + n) // fully written, no NaN or Inf
 		}
 		require.Equal(t, tokenSlots(rw.f32s("f64_dvnew"), l.chunkTok0, l.chunkLen, HV), rw.raw["f64_dvnewp"],

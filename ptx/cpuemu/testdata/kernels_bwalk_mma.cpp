@@ -42,6 +42,7 @@ namespace {
 emu::Registrar tape_former_kernels(
     {
         EMU_KERNEL(gdnkcp::tapep, gdn_tape_walk_planes_hf),
+        EMU_KERNEL(gdnkcp::tapep, gdn_offset_walk_planes_hf),
         EMU_KERNEL(gdnkcp::tapep, gdn_dvlocal_form),
     },
     {
