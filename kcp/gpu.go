@@ -593,16 +593,35 @@ func probeGPU(device int, blob string, es []gpuEntry) (*archdetect.Profile, erro
 	return p, nil
 }
 
+// stagedEntries are kernel entries whose sources wait in ptx/staging (the
+// patch named) until a blob build lands them in ptx/src.
+var stagedEntries = map[string]string{
+	entryTapePlanesHF:   "tape_dvl_former.patch",
+	entryOffsetPlanesHF: "tape_dvl_former.patch",
+	entryDVLocalForm:    "tape_dvl_former.patch",
+}
+
 // missingKernelsError is probeGPU's error for blob file of target lacking the
 // entries miss: it names where the blobs came from (the embedded ones, or
-// GDNKCP_BLOB_DIR's directory, as ptx.Default reads them).
+// GDNKCP_BLOB_DIR's directory, as ptx.Default reads them), and the staged
+// patches the build needs first where a missing entry is staged.
 func missingKernelsError(target, file string, miss []string) error {
 	which := "the embedded blobs predate"
 	if d := os.Getenv(ptx.EnvBlobDir); d != "" {
 		which = fmt.Sprintf("the blobs in %s (%s) predate", d, ptx.EnvBlobDir)
 	}
-	return fmt.Errorf("%w: blob %s (%s) lacks %s: %s these kernels; rebuild them from ptx/src with tools/ptxgen",
-		ErrMissingKernels, target, file, strings.Join(miss, ", "), which)
+	var patches []string
+	for _, m := range miss {
+		if p := stagedEntries[m]; p != "" && !slices.Contains(patches, p) {
+			patches = append(patches, p)
+		}
+	}
+	staged := ""
+	if len(patches) > 0 {
+		staged = fmt.Sprintf(" after applying ptx/staging/%s (scripts/land-v4.sh)", strings.Join(patches, ", ptx/staging/"))
+	}
+	return fmt.Errorf("%w: blob %s (%s) lacks %s: %s these kernels; rebuild them from ptx/src%s with tools/ptxgen",
+		ErrMissingKernels, target, file, strings.Join(miss, ", "), which, staged)
 }
 
 // GPUOptions configure the GPU backend. The zero value runs Options' defaults

@@ -280,14 +280,6 @@ func TestStageSpans(t *testing.T) {
 	}
 }
 
-// stagedEntries are backward entries whose sources wait in ptx/staging (the
-// patch named) until a blob build lands them in ptx/src.
-var stagedEntries = map[string]string{
-	entryTapePlanesHF:   "tape_dvl_former.patch",
-	entryOffsetPlanesHF: "tape_dvl_former.patch",
-	entryDVLocalForm:    "tape_dvl_former.patch",
-}
-
 // The backward's argument lists: every one builds without error, has the
 // parameter count and names of its signature in docs/gpu-backward.md (the
 // contract), and, where the sources and the manifest have the kernel, the

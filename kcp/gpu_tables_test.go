@@ -878,6 +878,10 @@ func TestMissingKernelsError(t *testing.T) {
 			err := missingKernelsError("sm_90a", "gdnkcp.sm_90a.cubin", []string{"gdn_a", "gdn_b"})
 			require.ErrorIs(t, err, ErrMissingKernels)
 			require.ErrorContains(t, err, "blob sm_90a (gdnkcp.sm_90a.cubin) lacks gdn_a, gdn_b: "+c.want)
+			require.NotContains(t, err.Error(), "ptx/staging")
 		})
 	}
+	// A staged entry names the patch the rebuild needs first, once.
+	err := missingKernelsError("sm_90a", "f", []string{entryTapePlanesHF, "gdn_a", entryDVLocalForm})
+	require.ErrorContains(t, err, "rebuild them from ptx/src after applying ptx/staging/tape_dvl_former.patch (scripts/land-v4.sh) with tools/ptxgen")
 }
