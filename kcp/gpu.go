@@ -111,8 +111,13 @@ const (
 	entryTapePlanesHF = "gdn_tape_walk_planes_hf"
 	entryDVLocalForm  = "gdn_dvlocal_form"
 	// entryOffsetPlanesHF: entryOffsetPlanesH at vh 64 forming its R columns'
-	// dV'_local itself, as entryTapePlanesHF does (GPUOptions.TapeFormer).
+	// dV'_local itself, as entryTapePlanesHF does (GPUOptions.TapeFormer);
+	// entryTapePlanesF, entryOffsetPlanesF: the same formers in the split-product
+	// walks (entryTapePlanes, entryOffsetPlanes: the module stage's, and the
+	// core stage's with SplitTape or SplitGrads).
 	entryOffsetPlanesHF = "gdn_offset_walk_planes_hf"
+	entryTapePlanesF    = "gdn_tape_walk_planes_f"
+	entryOffsetPlanesF  = "gdn_offset_walk_planes_f"
 	// entryOffsetPlanes: the offset walk on them (the same file).
 	entryOffsetPlanes = "gdn_offset_walk_planes"
 	entryDVLocalMMA   = "gdn_dvlocal_mma"
@@ -337,12 +342,13 @@ type kernelSet struct {
 	// entries where they are not tape, tape128 and offset
 	// (GPUOptions.SplitTape unset: tapeEntryFor, offsetEntryFor).
 	tapeHi, tapeHi128, offsetHi string
-	// tapeForm, dvlocalForm: the core stage's vh 64 tape walk that forms
-	// dV'_local itself (in tapeHi's place) and the kernel that gives the
-	// walks reading dvl beside it the same bits (in dvlocal's place, and
-	// launched only where such a walk runs: formerDvl), GPUOptions.TapeFormer.
-	// offsetForm: the offset walk's vh 64 entry with the same former.
-	tapeForm, dvlocalForm, offsetForm string
+	// dvlocalForm, tapeForm, offsetForm, tapeFormSplit, offsetFormSplit
+	// (GPUOptions.TapeFormer): the kernel that forms dV'_local for the walks
+	// that read it (in dvlocal's place, on the pairs they read:
+	// formerItems), and the vh 64 tape and offset walks that form it
+	// themselves, on single products (in tapeHi's and offsetHi's places) and
+	// on split ones (in tape's and offset's).
+	dvlocalForm, tapeForm, offsetForm, tapeFormSplit, offsetFormSplit string
 	// bwalkPlanes: the offset and tape walks are gdn_offset_walk_planes and
 	// gdn_tape_walk_planes, which read the forward's -W and K^T walk planes
 	// (rk.wp, rk.wk) and q's bf16 rows with q_rstd in place of fp32 W, Kt
@@ -468,8 +474,11 @@ func (o GPUOptions) kernelSet() kernelSet {
 			if !o.SplitDvLocal && ks.bwalkPlanes {
 				ks.dvlocal, ks.dvlocalSmem, ks.dvlocalKt, ks.rawQKDvLocal = entryDVLocalMMAGR, dvlocalMMAGRSmem, false, true
 			}
-			if o.TapeFormer && ks.tapeHi != "" && ks.rawQKDvLocal {
-				ks.tapeForm, ks.dvlocalForm, ks.offsetForm = entryTapePlanesHF, entryDVLocalForm, entryOffsetPlanesHF
+			if o.TapeFormer && ks.bwalkPlanes && ks.rawQKDvLocal {
+				ks.dvlocalForm, ks.tapeFormSplit, ks.offsetFormSplit = entryDVLocalForm, entryTapePlanesF, entryOffsetPlanesF
+				if ks.tapeHi != "" {
+					ks.tapeForm, ks.offsetForm = entryTapePlanesHF, entryOffsetPlanesHF
+				}
 			}
 			if !o.FP32QKGrads && ks.bwalkPlanes {
 				raw := map[string]string{entryGradsMMA8: entryGradsMMA8R, entryGradsMMA6: entryGradsMMA6R}
@@ -598,6 +607,8 @@ func probeGPU(device int, blob string, es []gpuEntry) (*archdetect.Profile, erro
 var stagedEntries = map[string]string{
 	entryTapePlanesHF:   "tape_dvl_former.patch",
 	entryOffsetPlanesHF: "tape_dvl_former.patch",
+	entryTapePlanesF:    "tape_dvl_former.patch",
+	entryOffsetPlanesF:  "tape_dvl_former.patch",
 	entryDVLocalForm:    "tape_dvl_former.patch",
 }
 
@@ -751,10 +762,12 @@ type GPUOptions struct {
 	// memory, for the (chunk, value head) pairs it reads. Other
 	// bits than the default's (gdn_dvlocal_mma_gr's dvl; the same precision,
 	// within 2.6e-6 of fp32 on the emulator), the same at both widths and in
-	// B1, B3 and replay. Measured: not yet (docs/perf-notes.md, "dV'_local
-	// beside the tape walk"). It needs the v5 set's single-product tape walk
-	// and raw-row dV'_local: with SplitTape, SplitDvLocal or SplitGrads
-	// NewGPU refuses it.
+	// B1, B3 and replay. Both stages: the split-product walks (the module
+	// stage's, SplitTape's, SplitGrads') have the same former
+	// (gdn_tape_walk_planes_f, gdn_offset_walk_planes_f). Measured: not yet
+	// (docs/perf-notes.md, "dV'_local beside the tape walk"). It needs the v5
+	// set's plane walks and raw-row dV'_local: NewGPU refuses it with
+	// SplitDvLocal or another kernel set.
 	TapeFormer bool
 	// FP32QKGrads runs the v5 backward's chunk gradients on the forward's
 	// fp32 normalised q and k (gdn_chunk_grads_mma8, mma6), which a forward
@@ -1057,8 +1070,8 @@ func openFleet(devs []int, opts GPUOptions) (*gpuFleet, GPUOptions, error) {
 		return nil, opts, err
 	}
 	blob, ks := opts.Blob, opts.kernelSet()
-	if opts.TapeFormer && ks.tapeForm == "" {
-		return nil, opts, fmt.Errorf("kcp: gpu: TapeFormer needs the v5 kernel set's single-product tape walk and dV'_local on the raw rows (kernels %s; SplitTape, SplitDvLocal and SplitGrads leave no room for it)", opts.switchesName())
+	if opts.TapeFormer && ks.dvlocalForm == "" {
+		return nil, opts, fmt.Errorf("kcp: gpu: TapeFormer needs the v5 kernel set's plane walks and dV'_local on the raw rows (kernels %s; SplitDvLocal leaves no room for it)", opts.switchesName())
 	}
 	if len(devs) > 1 {
 		var first *archdetect.Profile

@@ -54,9 +54,12 @@ func (ks kernelSet) backwardEntries() []gpuEntry {
 		es = append(es, gpuEntry{ks.tapeHi, ks.tapeSmem(64)}, gpuEntry{ks.tapeHi128, ks.tapeSmem(128)},
 			gpuEntry{ks.offsetHi, max(ks.bwdWalkSmem(64), ks.bwdWalkSmem(128))})
 	}
+	if ks.dvlocalForm != "" {
+		es = append(es, gpuEntry{ks.dvlocalForm, dvlocalFormSmem}, gpuEntry{ks.tapeFormSplit, ks.tapeSmem(64)},
+			gpuEntry{ks.offsetFormSplit, ks.bwdWalkSmem(64)})
+	}
 	if ks.tapeForm != "" {
-		es = append(es, gpuEntry{ks.tapeForm, ks.tapeSmem(64)}, gpuEntry{ks.dvlocalForm, dvlocalFormSmem},
-			gpuEntry{ks.offsetForm, ks.bwdWalkSmem(64)})
+		es = append(es, gpuEntry{ks.tapeForm, ks.tapeSmem(64)}, gpuEntry{ks.offsetForm, ks.bwdWalkSmem(64)})
 	}
 	return append(es, []gpuEntry{
 		{entryQKBwd, 0},
@@ -79,7 +82,8 @@ func (ks kernelSet) tapeEntry(vh int) string {
 // tapeEntryFor is tapeEntry for a backward of the module stage (module) or
 // the core stage, whose tape walk runs on single bf16 products where the set
 // has them (GPUOptions.SplitTape unset: tapeHi, tapeHi128), at vh 64 the
-// walk that forms dV'_local itself where the set has it (tapeForm).
+// walk that forms dV'_local itself where the set has it (tapeForm,
+// tapeFormSplit).
 func (ks kernelSet) tapeEntryFor(vh int, module bool) string {
 	if !module && ks.tapeHi != "" {
 		if vh == 128 {
@@ -89,6 +93,9 @@ func (ks kernelSet) tapeEntryFor(vh int, module bool) string {
 			return ks.tapeForm
 		}
 		return ks.tapeHi
+	}
+	if vh == 64 && ks.tapeFormSplit != "" {
+		return ks.tapeFormSplit
 	}
 	return ks.tapeEntry(vh)
 }
@@ -103,14 +110,19 @@ func (ks kernelSet) offsetEntryFor(module bool) string {
 	return ks.offset
 }
 
-// offsetEntryAt is offsetEntryFor at width vh: at vh 64 in the core stage
-// the offset walk that forms dV'_local itself where the set has it
-// (offsetForm).
+// offsetEntryAt is offsetEntryFor at width vh: at vh 64 the offset walk
+// that forms dV'_local itself where the set has it (offsetForm on single
+// products, offsetFormSplit on split ones).
 func (ks kernelSet) offsetEntryAt(vh int, module bool) string {
-	if vh == 64 && !module && ks.offsetForm != "" {
+	e := ks.offsetEntryFor(module)
+	switch {
+	case vh != 64:
+	case e == ks.offsetHi && ks.offsetForm != "":
 		return ks.offsetForm
+	case e == ks.offset && ks.offsetFormSplit != "":
+		return ks.offsetFormSplit
 	}
-	return ks.offsetEntryFor(module)
+	return e
 }
 
 // gradsFor returns the chunk gradients' entry for the module stage
@@ -599,8 +611,8 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		grid[1] = uint32(HQK)
 	}
 	var items uintptr // gdn_dvlocal_form's (chunk, value head) pairs; 0: all of them
-	former := ks.tapeForm != "" && b.f.stage != StageModule
-	if former { // the tape walk forms dvl at vh 64: the kernel forms what other walks read
+	former := ks.dvlocalForm != ""
+	if former { // the walks form dvl at vh 64: the kernel forms what other walks read
 		list, all, err := b.formerItems()
 		if err != nil {
 			return err
@@ -645,7 +657,7 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 }
 
 // formerItems returns, with the tape and offset walks that form dV'_local
-// themselves at vh 64 (kernelSet.tapeForm, offsetForm), the (chunk, value
+// themselves at vh 64 (kernelSet.dvlocalForm), the (chunk, value
 // head) pairs whose dvl a walk of this rank reads from memory, as chunk HV +
 // head in ascending order: of each walk's segments (the tape walk's all, the
 // offset walk's its list) the heads at vh 128 (Wide[s] of a split launch;

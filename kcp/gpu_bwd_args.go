@@ -238,6 +238,8 @@ func gpuBwdArgSamples() map[string]*loader.Args {
 		entryDVLocalForm:    argsDVLocalForm(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryTapePlanesHF:   argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
 		entryOffsetPlanesHF: argsOffsetPlanes(bwdPlaneArgs{}, 0, 0, 0, 0),
+		entryTapePlanesF:    argsTapePlanes(bwdPlaneArgs{}, 0, 0, 0, 0, 0, 0, 0, 0),
+		entryOffsetPlanesF:  argsOffsetPlanes(bwdPlaneArgs{}, 0, 0, 0, 0),
 		entryGradsMMA8R:     argsChunkGrads5Raw(chunkGrad5Args{}, 0, 0, 0),
 		entryGradsMMA6R:     argsChunkGrads5Raw(chunkGrad5Args{}, 0, 0, 0),
 		entryGradsMMA:       argsChunkGrads(chunkGradArgs{}),

@@ -291,7 +291,7 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 	// dV'_local (on kn, and on K^T's walk planes), and the offset and tape walks on the walk planes (the tape
 	// walk's two entries, vh 64 and vh 128, and the single-product twins of the three), and dV'_local on the raw
 	// rows, and mma8 and mma6 on them, and the tape and offset walks forming dV'_local with its kernel (staged)
-	require.Len(t, samples, len(fp32.backwardEntries())+22)
+	require.Len(t, samples, len(fp32.backwardEntries())+24)
 	v5 := GPUOptions{}
 	require.NoError(t, v5.SetKernels("v5"))
 	v5s, v5r, v5f := v5, v5, v5
@@ -324,9 +324,9 @@ func TestGPUBwdArgsMatchContract(t *testing.T) {
 			return entryChunkGrads
 		case entryTapeMMA, entryOffsetMMA, entryTapePlanes, entryOffsetPlanes: // their own signatures: the fp32 twin's and trailing arguments
 			return name
-		case entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128, entryTapePlanesHF: // the vh 64 entry's signature
+		case entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128, entryTapePlanesHF, entryTapePlanesF: // the vh 64 entry's signature
 			return entryTapePlanes
-		case entryOffsetPlanesH, entryOffsetPlanesHF:
+		case entryOffsetPlanesH, entryOffsetPlanesHF, entryOffsetPlanesF:
 			return entryOffsetPlanes
 		}
 		return strings.TrimSuffix(name, "_mma")

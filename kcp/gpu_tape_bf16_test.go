@@ -199,19 +199,19 @@ func requireLaunched(t *testing.T, n map[string][][3]uint32, want []string, amon
 	}
 }
 
-// tapeWidthRuns runs B1 of plan p, core stage, on g with every walk forced
-// to vh 64, to vh 128, at the rule's widths, and with the tape walk split
+// tapeWidthRuns runs B1 of plan p in stage on g with every walk forced to
+// vh 64, to vh 128, at the rule's widths, and with the tape walk split
 // between the widths (SplitHeads), requires the last three to give the
 // first's bits, and returns the four.
-func tapeWidthRuns(t *testing.T, name string, g *GPU, p *Plan, in *Inputs, dout []float32) []*GPUGrads {
+func tapeWidthRuns(t *testing.T, name string, g *GPU, p *Plan, stage Stage, in *Inputs, dout []float32) []*GPUGrads {
 	t.Helper()
 	var runs []*GPUGrads
 	for _, o := range []Options{{ForceVH: 64}, {ForceVH: 128}, {}} {
-		o.Stage = StageCore
+		o.Stage = stage
 		_, gr := gpuB1(t, g, p, GPUOptions{Options: o}, in, dout)
 		runs = append(runs, gr)
 	}
-	split := GPUOptions{Options: Options{Stage: StageCore}}
+	split := GPUOptions{Options: Options{Stage: stage}}
 	split.SplitHeads[sched.Tape] = 1
 	_, gs := gpuB1(t, g, p, split, in, dout)
 	runs = append(runs, gs)
@@ -264,7 +264,7 @@ func TestGPUSingleTape(t *testing.T) {
 						for i, tg := range gh {
 							_, base := gpuB1(t, gp[i].g, p, GPUOptions{}, in, dout)
 							logGrads(t, gp[i].name+" split tape walk", base.Gradients(), ref)
-							runs := tapeWidthRuns(t, tg.name, tg.g, p, in, dout)
+							runs := tapeWidthRuns(t, tg.name, tg.g, p, StageCore, in, dout)
 							checkGrads(t, tg.name+" single-product tape walk", runs[0].Gradients(), ref)
 							requireB3Bits(t, tg.name, tg.g, p, StageCore, in, dout, runs[0])
 						}

@@ -16,25 +16,26 @@ import (
 	"github.com/gdnkcp/gdnkcp/sched"
 )
 
-// TestTapeFormerEntries: with TapeFormer the v5 set's core-stage tape walk
-// at vh 64 is the walk that forms dV'_local itself and gdn_dvlocal_form
-// joins the backward's entries beside the default dV'_local; vh 128 and the
-// module stage keep their walks. SplitTape, SplitDvLocal and SplitGrads
-// leave no former (NewGPU then refuses TapeFormer), and the other sets
-// ignore it.
+// TestTapeFormerEntries: with TapeFormer the v5 set's vh 64 tape and offset
+// walks are the walks that form dV'_local themselves, on single products in
+// the core stage and on split ones in the module stage (and in the core
+// stage with SplitTape or SplitGrads), and gdn_dvlocal_form joins the
+// backward's entries; vh 128 keeps its walks. SplitDvLocal leaves no former
+// (NewGPU then refuses TapeFormer), and the other sets ignore it.
 func TestTapeFormerEntries(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		set    string
-		modify func(*GPUOptions)
-		former bool
+		name         string
+		set          string
+		modify       func(*GPUOptions)
+		former       bool
+		core, coreOf string // the core stage's vh 64 tape and offset walks with the former
 	}{
-		{"v5", "v5", func(*GPUOptions) {}, true},
-		{"v5 SplitTape", "v5", func(o *GPUOptions) { o.SplitTape = true }, false},
-		{"v5 SplitDvLocal", "v5", func(o *GPUOptions) { o.SplitDvLocal = true }, false},
-		{"v5 SplitGrads", "v5", func(o *GPUOptions) { o.SplitGrads = true }, false},
-		{"mma", "mma", func(*GPUOptions) {}, false},
-		{"fp32", "fp32", func(*GPUOptions) {}, false},
+		{"v5", "v5", func(*GPUOptions) {}, true, entryTapePlanesHF, entryOffsetPlanesHF},
+		{"v5 SplitTape", "v5", func(o *GPUOptions) { o.SplitTape = true }, true, entryTapePlanesF, entryOffsetPlanesF},
+		{"v5 SplitGrads", "v5", func(o *GPUOptions) { o.SplitGrads = true }, true, entryTapePlanesF, entryOffsetPlanesF},
+		{"v5 SplitDvLocal", "v5", func(o *GPUOptions) { o.SplitDvLocal = true }, false, "", ""},
+		{"mma", "mma", func(*GPUOptions) {}, false, "", ""},
+		{"fp32", "fp32", func(*GPUOptions) {}, false, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var plain, f GPUOptions
@@ -46,26 +47,26 @@ func TestTapeFormerEntries(t *testing.T) {
 			require.NotEqual(t, plain.kernelFlags(), f.kernelFlags())
 			pk, fk := plain.kernelSet(), f.kernelSet()
 			if !c.former {
-				require.Empty(t, fk.tapeForm)
+				require.Empty(t, fk.dvlocalForm)
 				require.Equal(t, pk.backwardEntries(), fk.backwardEntries())
 				return
 			}
-			require.Equal(t, entryTapePlanesHF, fk.tapeEntryFor(64, false))
-			require.Equal(t, entryOffsetPlanesHF, fk.offsetEntryAt(64, false))
-			require.Equal(t, pk.offsetEntryFor(false), fk.offsetEntryAt(128, false))
-			require.Equal(t, pk.offsetEntryFor(false), pk.offsetEntryAt(64, false))
-			require.Equal(t, pk.offsetEntryFor(true), fk.offsetEntryAt(64, true))
-			require.Equal(t, pk.tapeEntryFor(128, false), fk.tapeEntryFor(128, false))
-			require.Equal(t, entryTapePlanesH, pk.tapeEntryFor(64, false))
-			for _, vh := range []int{64, 128} {
-				require.Equal(t, pk.tapeEntryFor(vh, true), fk.tapeEntryFor(vh, true), "module stage, vh %d", vh)
+			require.Equal(t, c.core, fk.tapeEntryFor(64, false))
+			require.Equal(t, c.coreOf, fk.offsetEntryAt(64, false))
+			require.Equal(t, entryTapePlanesF, fk.tapeEntryFor(64, true))
+			require.Equal(t, entryOffsetPlanesF, fk.offsetEntryAt(64, true))
+			for _, module := range []bool{false, true} {
+				require.Equal(t, pk.tapeEntryFor(128, module), fk.tapeEntryFor(128, module), "vh 128, module %v", module)
+				require.Equal(t, pk.offsetEntryFor(module), fk.offsetEntryAt(128, module), "vh 128, module %v", module)
+				require.Equal(t, pk.offsetEntryFor(module), pk.offsetEntryAt(64, module), "no former, module %v", module)
+				require.Equal(t, pk.tapeEntryFor(64, module), plain.kernelSet().tapeEntryFor(64, module))
 			}
 			fe := fk.backwardEntries()
-			require.Len(t, fe, len(pk.backwardEntries())+3)
-			require.Contains(t, fe, gpuEntry{entryTapePlanesHF, tapePlanesSmem(64)})
-			require.Contains(t, fe, gpuEntry{entryOffsetPlanesHF, tapePlanesSmem(64)})
+			for _, e := range []string{c.core, c.coreOf, entryTapePlanesF, entryOffsetPlanesF} {
+				require.Contains(t, fe, gpuEntry{e, tapePlanesSmem(64)})
+			}
 			require.Contains(t, fe, gpuEntry{entryDVLocalForm, dvlocalFormSmem})
-			require.Equal(t, pk.dvlocal, fk.dvlocal, "the module stage's dV'_local stays")
+			require.Equal(t, pk.dvlocal, fk.dvlocal, "dV'_local's entry stays where nothing forms dvl")
 		})
 	}
 }
@@ -93,24 +94,24 @@ func TestTapeFormerSmem(t *testing.T) {
 
 // TestFakeDriverTapeFormer runs TapeFormer's host side on the fake driver
 // (in a child process; the staged entries added to the blobs by
-// blobDirWith): in the core stage the vh 64 tape walk is the former's entry
-// and no dV'_local kernel runs where nothing else reads dvl (one rank, vh
-// 64); gdn_dvlocal_form runs where a vh 128 tape walk (alone or split) or an
-// offset walk (two ranks) reads it; the module stage runs as without
-// TapeFormer; NewGPU refuses TapeFormer beside SplitTape; nothing is left
-// held.
+// blobDirWith): the vh 64 tape and offset walks are the formers' entries
+// (single products in the core stage, split ones in the module stage) and
+// no dV'_local kernel runs where nothing else reads dvl (one rank or two, vh
+// 64); gdn_dvlocal_form runs where a vh 128 tape or offset walk reads it,
+// on all pairs at vh 128 and on a list of some in a split launch; NewGPU
+// refuses TapeFormer beside SplitDvLocal; nothing is left held.
 func TestFakeDriverTapeFormer(t *testing.T) {
 	fk := fakeChild(t, "TestFakeDriverTapeFormer")
 	if fk == nil {
 		return
 	}
-	t.Setenv(ptx.EnvBlobDir, blobDirWith(t, entryTapePlanesHF, entryOffsetPlanesHF, entryDVLocalForm, entryTapePlanesH,
-		entryTapePlanesH128, entryOffsetPlanesH, entryDVLocalMMAGR))
+	t.Setenv(ptx.EnvBlobDir, blobDirWith(t, entryTapePlanesHF, entryOffsetPlanesHF, entryTapePlanesF, entryOffsetPlanesF,
+		entryDVLocalForm, entryTapePlanesH, entryTapePlanesH128, entryOffsetPlanesH, entryDVLocalMMAGR))
 	var o GPUOptions
 	require.NoError(t, o.SetKernels("v5"))
 	o.TapeFormer = true
 	bad := o
-	bad.SplitTape = true
+	bad.SplitDvLocal = true
 	p1 := bwdPlan(t, []int{100, 70, 64}, 1, LayoutC, 2, 4)
 	_, err := NewGPU(p1, bad)
 	require.ErrorContains(t, err, "TapeFormer")
@@ -131,7 +132,9 @@ func TestFakeDriverTapeFormer(t *testing.T) {
 		{"core/R2/vh128", p2, StageCore, 128, false, []string{entryTapePlanesH128, entryOffsetPlanesH, entryDVLocalForm}, false},
 		{"core/R2/split", p2, StageCore, 0, true, []string{entryTapePlanesHF, entryTapePlanesH128, entryOffsetPlanesHF,
 			entryOffsetPlanesH, entryDVLocalForm}, true},
-		{"module/R2/vh64", p2, StageModule, 64, false, []string{entryTapePlanes, entryOffsetPlanes, entryDVLocalMMAGR}, false},
+		{"module/R2/vh64", p2, StageModule, 64, false, []string{entryTapePlanesF, entryOffsetPlanesF}, false},
+		{"module/R2/split", p2, StageModule, 0, true, []string{entryTapePlanesF, entryTapePlanes128, entryOffsetPlanesF,
+			entryOffsetPlanes, entryDVLocalForm}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g, err := NewGPU(c.p, o)
@@ -150,7 +153,8 @@ func TestFakeDriverTapeFormer(t *testing.T) {
 			defer func() { require.NoError(t, f.Close()) }()
 			n := backwardLaunches(t, fk, f, dout)
 			requireLaunched(t, n, c.entries, entryTapePlanes, entryTapePlanes128, entryTapePlanesH, entryTapePlanesH128,
-				entryTapePlanesHF, entryOffsetPlanes, entryOffsetPlanesH, entryOffsetPlanesHF, entryDVLocalForm, entryDVLocalMMAGR)
+				entryTapePlanesHF, entryTapePlanesF, entryOffsetPlanes, entryOffsetPlanesH, entryOffsetPlanesHF,
+				entryOffsetPlanesF, entryDVLocalForm, entryDVLocalMMAGR)
 			HV := uint32(c.p.Config.HV)
 			for _, g := range n[entryDVLocalForm] { // (NC, HV) for every pair, (pairs, 1) for a list of some
 				if c.some {
@@ -168,7 +172,9 @@ func TestFakeDriverTapeFormer(t *testing.T) {
 
 // TestGPUTapeFormer runs B1 with TapeFormer (blobs built with
 // ptx/staging/tape_dvl_former.patch; it skips on blobs without its
-// entries) on the backward packs at R 1 and 2 on every layout, core stage:
+// entries) on the backward packs at R 1 and 2 on every layout, core stage,
+// and on one pack at R 2 in the module stage (the split-product walks'
+// former):
 // the gradients within issue 6's bounds of the CPU backend's float64 ones
 // and near the default's (dvl from gdn_dvlocal_mma_gr: other bits, the same
 // precision), the same bits with the tape walk forced to vh 64, vh 128 and
@@ -199,7 +205,7 @@ func TestGPUTapeFormer(t *testing.T) {
 					p := bwdPlan(t, pk.docs, R, layout, 2, 4)
 					for i, tg := range gf {
 						_, base := gpuB1(t, gd[i].g, p, GPUOptions{Options: Options{Stage: StageCore}}, in, dout)
-						runs := tapeWidthRuns(t, tg.name, tg.g, p, in, dout)
+						runs := tapeWidthRuns(t, tg.name, tg.g, p, StageCore, in, dout)
 						checkGrads(t, tg.name+" tape walk forming dV'_local", runs[0].Gradients(), ref)
 						logGrads(t, tg.name+" default dV'_local", base.Gradients(), ref)
 						requireB3Bits(t, tg.name, tg.g, p, StageCore, in, dout, runs[0])
@@ -208,4 +214,16 @@ func TestGPUTapeFormer(t *testing.T) {
 			}
 		}
 	}
+	t.Run("module stage", func(t *testing.T) {
+		p := bwdPlan(t, bwdPacks[0].docs, 2, LayoutD, 1, 2)
+		in, dout := RandomInputs(p, StageModule, seed+77)
+		ref := cpuGrads(t, p, Options{Stage: StageModule}, in, dout)
+		for i, tg := range gf {
+			_, base := gpuB1(t, gd[i].g, p, GPUOptions{Options: Options{Stage: StageModule}}, in, dout)
+			runs := tapeWidthRuns(t, tg.name+" module stage", tg.g, p, StageModule, in, dout)
+			checkGrads(t, tg.name+" module stage, walks forming dV'_local", runs[0].Gradients(), ref)
+			logGrads(t, tg.name+" module stage, default dV'_local", base.Gradients(), ref)
+			requireB3Bits(t, tg.name+" module stage", tg.g, p, StageModule, in, dout, runs[0])
+		}
+	})
 }

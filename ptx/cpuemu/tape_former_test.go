@@ -35,7 +35,7 @@ func addTapeFormer(j *job, d *gdnData) {
 	for i, s := range c.offList {
 		off[i] = int32(s)
 	}
-	addTapeOuts(j, l, HV, len(off), "f64_", "f128_", "fmix_")
+	addTapeOuts(j, l, HV, len(off), "f64_", "f128_", "fmix_", "s64_", "s128_")
 	scale := f32a(d.scale)
 	rows := []string{bufAt("qkv", 2*d.kOff), i32a(d.qStride), buf("k_rstd"), bufAt("qkv", 2*d.qOff), i32a(d.qStride),
 		buf("q_rstd")}
@@ -79,6 +79,12 @@ func addTapeFormer(j *job, d *gdnData) {
 	mo := addSplit(j, listChunks(l, off), HV, 2, "foffset")
 	offset("fmix_offset128", "gdn_offset_walk_planes_h", mo.Grid128(), 128, buf("dvlf"), "fmix_", buf("foffset_order128"))
 	offset("fmix_offset64", "gdn_offset_walk_planes_hf", mo.Grid64(), 64, nullBuf(), "fmix_", buf("foffset_order64"))
+	// The split-product walks (the module stage's) with the same former at vh 64 ("s64_") and on dvlf at vh 128.
+	tape("s64_tape", "gdn_tape_walk_planes_f", grid3(dHead/64, l.NS, HV), 64, nullBuf(), "s64_", buf("tape_order_rev"))
+	tape("s128_tape", "gdn_tape_walk_planes_w128", grid3(1, l.NS, HV), 128, buf("dvlf"), "s128_", nullBuf())
+	offset("s64_offset", "gdn_offset_walk_planes_f", grid3(2*dHead/64, len(off), HV), 64, nullBuf(), "s64_",
+		buf("offset_order_rev"))
+	offset("s128_offset", "gdn_offset_walk_planes", grid3(2, len(off), HV), 128, buf("dvlf"), "s128_", nullBuf())
 }
 
 // TestTapeFormerOnCPU runs the tape walk's dV'_local former: gdn_dvlocal_form (dvlf::form in a kernel of its
@@ -143,6 +149,14 @@ func TestTapeFormerOnCPU(t *testing.T) {
 
 		// The walk with the former: vh 128 on dvlf's bits, the split launch's, both runners'.
 		for _, n := range tapeFormerOuts {
+			require.NotEmpty(t, rw.raw["s64_"+n], "s64_"+n)
+			for _, r := range []*result{rw, rp} {
+				require.Equal(t, rw.raw["s64_"+n], r.raw["s128_"+n], "s128_%s: not the split walk's former's bits", n)
+				require.Equal(t, rw.raw["s64_"+n], r.raw["s64_"+n], "s64_%s: the runners differ", n)
+			}
+			require.NotEqual(t, rw.raw["s64_"+n], rw.raw["f64_"+n], "s64_%s: the single-product walk's bits", n)
+		}
+		for _, n := range tapeFormerOuts {
 			require.NotEmpty(t, rw.raw["f64_"+n], "f64_"+n)
 			for _, r := range []*result{rw, rp} {
 				require.Equal(t, rw.raw["f64_"+n], r.raw["f128_"+n], "f128_%s: not the former's bits", n)
@@ -160,6 +174,8 @@ func TestTapeFormerOnCPU(t *testing.T) {
 		requireRel(t, et, "f64_d_chunk", widen(rw.f32s("f64_d_chunk")), dChunk, tapeHiTol)
 		requireRel(t, et, "f64_dvnew", widen(rw.f32s("f64_dvnew")), dvnew, tapeHiTol)
 		requireRel(t, et, "f64_dstart", widen(rw.f32s("f64_dstart")), dstart, tapeHiTol)
+		requireRel(t, et, "s64_d_chunk", widen(rw.f32s("s64_d_chunk")), dChunk, bwalkMMATol)
+		requireRel(t, et, "s64_dstart", widen(rw.f32s("s64_dstart")), dstart, bwalkMMATol)
 		et.log(t)
 	})
 }

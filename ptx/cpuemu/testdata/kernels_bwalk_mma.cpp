@@ -43,6 +43,8 @@ emu::Registrar tape_former_kernels(
     {
         EMU_KERNEL(gdnkcp::tapep, gdn_tape_walk_planes_hf),
         EMU_KERNEL(gdnkcp::tapep, gdn_offset_walk_planes_hf),
+        EMU_KERNEL(gdnkcp::tapep, gdn_tape_walk_planes_f),
+        EMU_KERNEL(gdnkcp::tapep, gdn_offset_walk_planes_f),
         EMU_KERNEL(gdnkcp::tapep, gdn_dvlocal_form),
     },
     {
