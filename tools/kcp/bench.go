@@ -102,7 +102,7 @@ on the CUDA cores).`,
 	f.BoolVar(&o.splitGrads, "split-grads", false, "v5, core stage: chunk gradients on hi / lo products (gdn_chunk_grads_mma6, ~5e-6 of float64) instead of bf16 ones (gdn_chunk_grads_mma8, ~3e-3, 1.5 ms faster at 32K, and the forward then keeps only its bf16 states); the module stage runs mma6 either way")
 	f.BoolVar(&o.splitTape, "split-tape", false, "v5, core stage: the tape and offset walks on hi / lo split products (gdn_tape_walk_planes, kcp.GPUOptions.SplitTape) instead of single bf16 ones (gdn_tape_walk_planes_h: no splits, since the chunk gradients read the walk's outputs in bf16; other gradient bits, within the same bounds)")
 	f.BoolVar(&o.splitDvLocal, "split-dvlocal", false, "v5: dV'_local on the forward's fp32 qn, kn with split products (gdn_dvlocal_mma_gk, kcp.GPUOptions.SplitDvLocal) instead of q's and k's raw bf16 rows (gdn_dvlocal_mma_gr; other bits, as close to float64)")
-	f.BoolVar(&o.tapeFormer, "tape-former", false, "v5, core stage: the vh 64 tape walk forms dV'_local itself on its copying warpgroup (gdn_tape_walk_planes_hf, kcp.GPUOptions.TapeFormer; no dV'_local kernel where nothing else reads dvl, gdn_dvlocal_form where a vh 128 or offset walk does; other bits, the same precision). Needs blobs built with ptx/staging/tape_dvl_former.patch")
+	f.BoolVar(&o.tapeFormer, "tape-former", false, "v5: the vh 64 tape and offset walks form dV'_local themselves on their copying warpgroups (gdn_tape_walk_planes_hf / _f, gdn_offset_walk_planes_hf / _f, kcp.GPUOptions.TapeFormer; no dV'_local kernel where nothing else reads dvl, gdn_dvlocal_form on the pairs a vh 128 walk reads; other bits, the same precision). Needs blobs built with ptx/staging/tape_dvl_former.patch")
 	f.BoolVar(&o.fp32QKGrads, "fp32-qk-grads", false, "v5: chunk gradients on the forward's fp32 qn, kn (gdn_chunk_grads_mma8 / mma6, kcp.GPUOptions.FP32QKGrads: the same bits; the kept forward then writes fp32 qn, kn) instead of q's and k's raw bf16 rows")
 	return cmd
 }
@@ -341,7 +341,7 @@ func (o *benchOptions) benchOne(cmd *cobra.Command, plan *kcp.Plan, kernels, mod
 		SplitTape:    o.splitTape && kernels == "v5" && stage == kcp.StageCore && !o.splitGrads && mode != benchCore,
 		SplitDvLocal: o.splitDvLocal && kernels == "v5" && mode != benchCore,
 		FP32QKGrads:  o.fp32QKGrads && kernels == "v5" && mode != benchCore,
-		TapeFormer:   o.tapeFormer && kernels == "v5" && stage == kcp.StageCore && mode != benchCore}
+		TapeFormer:   o.tapeFormer && kernels == "v5" && mode != benchCore}
 	stageTimes := map[string][]float64{}
 	var totals []float64
 	for i := 0; i < o.warmup+o.reps; i++ {
@@ -435,7 +435,7 @@ func writeBench(w io.Writer, rows []benchRow) error {
 			b.WriteString("; chunk gradients on the forward's fp32 qn, kn (--fp32-qk-grads)")
 		}
 		if r.TapeFormer {
-			b.WriteString("; dV'_local formed in the vh 64 tape walk (--tape-former)")
+			b.WriteString("; dV'_local formed in the vh 64 tape and offset walks (--tape-former)")
 		}
 		for _, k := range sched.WalkKinds() {
 			if n := r.Split[k.String()]; n > 0 {
