@@ -638,9 +638,8 @@ func (b *bwdRun) begin(dout []float32) (err error) {
 		}
 		args = argsDVLocalRaw(pa.q, pa.qStride, pa.qRstd, pa.k, pa.kStride, pa.kRstd, rk.gcum.Ptr(), b.dout.Ptr(),
 			rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts))
-		if former {
-			args = argsDVLocalForm(pa.q, pa.qStride, pa.qRstd, pa.k, pa.kStride, pa.kRstd, rk.gcum.Ptr(), b.dout.Ptr(),
-				rk.chunkTok0.Ptr(), rk.chunkLen.Ptr(), b.dvl.Ptr(), HQK, HV, gpuScale(b.f.opts), items)
+		if former { // gdn_dvlocal_form: the same arguments and its pair list (argsDVLocalForm)
+			args.DevicePtr(items)
 		}
 	} else { // fp32 qn, and kn or K^T's walk planes
 		k := rk.kn.Ptr()
