@@ -147,22 +147,19 @@ func TestTapeFormerOnCPU(t *testing.T) {
 			}
 		}
 
-		// The walk with the former: vh 128 on dvlf's bits, the split launch's, both runners'.
-		for _, n := range tapeFormerOuts {
-			require.NotEmpty(t, rw.raw["s64_"+n], "s64_"+n)
-			for _, r := range []*result{rw, rp} {
-				require.Equal(t, rw.raw["s64_"+n], r.raw["s128_"+n], "s128_%s: not the split walk's former's bits", n)
-				require.Equal(t, rw.raw["s64_"+n], r.raw["s64_"+n], "s64_%s: the runners differ", n)
-			}
-			require.NotEqual(t, rw.raw["s64_"+n], rw.raw["f64_"+n], "s64_%s: the single-product walk's bits", n)
-		}
+		// The walks with the former (single products "f", split ones "s"): vh 128's bits on dvlf, the split
+		// launch's (single products), both runners'.
 		for _, n := range tapeFormerOuts {
 			require.NotEmpty(t, rw.raw["f64_"+n], "f64_"+n)
+			require.NotEmpty(t, rw.raw["s64_"+n], "s64_"+n)
 			for _, r := range []*result{rw, rp} {
 				require.Equal(t, rw.raw["f64_"+n], r.raw["f128_"+n], "f128_%s: not the former's bits", n)
 				require.Equal(t, rw.raw["f64_"+n], r.raw["fmix_"+n], "fmix_%s: the split walk differs", n)
 				require.Equal(t, rw.raw["f64_"+n], r.raw["f64_"+n], "f64_%s: the runners differ", n)
+				require.Equal(t, rw.raw["s64_"+n], r.raw["s128_"+n], "s128_%s: not the split walk's former's bits", n)
+				require.Equal(t, rw.raw["s64_"+n], r.raw["s64_"+n], "s64_%s: the runners differ", n)
 			}
+			require.NotEqual(t, rw.raw["s64_"+n], rw.raw["f64_"+n], "s64_%s: the single-product walk's bits", n)
 		}
 		for _, n := range []string{"d_chunk", "dvnew", "dstart", "out_pt", "out_r"} {
 			rw.f32s("f64_" + n) // fully written, no NaN or Inf
